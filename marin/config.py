@@ -1,0 +1,216 @@
+"""params.yaml: validated against schemas/params.schema.json, then frozen dataclasses.
+
+Nothing reads params.yaml except through :func:`load`, so no stage can start on params
+that the schema (and the cross-field checks below) would reject.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from marin import schemas
+from marin.errors import ParamsError
+
+
+@dataclass(frozen=True)
+class Extract:
+    """Which members of a source archive become documents, and how."""
+
+    corpus: str  # the label documents carry ("shakespeare", "milton", "bible")
+    include: tuple[str, ...]  # glob patterns over member paths
+    format: str  # "text": one file = one document; "jsonl": records grouped by group_by
+    exclude: tuple[str, ...] = ()
+    text_field: str | None = None
+    group_by: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Source:
+    """One pinned raw archive."""
+
+    name: str
+    kind: str  # pypi | url | local
+    locator: str
+    sha256: str
+    license: str
+    extract: tuple[Extract, ...]
+    license_note: str = ""
+
+
+@dataclass(frozen=True)
+class FetchParams:
+    sources: tuple[Source, ...]
+
+
+@dataclass(frozen=True)
+class Filters:
+    min_words: int
+    max_words: int
+    min_mean_word_length: float
+    max_mean_word_length: float
+    max_symbol_word_ratio: float
+    min_alpha_word_fraction: float
+    max_bullet_line_fraction: float
+    max_duplicate_line_fraction: float
+    max_duplicate_line_char_fraction: float
+
+
+@dataclass(frozen=True)
+class NearDedup:
+    enabled: bool
+    num_perm: int
+    threshold: float
+    shingle_words: int
+
+
+@dataclass(frozen=True)
+class Dedup:
+    exact: bool
+    near: NearDedup
+
+
+@dataclass(frozen=True)
+class Split:
+    validation_fraction: float
+    salt: str
+
+
+@dataclass(frozen=True)
+class CurateParams:
+    normalization: str
+    filters: Filters
+    dedup: Dedup
+    split: Split
+
+
+@dataclass(frozen=True)
+class TokenizeParams:
+    vocab_size: int
+    min_frequency: int
+    shard_max_tokens: int
+
+
+@dataclass(frozen=True)
+class Params:
+    seed: int
+    fetch: FetchParams
+    curate: CurateParams
+    tokenize: TokenizeParams
+    raw: dict[str, Any] = dataclasses.field(repr=False, compare=False)
+
+    def section(self, *names: str) -> dict[str, Any]:
+        """The raw params of the named sections, as recorded in a run's ledger."""
+        return {n: self.raw[n] for n in names}
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that rejects duplicate mapping keys instead of keeping the last one."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise ParamsError(
+                f"duplicate key {key!r} at line {key_node.start_mark.line + 1}: "
+                "keep one of them"
+            )
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
+)
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    """Construct nested frozen dataclasses from validated dicts (lists become tuples)."""
+    kwargs = {}
+    hints = {f.name: f for f in dataclasses.fields(cls)}
+    for name, value in data.items():
+        f = hints[name]
+        t = f.type if isinstance(f.type, str) else f.type.__name__
+        sub = _NESTED.get((cls.__name__, name))
+        if sub is not None and isinstance(value, list):
+            kwargs[name] = tuple(_build(sub, v) for v in value)
+        elif sub is not None:
+            kwargs[name] = _build(sub, value)
+        elif isinstance(value, list):
+            kwargs[name] = tuple(value)
+        elif "float" in t and isinstance(value, int) and not isinstance(value, bool):
+            kwargs[name] = float(value)
+        else:
+            kwargs[name] = value
+    return cls(**kwargs)
+
+
+_NESTED: dict[tuple[str, str], type] = {
+    ("Params", "fetch"): FetchParams,
+    ("Params", "curate"): CurateParams,
+    ("Params", "tokenize"): TokenizeParams,
+    ("FetchParams", "sources"): Source,
+    ("Source", "extract"): Extract,
+    ("CurateParams", "filters"): Filters,
+    ("CurateParams", "dedup"): Dedup,
+    ("Dedup", "near"): NearDedup,
+    ("CurateParams", "split"): Split,
+}
+
+
+def _cross_checks(p: Params) -> list[str]:
+    """Constraints between fields, which JSON Schema cannot express."""
+    problems = []
+    f = p.curate.filters
+    if f.min_words > f.max_words:
+        problems.append(
+            f"curate.filters.min_words: {f.min_words} is above max_words ({f.max_words}); "
+            "allowed: min_words <= max_words"
+        )
+    if f.min_mean_word_length > f.max_mean_word_length:
+        problems.append(
+            f"curate.filters.min_mean_word_length: {f.min_mean_word_length} is above "
+            f"max_mean_word_length ({f.max_mean_word_length}); allowed: min <= max"
+        )
+    names = [s.name for s in p.fetch.sources]
+    for i, n in enumerate(names):
+        if n in names[:i]:
+            problems.append(f"fetch.sources[{i}].name: {n!r} is used twice; names must be unique")
+    return problems
+
+
+def parse(data: Any, what: str = "params.yaml") -> Params:
+    """Validate a params mapping and build the frozen config."""
+    schemas.validate(data, "params", what, error=ParamsError)
+    p = _build(Params, {**data, "raw": data})
+    problems = _cross_checks(p)
+    if problems:
+        raise ParamsError(f"{what}: {problems[0]}")
+    return p
+
+
+def load(path: str | Path) -> Params:
+    """Read, validate and freeze params.yaml; a ParamsError (exit 2) names the key path."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ParamsError(f"{path}: not found; run from the project root or set MARIN_ROOT") from None
+    except UnicodeDecodeError as e:
+        raise ParamsError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except ParamsError as e:
+        raise ParamsError(f"{path}: {e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise ParamsError(f"{path}: not valid YAML{where}: {problem}") from None
+    return parse(data, str(path))

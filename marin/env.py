@@ -1,0 +1,176 @@
+"""The environment fingerprint of a run, and its determinism class.
+
+The fingerprint is what a reader needs to reproduce the run's environment; the
+determinism class is the part of it that can change output bits. Two runs of one recipe
+in the same class must agree bit for bit (docs/architecture.md, "Determinism contract").
+Environment variables are recorded only from an allow-list: no secrets in the ledger.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from marin import hashing
+
+# Variables that can change results or explain them. Everything else stays out.
+ENV_ALLOW = (
+    "XLA_FLAGS", "NPROC", "JAX_*", "TF_CPP_MIN_LOG_LEVEL", "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "PYTHONHASHSEED",
+    "CUDA_VISIBLE_DEVICES", "TOKENIZERS_PARALLELISM", "MARIN_*", "LANG", "LC_ALL", "TZ",
+)
+# Never recorded even if an allow pattern matches them.
+ENV_DENY = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*", "*CREDENTIAL*")
+
+# Paths whose content is the "code" of the pipeline: a change here changes the recipe.
+CODE_GLOBS = ("marin/**/*.py", "pipeline/**/*.py", "schemas/**/*.json", "pyproject.toml", "uv.lock")
+LOCK_FILE = "uv.lock"
+# Paths that change while the pipeline runs; they are not part of a run's code state.
+DIFF_EXCLUDE = ("ledger", "dvc.lock", "reports", "mlflow.db")
+
+# CPU features that decide which kernels XLA and numpy pick.
+_ISA_FLAGS = (
+    "sse2", "sse3", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f",
+    "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx512_vnni", "avx512_bf16",
+    "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2",
+)
+
+
+def recorded_env_vars(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed environment variables and their values."""
+    environ = dict(os.environ if environ is None else environ)
+    out = {}
+    for k in sorted(environ):
+        if any(fnmatch.fnmatchcase(k, p) for p in ENV_ALLOW) and not any(
+            fnmatch.fnmatchcase(k.upper(), p) for p in ENV_DENY
+        ):
+            out[k] = environ[k]
+    return out
+
+
+def _cpuinfo() -> tuple[str, list[str]]:
+    model, flags = platform.processor() or "unknown", []
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return model, flags
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in ("model name", "Model", "CPU part") and model in ("unknown", "", platform.machine()):
+            model = value.strip()
+        if key in ("flags", "Features") and not flags:
+            flags = value.split()
+    return model, flags
+
+
+def isa_flags() -> list[str]:
+    return sorted(f for f in _cpuinfo()[1] if f in _ISA_FLAGS)
+
+
+def usable_cores() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, check=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.decode("utf-8", "surrogateescape")
+
+
+def code_paths(root: Path) -> list[str]:
+    """Relative paths of the files that make up the pipeline's code."""
+    found = set()
+    for pattern in CODE_GLOBS:
+        found.update(p.relative_to(root).as_posix() for p in root.glob(pattern) if p.is_file())
+    return sorted(p for p in found if "__pycache__" not in p)
+
+
+def code_state(root: Path) -> dict[str, Any]:
+    """Git commit, tree digest, uncommitted-diff digest, and the digest of the code files."""
+    commit = _git(root, "rev-parse", "--verify", "-q", "HEAD")
+    tree = _git(root, "rev-parse", "--verify", "-q", "HEAD^{tree}")
+    excludes = [f":(exclude){p}" for p in DIFF_EXCLUDE]
+    diff = _git(root, "diff", "HEAD", "--binary", "--", ".", *excludes) if commit else None
+    untracked = _git(root, "ls-files", "--others", "--exclude-standard", "--", ".", *excludes)
+    dirty_text = (diff or "") + "".join(f"untracked {p}\n" for p in (untracked or "").splitlines())
+    lock = root / LOCK_FILE
+    return {
+        "git_commit": commit.strip() if commit else None,
+        "tree_digest": f"git-tree:{tree.strip()}" if tree else None,
+        "dirty": bool(dirty_text),
+        "diff_digest": hashing.bytes_digest(dirty_text.encode("utf-8", "surrogateescape"))
+        if dirty_text
+        else None,
+        "code_digest": hashing.files_digest(root, code_paths(root)),
+        "lock_digest": hashing.file_digest(lock) if lock.is_file() else None,
+    }
+
+
+def fingerprint() -> dict[str, Any]:
+    """What this machine and interpreter are, as far as a run's results may care."""
+    model, _ = _cpuinfo()
+    return {
+        "python": sys.version.split()[0],
+        "python_implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "byteorder": sys.byteorder,
+        "cpu_model": model,
+        "isa_flags": isa_flags(),
+        "cpu_count": os.cpu_count() or 1,
+        "usable_cores": usable_cores(),
+        "packages": {
+            d: version(d)
+            for d in ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "pyarrow",
+                      "tokenizers", "datasketch", "dvc", "mlflow")
+        },
+        "env_vars": recorded_env_vars(),
+    }
+
+
+def data_class(fp: dict[str, Any]) -> dict[str, Any]:
+    """Determinism class of the data stages: pure Python, Arrow and Rust code whose bits
+    depend on library versions (pinned by the lock digest in the recipe) and the platform."""
+    return {
+        "kind": "data",
+        "python": ".".join(fp["python"].split(".")[:2]),
+        "machine": fp["machine"],
+        "byteorder": fp["byteorder"],
+        "pyarrow": fp["packages"]["pyarrow"],
+        "tokenizers": fp["packages"]["tokenizers"],
+    }
+
+
+def class_digest(det_class: dict[str, Any]) -> str:
+    return hashing.json_digest(det_class)
+
+
+def short(digest: str, n: int = 12) -> str:
+    return digest.split(":", 1)[-1][:n]
+
+
+def machine_id() -> str:
+    """A stable, non-secret name for this host (hash of the hostname), for verifications."""
+    return hashlib.sha256(platform.node().encode()).hexdigest()[:16]

@@ -1,0 +1,134 @@
+"""Content digests: bytes, files, directories, canonical JSON (RFC 8785), array pytrees.
+
+Every digest is printed as ``sha256:<hex>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import rfc8785
+
+PREFIX = "sha256:"
+_CHUNK = 1 << 20
+
+
+def fmt(raw: bytes) -> str:
+    """Format a raw 32-byte sha256 digest as ``sha256:<hex>``."""
+    return PREFIX + raw.hex()
+
+
+def parse(digest: str) -> bytes:
+    """Raw bytes of a ``sha256:<hex>`` digest."""
+    if not digest.startswith(PREFIX) or len(digest) != len(PREFIX) + 64:
+        raise ValueError(f"not a sha256 digest: {digest!r}")
+    return bytes.fromhex(digest[len(PREFIX):])
+
+
+def bytes_digest(data: bytes) -> str:
+    return fmt(hashlib.sha256(data).digest())
+
+
+def canonical_json(obj: Any) -> bytes:
+    """RFC 8785 (JSON Canonicalization Scheme) bytes of ``obj``."""
+    return rfc8785.dumps(obj)
+
+
+def json_digest(obj: Any) -> str:
+    """sha256 over the RFC 8785 canonical form of ``obj``."""
+    return bytes_digest(canonical_json(obj))
+
+
+def file_digest(path: str | os.PathLike[str]) -> str:
+    """sha256 of a file's bytes, streamed."""
+    with open(path, "rb") as f:
+        return fmt(hashlib.file_digest(f, "sha256").digest())
+
+
+def dir_entries(path: str | os.PathLike[str]) -> list[tuple[str, str, int]]:
+    """(relative posix path, file digest, size) of every file under ``path``, sorted."""
+    root = Path(path)
+    out = []
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            out.append((p.relative_to(root).as_posix(), file_digest(p), p.stat().st_size))
+    return sorted(out)
+
+
+def dir_digest(path: str | os.PathLike[str]) -> str:
+    """Digest of a directory tree: canonical JSON of its sorted (path, digest, size) list.
+
+    Independent of mtimes, permissions and file-system order.
+    """
+    entries = [{"path": p, "digest": d, "size": s} for p, d, s in dir_entries(path)]
+    return json_digest(entries)
+
+
+def path_digest(path: str | os.PathLike[str]) -> str:
+    """File digest for a file, tree digest for a directory."""
+    return dir_digest(path) if Path(path).is_dir() else file_digest(path)
+
+
+def path_size(path: str | os.PathLike[str]) -> int:
+    p = Path(path)
+    if p.is_dir():
+        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+    return p.stat().st_size
+
+
+def files_digest(root: str | os.PathLike[str], paths: Iterable[str]) -> str:
+    """Digest over named files below ``root`` (relative paths), e.g. the code of a stage."""
+    root = Path(root)
+    entries = [
+        {"path": rel, "digest": file_digest(root / rel)}
+        for rel in sorted(set(paths))
+        if (root / rel).is_file()
+    ]
+    return json_digest(entries)
+
+
+def tree_digest(leaves: Mapping[str, Any]) -> str:
+    """Digest over named arrays: each leaf contributes (path, dtype, shape, raw bytes).
+
+    ``leaves`` maps a leaf path (e.g. ``params/layers/0/attn/wq``) to an array-like with
+    ``dtype``, ``shape`` and ``tobytes()`` (numpy). Order-independent in the mapping,
+    sensitive to every bit of every tensor.
+    """
+    h = hashlib.sha256()
+    for name in sorted(leaves):
+        arr = leaves[name]
+        header = canonical_json({"path": name, "dtype": str(arr.dtype), "shape": list(arr.shape)})
+        data = arr.tobytes()
+        h.update(len(header).to_bytes(8, "big") + header)
+        h.update(len(data).to_bytes(8, "big") + data)
+    return fmt(h.digest())
+
+
+def dvc_md5(path: str | os.PathLike[str]) -> str:
+    """The md5 DVC 3 writes into dvc.lock for ``path``.
+
+    A file: md5 of its bytes. A directory: md5 of ``json.dumps(entries, sort_keys=True)``
+    over its files' ``{"md5", "relpath"}`` sorted by relpath, with ``.dir`` appended
+    (checked against a real ``dvc repro``; see tests/test_hashing.py).
+    """
+    import json
+
+    p = Path(path)
+    if not p.is_dir():
+        with open(p, "rb") as f:
+            return hashlib.file_digest(f, "md5").hexdigest()
+    entries = []
+    for f in p.rglob("*"):
+        if f.is_file():
+            with open(f, "rb") as fh:
+                entries.append(
+                    {"md5": hashlib.file_digest(fh, "md5").hexdigest(),
+                     "relpath": f.relative_to(p).as_posix()}
+                )
+    entries.sort(key=lambda e: e["relpath"])
+    blob = json.dumps(entries, sort_keys=True).encode("utf-8")
+    return hashlib.md5(blob).hexdigest() + ".dir"

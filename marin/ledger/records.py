@@ -1,0 +1,99 @@
+"""Ledger records: built and parsed only through schema validation.
+
+A record is ``{schema, run_id, seq, prev, time, kind, body, digest}``. ``digest`` is the
+sha256 of the RFC 8785 canonical JSON of the record without ``digest``; ``prev`` links to
+the previous record of the same run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from marin import hashing, schemas
+from marin.errors import SchemaError
+
+KINDS = (
+    "run.started", "run.resumed", "input", "output", "checkpoint", "metric", "eval",
+    "verification", "run.finished",
+)
+SCHEMA_VERSION = 1
+
+
+def schema_id(kind: str) -> str:
+    return f"marin.ledger/{kind}@{SCHEMA_VERSION}"
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def new_run_id(stage: str) -> str:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stage.replace('_', '-')}-{stamp}-{secrets.token_hex(4)}"
+
+
+def exact(x: float) -> dict[str, Any]:
+    """A float stored twice: a decimal for people and ``float.hex()`` for machines."""
+    x = float(x)
+    return {"value": x, "hex": x.hex()}
+
+
+@dataclass(frozen=True)
+class Record:
+    schema: str
+    run_id: str
+    seq: int
+    prev: str | None
+    time: str
+    kind: str
+    body: dict[str, Any]
+    digest: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema, "run_id": self.run_id, "seq": self.seq, "prev": self.prev,
+            "time": self.time, "kind": self.kind, "body": self.body, "digest": self.digest,
+        }
+
+    def line(self) -> bytes:
+        """The record as one JSONL line (canonical JSON, so lines are stable too)."""
+        return hashing.canonical_json(self.to_dict()) + b"\n"
+
+    @staticmethod
+    def compute_digest(d: dict[str, Any]) -> str:
+        return hashing.json_digest({k: v for k, v in d.items() if k != "digest"})
+
+    @classmethod
+    def create(
+        cls, run_id: str, seq: int, prev: str | None, kind: str, body: dict[str, Any],
+        time: str | None = None,
+    ) -> Record:
+        """Build a record, validating envelope and body; it cannot exist invalid."""
+        d = {
+            "schema": schema_id(kind), "run_id": run_id, "seq": seq, "prev": prev,
+            "time": time or now(), "kind": kind, "body": body,
+        }
+        d["digest"] = cls.compute_digest(d)
+        return cls.from_dict(d, where=f"new {kind} record for run {run_id}")
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> Record:
+        """Validate a parsed record (envelope, then the body against its kind's schema)."""
+        schemas.validate(d, "ledger/record", where)
+        kind = d["kind"]
+        if d["schema"] != schema_id(kind):
+            raise SchemaError(f"{where}: schema {d['schema']!r} does not match kind {kind!r}")
+        schemas.validate(d["body"], f"ledger/{kind}", f"{where} ({kind} body)")
+        return cls(**d)
+
+    @classmethod
+    def from_line(cls, line: bytes, where: str) -> Record:
+        try:
+            d = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise SchemaError(f"{where}: not valid JSON ({e})") from None
+        return cls.from_dict(d, where)

@@ -1,0 +1,191 @@
+"""A ledger run: one execution of one stage, from ``run.started`` to ``run.finished``.
+
+    with Run.start(root, "curate", params=..., inputs=[...], det_class=...) as run:
+        ...do the work...
+        run.output("train", "data/curated/train.parquet")
+
+An exception inside the block appends ``run.finished`` with status ``failed`` and the
+error, then propagates. A killed process leaves the run ``unfinished``; the train stage
+may resume it (``Run.resume``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from marin import env, hashing
+from marin.errors import LedgerError
+from marin.ledger import merkle
+from marin.ledger.records import Record, new_run_id
+from marin.ledger.store import RunFile, read_run
+from marin.paths import ledger_dir
+
+
+@dataclass(frozen=True)
+class Input:
+    """An input named in the recipe: a path whose digest is taken when the run starts."""
+
+    name: str
+    path: str  # project-relative
+    license: str | None = None
+    locator: str | None = None
+
+
+def recipe_digest(
+    stage: str, command: list[str], params: dict[str, Any], code_digest: str,
+    inputs: list[dict[str, str]], det_class: dict[str, Any],
+) -> str:
+    """Digest of everything that should determine a run's outputs."""
+    return hashing.json_digest({
+        "stage": stage, "command": command, "params": params, "code_digest": code_digest,
+        "inputs": sorted(inputs, key=lambda i: i["name"]), "determinism_class": det_class,
+    })
+
+
+class Run:
+    """An open ledger run. Create with :meth:`start` or :meth:`resume`."""
+
+    def __init__(self, root: Path, file: RunFile, started: Record):
+        self.root = root
+        self.file = file
+        self.started = started
+        self.t0 = time.perf_counter()
+        self.ledger_s = 0.0
+        self._outputs: list[dict[str, str]] = []
+
+    @property
+    def run_id(self) -> str:
+        return self.file.run_id
+
+    @property
+    def recipe_digest(self) -> str:
+        return self.started.body["recipe_digest"]
+
+    # -- creation ------------------------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls, root: Path, stage: str, *, params: dict[str, Any], inputs: list[Input],
+        det_class: dict[str, Any] | None = None, seeds: dict[str, Any] | None = None,
+        command: list[str] | None = None, fingerprint: dict[str, Any] | None = None,
+    ) -> Run:
+        """Digest the inputs, write ``run.started`` and one ``input`` record per input."""
+        t = time.perf_counter()
+        root = Path(root)
+        fp = fingerprint or env.fingerprint()
+        det = det_class or env.data_class(fp)
+        code = env.code_state(root)
+        command = command or [_rel(root, sys.argv[0]), *sys.argv[1:]]
+        digested = []
+        for i in inputs:
+            p = root / i.path
+            if not p.exists():
+                raise LedgerError(f"input {i.name}: {i.path} does not exist; run the stage that makes it")
+            digested.append((i, hashing.path_digest(p), hashing.path_size(p), hashing.dvc_md5(p)))
+        recipe_inputs = [{"name": i.name, "digest": d} for i, d, _, _ in digested]
+        run_id = new_run_id(stage)
+        file = RunFile(ledger_dir(root) / f"{run_id}.jsonl", run_id)
+        body = {
+            "stage": stage, "command": command, "params": params,
+            "recipe_digest": recipe_digest(stage, command, params, code["code_digest"], recipe_inputs, det),
+            "inputs": recipe_inputs, "code": code, "env": fp, "determinism_class": det,
+            "determinism_digest": env.class_digest(det), "seeds": seeds or {},
+        }
+        run = cls(root, file, file.append("run.started", body))
+        for i, d, size, md5 in digested:
+            rec: dict[str, Any] = {"name": i.name, "path": i.path, "digest": d, "size": size, "dvc_md5": md5}
+            if i.license:
+                rec["license"] = i.license
+            if i.locator:
+                rec["locator"] = i.locator
+            run.file.append("input", rec)
+        run.ledger_s += time.perf_counter() - t
+        return run
+
+    @classmethod
+    def resume(cls, root: Path, run_id: str, reason: str, **extra: Any) -> Run:
+        """Reopen an unfinished run and record who continues it and from where."""
+        root = Path(root)
+        path = ledger_dir(root) / f"{run_id}.jsonl"
+        log = read_run(path)
+        if log.started is None or log.finished is not None:
+            raise LedgerError(f"{path}: run {run_id} is not an unfinished run; cannot resume it")
+        file = RunFile(path, run_id)
+        if log.truncated is not None:
+            file.repair()
+        run = cls(root, file, log.started)
+        run._outputs = [
+            {"name": r.body["name"], "digest": r.body["digest"]} for r in log.of_kind("output")
+        ]
+        run.record("run.resumed", {
+            "from_seq": log.records[-1].seq, "reason": reason, "env": env.fingerprint(),
+            "code": env.code_state(root), **extra,
+        })
+        return run
+
+    # -- records ------------------------------------------------------------------------
+
+    def record(self, kind: str, body: dict[str, Any]) -> Record:
+        t = time.perf_counter()
+        rec = self.file.append(kind, body)
+        self.ledger_s += time.perf_counter() - t
+        return rec
+
+    def output(self, name: str, path: str | os.PathLike[str], **extra: Any) -> Record:
+        """Digest a produced file or directory and record it."""
+        t = time.perf_counter()
+        p = self.root / path
+        rel = _rel(self.root, p)
+        body = {
+            "name": name, "path": rel, "digest": hashing.path_digest(p),
+            "size": hashing.path_size(p), "type": "dir" if p.is_dir() else "file",
+            "dvc_md5": hashing.dvc_md5(p), **extra,
+        }
+        if p.is_dir():
+            body["files"] = sum(1 for f in p.rglob("*") if f.is_file())
+        self.ledger_s += time.perf_counter() - t
+        rec = self.record("output", body)
+        self._outputs.append({"name": name, "digest": body["digest"]})
+        return rec
+
+    def finish(self, status: str = "succeeded", error: str | None = None) -> Record:
+        """Append ``run.finished`` with the Merkle root over every earlier record."""
+        t = time.perf_counter()
+
+        def body(records: list[Record]) -> dict[str, Any]:
+            root = merkle.merkle_root([hashing.parse(r.digest) for r in records])
+            b: dict[str, Any] = {
+                "status": status, "outputs": self._outputs, "merkle_root": hashing.fmt(root),
+                "records": len(records), "wall_s": round(time.perf_counter() - self.t0, 6),
+                "ledger_s": round(self.ledger_s + time.perf_counter() - t, 6),
+            }
+            if error:
+                b["error"] = error[:2000]
+            return b
+
+        return self.file.append("run.finished", body)
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if et is None:
+            self.finish("succeeded")
+        elif issubclass(et, Exception) or et is KeyboardInterrupt:
+            self.finish("failed", f"{et.__name__}: {ev}")
+
+
+def _rel(root: Path, p: str | os.PathLike[str]) -> str:
+    p = Path(p).resolve()
+    try:
+        return p.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(p)

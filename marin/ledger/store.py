@@ -1,0 +1,172 @@
+"""One run = one JSONL file under ledger/runs/. Atomic, durable, locked appends.
+
+Each append takes an exclusive ``flock`` on the run file, reads the tail to learn
+``seq`` and ``prev``, writes the whole line with one ``write``, then ``fsync``s. A crash
+leaves at most a truncated last line: every reader detects and names it, and nothing
+earlier is lost.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marin.errors import LedgerError, SchemaError
+from marin.ledger.records import Record
+
+
+@dataclass
+class RunLog:
+    """What a reader found in one run file."""
+
+    path: Path
+    records: list[Record] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # unparsable or invalid lines
+    truncated: bytes | None = None  # bytes of a last line cut short by a crash
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name.removesuffix(".jsonl")
+
+    @property
+    def started(self) -> Record | None:
+        return self.records[0] if self.records and self.records[0].kind == "run.started" else None
+
+    @property
+    def finished(self) -> Record | None:
+        last = self.records[-1] if self.records else None
+        return last if last is not None and last.kind == "run.finished" else None
+
+    @property
+    def status(self) -> str:
+        if self.finished is not None:
+            return self.finished.body["status"]
+        return "unfinished"
+
+    def of_kind(self, kind: str) -> list[Record]:
+        return [r for r in self.records if r.kind == kind]
+
+
+def read_run(path: str | os.PathLike[str]) -> RunLog:
+    """Parse a run file, keeping every valid record and naming every bad line."""
+    path = Path(path)
+    log = RunLog(path)
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    tail = lines.pop()  # b"" if the file ends with a newline
+    if tail:
+        log.truncated = tail
+    for i, line in enumerate(lines, start=1):
+        try:
+            log.records.append(Record.from_line(line, f"{path.name} line {i}"))
+        except SchemaError as e:
+            log.problems.append(str(e))
+    return log
+
+
+def _read_tail(fd: int) -> tuple[Record | None, bool]:
+    """Last complete record of the open file and whether a truncated line follows it."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return None, False
+    chunk, pos, buf = 1 << 16, size, b""
+    while pos > 0:
+        step = min(chunk, pos)
+        pos -= step
+        buf = os.pread(fd, step, pos) + buf
+        body = buf[:-1] if buf.endswith(b"\n") else buf
+        if b"\n" in body or pos == 0:
+            break
+    truncated = not buf.endswith(b"\n")
+    complete = buf[: buf.rfind(b"\n") + 1] if truncated else buf
+    lines = complete.rstrip(b"\n").split(b"\n")
+    last = lines[-1] if lines and lines[-1] else None
+    if last is None:
+        return None, truncated
+    return Record.from_line(last, "last complete record"), truncated
+
+
+class RunFile:
+    """Appender for one run file."""
+
+    def __init__(self, path: str | os.PathLike[str], run_id: str):
+        self.path = Path(path)
+        self.run_id = run_id
+
+    @contextmanager
+    def _locked(self) -> Iterator[int]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield fd
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def append(self, kind: str, body: dict[str, Any] | Callable[[list[Record]], dict[str, Any]]) -> Record:
+        """Append one record; seq and prev come from the file's tail, read under the lock.
+
+        ``body`` may be a function of every earlier record (read under the same lock), as
+        ``run.finished`` needs for its Merkle root.
+        """
+        with self._locked() as fd:
+            try:
+                last, truncated = _read_tail(fd)
+            except SchemaError as e:
+                raise LedgerError(
+                    f"{self.path}: cannot append, the last record is invalid ({e}); "
+                    "run `marin ledger check` to see what happened"
+                ) from None
+            if truncated:
+                raise LedgerError(
+                    f"{self.path}: the last line is truncated (a crash mid-write); run "
+                    f"`marin ledger repair {self.run_id}` to set it aside before appending"
+                )
+            seq = 0 if last is None else last.seq + 1
+            prev = None if last is None else last.digest
+            if callable(body):
+                body = body(read_run(self.path).records)
+            rec = Record.create(self.run_id, seq, prev, kind, body)
+            line = rec.line()
+            n = os.write(fd, line)  # O_APPEND: one write of the whole line
+            if n != len(line):
+                raise LedgerError(f"{self.path}: short write ({n} of {len(line)} bytes)")
+            os.fsync(fd)
+        return rec
+
+    def repair(self) -> bytes | None:
+        """Move a truncated last line into ``<run>.jsonl.torn`` so appends can go on.
+
+        Returns the bytes set aside (kept, not lost), or None if the tail was complete.
+        """
+        with self._locked() as fd:
+            _, truncated = _read_tail(fd)
+            if not truncated:
+                return None
+            data = self.path.read_bytes()
+            cut = data.rfind(b"\n") + 1
+            torn = data[cut:]
+            side = self.path.with_suffix(".jsonl.torn")
+            with open(side, "ab") as f:
+                f.write(torn + b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.ftruncate(fd, cut)
+            os.fsync(fd)
+            return torn
+
+
+def run_files(ledger_dir: str | os.PathLike[str]) -> list[Path]:
+    d = Path(ledger_dir)
+    return sorted(d.glob("*.jsonl")) if d.is_dir() else []
+
+
+def read_all(ledger_dir: str | os.PathLike[str]) -> list[RunLog]:
+    """Every run in the ledger, oldest first (by the time of its first record)."""
+    logs = [read_run(p) for p in run_files(ledger_dir)]
+    return sorted(logs, key=lambda log: (log.records[0].time if log.records else "", log.run_id))

@@ -1,0 +1,25 @@
+"""Where things live in a marin project."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parent
+SCHEMA_DIR = PACKAGE_ROOT.parent / "schemas"
+
+
+def project_root(start: str | os.PathLike[str] | None = None) -> Path:
+    """The project root: $MARIN_ROOT, else the nearest directory holding params.yaml."""
+    env = os.environ.get("MARIN_ROOT")
+    if env:
+        return Path(env).resolve()
+    here = Path(start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "params.yaml").is_file() or (d / "dvc.yaml").is_file():
+            return d
+    return here
+
+
+def ledger_dir(root: Path) -> Path:
+    return root / "ledger" / "runs"
