@@ -205,7 +205,7 @@ def load(path: str | Path) -> Params:
     except UnicodeDecodeError as e:
         raise ParamsError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except ParamsError as e:
         raise ParamsError(f"{path}: {e}") from None
     except yaml.YAMLError as e:

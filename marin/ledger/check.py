@@ -45,7 +45,7 @@ def check_run(log: RunLog) -> list[Problem]:
     """Steps 1-4 for one run file: lines parse and match their schemas, seq/prev/digest
     chain, run.started first and run.finished last, Merkle root."""
     name = log.path.name
-    out = [Problem(name, p) for p in log.problems]  # 1. schema / JSON per line
+    out = [Problem(*p.split(": ", 1)) for p in log.problems]  # 1. schema / JSON per line
     if log.truncated is not None:
         n = len(log.records) + len(log.problems) + 1
         out.append(Problem(
@@ -60,13 +60,16 @@ def check_run(log: RunLog) -> list[Problem]:
             out.append(Problem(where, f"run_id {r.run_id!r} does not match the file name"))
         if r.seq != i and (prev is None or r.seq != prev.seq + 1):
             expected = 0 if prev is None else prev.seq + 1
-            out.append(Problem(where, f"seq {r.seq} where {expected} was expected: a record is missing or out of order"))
+            out.append(Problem(where, f"seq {r.seq} where {expected} was expected: "
+                                      "a record is missing or out of order"))
         recomputed = Record.compute_digest(r.to_dict())
         if recomputed != r.digest:
-            out.append(Problem(where, f"record digest mismatch: recorded {r.digest}, content hashes to {recomputed} (record edited)"))
+            out.append(Problem(where, f"record digest mismatch: recorded {r.digest}, "
+                                      f"content hashes to {recomputed} (record edited)"))
         expected_prev = None if prev is None else prev.digest
         if r.prev != expected_prev:
-            out.append(Problem(where, f"chain broken: prev is {r.prev}, the previous record's digest is {expected_prev}"))
+            out.append(Problem(where, f"chain broken: prev is {r.prev}, "
+                                      f"the previous record's digest is {expected_prev}"))
         prev = r
     if log.records and log.records[0].kind != "run.started":  # 3. shape of a run
         out.append(Problem(f"{name} seq {log.records[0].seq}", "first record is not run.started"))
@@ -78,10 +81,12 @@ def check_run(log: RunLog) -> list[Problem]:
         n = fin.body["records"]
         leaves = [hashing.parse(r.digest) for r in log.records[:-1]]
         if n != len(leaves):
-            out.append(Problem(f"{name} seq {fin.seq}", f"run.finished covers {n} records but {len(leaves)} precede it"))
+            out.append(Problem(f"{name} seq {fin.seq}",
+                               f"run.finished covers {n} records but {len(leaves)} precede it"))
         root = hashing.fmt(merkle.merkle_root(leaves[:n]))
         if root != fin.body["merkle_root"]:
-            out.append(Problem(f"{name} seq {fin.seq}", f"Merkle root mismatch: recorded {fin.body['merkle_root']}, records hash to {root}"))
+            out.append(Problem(f"{name} seq {fin.seq}",
+                               f"Merkle root mismatch: recorded {fin.body['merkle_root']}, records hash to {root}"))
     return out
 
 
@@ -119,8 +124,10 @@ def check_outputs(root: Path, logs: list[RunLog], report: Report) -> list[Proble
             problems.append(Problem(
                 path,
                 f"on disk it hashes to {digest}, which no run recorded; last recorded by "
-                f"{log.path.name} seq {last.seq} as {last.body['digest']} (file changed after it was recorded)",
+                f"{log.path.name} seq {last.seq} as {last.body['digest']} (changed after it was recorded)",
             ))
+            if "entries" in last.body:
+                problems.extend(_entry_diff(p, path, log, last))
         elif matching[-1][1] is not last:
             report.notes.append(f"{path}: an older version is on disk (from {matching[-1][0].run_id})")
     for path, md5 in sorted(_dvc_lock_outs(root).items()):
@@ -133,6 +140,23 @@ def check_outputs(root: Path, logs: list[RunLog], report: Report) -> list[Proble
                 f"{last.seq} recorded dvc md5 {last.body.get('dvc_md5')})",
             ))
     return problems
+
+
+def _entry_diff(p: Path, path: str, log: RunLog, rec: Record) -> list[Problem]:
+    """Name the files inside a directory output that differ from its recorded entries."""
+    recorded = {e["path"]: e["digest"] for e in rec.body["entries"]}
+    now = {rel: d for rel, d, _ in hashing.dir_entries(p)}
+    out = []
+    for rel in sorted(set(recorded) | set(now)):
+        where = f"{path}/{rel}"
+        if rel not in now:
+            out.append(Problem(where, f"missing; recorded by {log.path.name} seq {rec.seq}"))
+        elif rel not in recorded:
+            out.append(Problem(where, f"not recorded by {log.path.name} seq {rec.seq} (file added)"))
+        elif now[rel] != recorded[rel]:
+            out.append(Problem(where, f"on disk it hashes to {now[rel]}; {log.path.name} seq {rec.seq} "
+                                      f"recorded {recorded[rel]} (file changed)"))
+    return out
 
 
 def check(root: Path) -> Report:

@@ -16,10 +16,7 @@ from typing import Any
 from marin import hashing, schemas
 from marin.errors import SchemaError
 
-KINDS = (
-    "run.started", "run.resumed", "input", "output", "checkpoint", "metric", "eval",
-    "verification", "run.finished",
-)
+KINDS = ("run.started", "run.resumed", "input", "output", "run.finished")
 SCHEMA_VERSION = 1
 
 

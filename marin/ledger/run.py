@@ -26,6 +26,8 @@ from marin.ledger.records import Record, new_run_id
 from marin.ledger.store import RunFile, read_run
 from marin.paths import ledger_dir
 
+MAX_ENTRIES = 10_000
+
 
 @dataclass(frozen=True)
 class Input:
@@ -148,7 +150,10 @@ class Run:
             "dvc_md5": hashing.dvc_md5(p), **extra,
         }
         if p.is_dir():
-            body["files"] = sum(1 for f in p.rglob("*") if f.is_file())
+            entries = hashing.dir_entries(p)
+            body["files"] = len(entries)
+            if len(entries) <= MAX_ENTRIES:  # lets `ledger check` name the changed file
+                body["entries"] = [{"path": r, "digest": d, "size": s} for r, d, s in entries]
         self.ledger_s += time.perf_counter() - t
         rec = self.record("output", body)
         self._outputs.append({"name": name, "digest": body["digest"]})

