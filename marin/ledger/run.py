@@ -53,11 +53,11 @@ def recipe_digest(
 class Run:
     """An open ledger run. Create with :meth:`start` or :meth:`resume`."""
 
-    def __init__(self, root: Path, file: RunFile, started: Record):
+    def __init__(self, root: Path, file: RunFile, started: Record, t0: float | None = None):
         self.root = root
         self.file = file
         self.started = started
-        self.t0 = time.perf_counter()
+        self.t0 = time.perf_counter() if t0 is None else t0
         self.ledger_s = 0.0
         self._outputs: list[dict[str, str]] = []
 
@@ -99,7 +99,7 @@ class Run:
             "inputs": recipe_inputs, "code": code, "env": fp, "determinism_class": det,
             "determinism_digest": env.class_digest(det), "seeds": seeds or {},
         }
-        run = cls(root, file, file.append("run.started", body))
+        run = cls(root, file, file.append("run.started", body), t0=t)
         for i, d, size, md5 in digested:
             rec: dict[str, Any] = {"name": i.name, "path": i.path, "digest": d, "size": size, "dvc_md5": md5}
             if i.license:
