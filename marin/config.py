@@ -96,11 +96,60 @@ class TokenizeParams:
 
 
 @dataclass(frozen=True)
+class ModelParams:
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_ff: int
+    seq_len: int
+    tie_embeddings: bool
+    rope_theta: float
+    dtype: str
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    steps: int
+    batch_size: int
+    lr: float
+    schedule: str
+    warmup_steps: int
+    min_lr_ratio: float
+    wsd_decay_fraction: float
+    weight_decay: float
+    beta1: float
+    beta2: float
+    eps: float
+    grad_clip: float
+    log_every: int
+    checkpoint_every: int
+
+
+@dataclass(frozen=True)
+class RuntimeParams:
+    xla_cpu_threads: int  # NPROC for XLA's CPU thread pool: decides the bits
+    devices: int  # size of the mesh's data axis (simulated CPU devices when > 1)
+    param_sharding: str  # replicated | fsdp
+
+
+@dataclass(frozen=True)
+class EvaluateParams:
+    prompts: tuple[str, ...]
+    sample_tokens: int
+    batch_size: int
+
+
+@dataclass(frozen=True)
 class Params:
     seed: int
     fetch: FetchParams
     curate: CurateParams
     tokenize: TokenizeParams
+    model: ModelParams
+    train: TrainParams
+    runtime: RuntimeParams
+    evaluate: EvaluateParams
     raw: dict[str, Any] = dataclasses.field(repr=False, compare=False)
 
     def section(self, *names: str) -> dict[str, Any]:
@@ -155,6 +204,10 @@ _NESTED: dict[tuple[str, str], type] = {
     ("Params", "fetch"): FetchParams,
     ("Params", "curate"): CurateParams,
     ("Params", "tokenize"): TokenizeParams,
+    ("Params", "model"): ModelParams,
+    ("Params", "train"): TrainParams,
+    ("Params", "runtime"): RuntimeParams,
+    ("Params", "evaluate"): EvaluateParams,
     ("FetchParams", "sources"): Source,
     ("Source", "extract"): Extract,
     ("CurateParams", "filters"): Filters,
@@ -178,6 +231,19 @@ def _cross_checks(p: Params) -> list[str]:
             f"curate.filters.min_mean_word_length: {f.min_mean_word_length} is above "
             f"max_mean_word_length ({f.max_mean_word_length}); allowed: min <= max"
         )
+    m = p.model
+    if m.d_model % m.n_heads:
+        problems.append(f"model.n_heads: {m.n_heads} does not divide d_model ({m.d_model})")
+    elif (m.d_model // m.n_heads) % 2:
+        problems.append(f"model.n_heads: head size d_model/n_heads = {m.d_model // m.n_heads} is odd; "
+                        "rotary embeddings need an even head size")
+    if m.n_heads % m.n_kv_heads:
+        problems.append(f"model.n_kv_heads: {m.n_kv_heads} does not divide n_heads ({m.n_heads})")
+    if p.train.batch_size % p.runtime.devices:
+        problems.append(f"train.batch_size: {p.train.batch_size} is not divisible by runtime.devices "
+                        f"({p.runtime.devices}); each device needs an equal share")
+    if p.train.warmup_steps >= p.train.steps:
+        problems.append(f"train.warmup_steps: {p.train.warmup_steps} is not below train.steps ({p.train.steps})")
     names = [s.name for s in p.fetch.sources]
     for i, n in enumerate(names):
         if n in names[:i]:

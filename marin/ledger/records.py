@@ -16,7 +16,7 @@ from typing import Any
 from marin import hashing, schemas
 from marin.errors import SchemaError
 
-KINDS = ("run.started", "run.resumed", "input", "output", "run.finished")
+KINDS = ("run.started", "run.resumed", "input", "output", "checkpoint", "metric", "eval", "run.finished")
 SCHEMA_VERSION = 1
 
 

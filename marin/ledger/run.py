@@ -50,6 +50,56 @@ def recipe_digest(
     })
 
 
+@dataclass
+class Plan:
+    """Everything ``run.started`` will say, computed before the run exists (so that a
+    stage can first look for an unfinished run of the same recipe to resume)."""
+
+    root: Path
+    body: dict[str, Any]
+    input_records: list[dict[str, Any]]
+    t0: float
+
+    @property
+    def recipe_digest(self) -> str:
+        return self.body["recipe_digest"]
+
+    @classmethod
+    def make(
+        cls, root: Path, stage: str, *, params: dict[str, Any], inputs: list[Input],
+        det_class: dict[str, Any] | None = None, seeds: dict[str, Any] | None = None,
+        command: list[str] | None = None, fingerprint: dict[str, Any] | None = None,
+    ) -> Plan:
+        t = time.perf_counter()
+        root = Path(root)
+        fp = fingerprint or env.fingerprint()
+        det = det_class or env.data_class(fp)
+        code = env.code_state(root)
+        command = command or [_rel(root, sys.argv[0]), *sys.argv[1:]]
+        digested = []
+        for i in inputs:
+            p = root / i.path
+            if not p.exists():
+                raise LedgerError(f"input {i.name}: {i.path} does not exist; run the stage that makes it")
+            digested.append((i, hashing.path_digest(p), hashing.path_size(p), hashing.dvc_md5(p)))
+        recipe_inputs = [{"name": i.name, "digest": d} for i, d, _, _ in digested]
+        body = {
+            "stage": stage, "command": command, "params": params,
+            "recipe_digest": recipe_digest(stage, command, params, code["code_digest"], recipe_inputs, det),
+            "inputs": recipe_inputs, "code": code, "env": fp, "determinism_class": det,
+            "determinism_digest": env.class_digest(det), "seeds": seeds or {},
+        }
+        records = []
+        for i, d, size, md5 in digested:
+            rec: dict[str, Any] = {"name": i.name, "path": i.path, "digest": d, "size": size, "dvc_md5": md5}
+            if i.license:
+                rec["license"] = i.license
+            if i.locator:
+                rec["locator"] = i.locator
+            records.append(rec)
+        return cls(root, body, records, t)
+
+
 class Run:
     """An open ledger run. Create with :meth:`start` or :meth:`resume`."""
 
@@ -72,43 +122,21 @@ class Run:
     # -- creation ------------------------------------------------------------------------
 
     @classmethod
-    def start(
-        cls, root: Path, stage: str, *, params: dict[str, Any], inputs: list[Input],
-        det_class: dict[str, Any] | None = None, seeds: dict[str, Any] | None = None,
-        command: list[str] | None = None, fingerprint: dict[str, Any] | None = None,
-    ) -> Run:
+    def start(cls, root: Path, stage: str, **kw: Any) -> Run:
         """Digest the inputs, write ``run.started`` and one ``input`` record per input."""
-        t = time.perf_counter()
-        root = Path(root)
-        fp = fingerprint or env.fingerprint()
-        det = det_class or env.data_class(fp)
-        code = env.code_state(root)
-        command = command or [_rel(root, sys.argv[0]), *sys.argv[1:]]
-        digested = []
-        for i in inputs:
-            p = root / i.path
-            if not p.exists():
-                raise LedgerError(f"input {i.name}: {i.path} does not exist; run the stage that makes it")
-            digested.append((i, hashing.path_digest(p), hashing.path_size(p), hashing.dvc_md5(p)))
-        recipe_inputs = [{"name": i.name, "digest": d} for i, d, _, _ in digested]
-        run_id = new_run_id(stage)
-        file = RunFile(ledger_dir(root) / f"{run_id}.jsonl", run_id)
-        body = {
-            "stage": stage, "command": command, "params": params,
-            "recipe_digest": recipe_digest(stage, command, params, code["code_digest"], recipe_inputs, det),
-            "inputs": recipe_inputs, "code": code, "env": fp, "determinism_class": det,
-            "determinism_digest": env.class_digest(det), "seeds": seeds or {},
-        }
-        run = cls(root, file, file.append("run.started", body), t0=t)
-        for i, d, size, md5 in digested:
-            rec: dict[str, Any] = {"name": i.name, "path": i.path, "digest": d, "size": size, "dvc_md5": md5}
-            if i.license:
-                rec["license"] = i.license
-            if i.locator:
-                rec["locator"] = i.locator
+        return cls.begin(Plan.make(root, stage, **kw))
+
+    @classmethod
+    def begin(cls, plan: Plan) -> Run:
+        """Start a new run from a plan."""
+        run_id = new_run_id(plan.body["stage"])
+        file = RunFile(ledger_dir(plan.root) / f"{run_id}.jsonl", run_id)
+        run = cls(plan.root, file, file.append("run.started", plan.body), t0=plan.t0)
+        for rec in plan.input_records:
             run.file.append("input", rec)
-        run.ledger_s += time.perf_counter() - t
+        run.ledger_s += time.perf_counter() - plan.t0
         return run
+
 
     @classmethod
     def resume(cls, root: Path, run_id: str, reason: str, **extra: Any) -> Run:

@@ -1,0 +1,187 @@
+"""A small decoder-only transformer in Flax NNX (Llama-style, pre-norm).
+
+    tokens -> Embed -> n_layers x [x += Attn(RMSNorm(x)); x += SwiGLU(RMSNorm(x))]
+           -> RMSNorm -> logits (tied: x @ embedding.T, untied: separate head)
+
+References:
+  - Vaswani et al. 2017, "Attention Is All You Need", arXiv:1706.03762.
+  - Zhang & Sennrich 2019, "Root Mean Square Layer Normalization", arXiv:1910.07467.
+  - Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary Position Embedding",
+    arXiv:2104.09864 (we use the "rotate-half" layout of GPT-NeoX / Llama).
+  - Shazeer 2020, "GLU Variants Improve Transformer", arXiv:2002.05202 (SwiGLU).
+  - Ainslie et al. 2023, "GQA: Training Generalized Multi-Query Transformer Models from
+    Multi-Head Checkpoints", arXiv:2305.13245.
+  - Press & Wolf 2017, "Using the Output Embedding to Improve Language Models",
+    arXiv:1608.05859 (tied embeddings).
+  - Touvron et al. 2023, "LLaMA: Open and Efficient Foundation Language Models",
+    arXiv:2302.13971 (the overall recipe).
+  - Radford et al. 2019, "Language Models are Unsupervised Multitask Learners" (GPT-2:
+    N(0, 0.02) init, residual projections scaled by 1/sqrt(2 * n_layers)).
+
+Shape letters: B batch, T sequence, D d_model, H query heads, K kv heads, G = H // K
+query heads per kv head, Dh head dim, F d_ff, V vocab.
+
+Parameters are always float32; `ModelConfig.dtype` is the compute dtype of the matmuls.
+Normalisation, softmax and the returned logits are computed in float32.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = 2048
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: int = 4  # < n_heads gives grouped-query attention; 1 gives multi-query.
+    d_ff: int = 384  # SwiGLU hidden width; ~8/3 * d_model keeps params equal to a 4x GELU MLP.
+    max_seq_len: int = 256
+    tie_embeddings: bool = True
+    rope_theta: float = 10_000.0
+    dtype: str = "float32"  # compute dtype: "float32" or "bfloat16".
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} not divisible by n_heads={self.n_heads}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads={self.n_heads} not divisible by n_kv_heads={self.n_kv_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def compute_dtype(self) -> jnp.dtype:
+        return jnp.dtype(self.dtype)
+
+
+def _init(std: float) -> nnx.Initializer:
+    return nnx.initializers.normal(stddev=std)
+
+
+def _dense(cfg: ModelConfig, d_in: int, d_out: int, std: float, rngs: nnx.Rngs) -> nnx.Linear:
+    return nnx.Linear(
+        d_in, d_out, use_bias=False, kernel_init=_init(std), dtype=cfg.compute_dtype, rngs=rngs
+    )
+
+
+def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+    """cos/sin tables for positions 0..seq_len-1, each (T, Dh/2), float32."""
+    inv_freq = theta ** (-jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)  # (Dh/2,)
+    angles = jnp.arange(seq_len, dtype=jnp.float32)[:, None] * inv_freq[None, :]  # (T, Dh/2)
+    return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotates channel pairs (i, i + Dh/2) of x (B, T, N, Dh) by position-dependent angles."""
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)  # (B, T, N, Dh/2) each
+    cos, sin = cos[None, :, None, :], sin[None, :, None, :]  # (1, T, 1, Dh/2)
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)  # (B, T, N, Dh)
+    return out.astype(x.dtype)
+
+
+class RMSNorm(nnx.Module):
+    def __init__(self, dim: int, *, eps: float = 1e-6, rngs: nnx.Rngs):
+        del rngs  # deterministic init (ones); kept for a uniform constructor signature.
+        self.eps = eps
+        self.scale = nnx.Param(jnp.ones((dim,), jnp.float32))  # (D,)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)  # (B, T, D)
+        inv_rms = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return (x32 * inv_rms * self.scale[...]).astype(x.dtype)
+
+
+class Attention(nnx.Module):
+    """Causal multi-head self-attention with rotary embeddings and optional GQA."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        d, hd = cfg.d_model, cfg.head_dim
+        out_std = 0.02 / math.sqrt(2 * cfg.n_layers)
+        self.wq = _dense(cfg, d, cfg.n_heads * hd, 0.02, rngs)
+        self.wk = _dense(cfg, d, cfg.n_kv_heads * hd, 0.02, rngs)
+        self.wv = _dense(cfg, d, cfg.n_kv_heads * hd, 0.02, rngs)
+        self.wo = _dense(cfg, cfg.n_heads * hd, d, out_std, rngs)
+
+    def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+        b, t, _ = x.shape  # (B, T, D)
+        h, k, dh = self.n_heads, self.n_kv_heads, self.head_dim
+        q = apply_rope(self.wq(x).reshape(b, t, h, dh), cos, sin)  # (B, T, H, Dh)
+        kk = apply_rope(self.wk(x).reshape(b, t, k, dh), cos, sin)  # (B, T, K, Dh)
+        v = self.wv(x).reshape(b, t, k, dh)  # (B, T, K, Dh)
+        # Query head h uses kv head h // G (same as repeating each kv head G times).
+        q = q.reshape(b, t, k, h // k, dh)  # (B, T, K, G, Dh)
+        scores = jnp.einsum("btkgd,bskd->bkgts", q, kk).astype(jnp.float32)  # (B, K, G, T, T)
+        scores = scores / math.sqrt(dh)
+        causal = jnp.tril(jnp.ones((t, t), dtype=bool))  # (T, T): query t sees keys s <= t
+        scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)  # (B, K, G, T, T)
+        out = jnp.einsum("bkgts,bskd->btkgd", probs, v)  # (B, T, K, G, Dh)
+        return self.wo(out.reshape(b, t, h * dh))  # (B, T, D)
+
+
+class SwiGLU(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        out_std = 0.02 / math.sqrt(2 * cfg.n_layers)
+        self.w_gate = _dense(cfg, cfg.d_model, cfg.d_ff, 0.02, rngs)
+        self.w_up = _dense(cfg, cfg.d_model, cfg.d_ff, 0.02, rngs)
+        self.w_down = _dense(cfg, cfg.d_ff, cfg.d_model, out_std, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        hidden = jax.nn.silu(self.w_gate(x)) * self.w_up(x)  # (B, T, F)
+        return self.w_down(hidden)  # (B, T, D)
+
+
+class Block(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.attn_norm = RMSNorm(cfg.d_model, rngs=rngs)
+        self.attn = Attention(cfg, rngs=rngs)
+        self.mlp_norm = RMSNorm(cfg.d_model, rngs=rngs)
+        self.mlp = SwiGLU(cfg, rngs=rngs)
+
+    def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+        x = x + self.attn(self.attn_norm(x), cos, sin)  # (B, T, D)
+        return x + self.mlp(self.mlp_norm(x))  # (B, T, D)
+
+
+class Transformer(nnx.Module):
+    """Decoder-only LM: int tokens (B, T) -> float32 logits (B, T, V)."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg  # static (hashable frozen dataclass), part of the graphdef.
+        self.embed = nnx.Embed(
+            cfg.vocab_size, cfg.d_model, embedding_init=_init(0.02), dtype=cfg.compute_dtype,
+            rngs=rngs,
+        )
+        self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.n_layers)])
+        self.final_norm = RMSNorm(cfg.d_model, rngs=rngs)
+        self.lm_head = None if cfg.tie_embeddings else _dense(
+            cfg, cfg.d_model, cfg.vocab_size, 0.02, rngs
+        )
+
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        _, t = tokens.shape  # (B, T)
+        if t > self.cfg.max_seq_len:
+            raise ValueError(f"sequence length {t} > max_seq_len {self.cfg.max_seq_len}")
+        cos, sin = rope_tables(t, self.cfg.head_dim, self.cfg.rope_theta)  # (T, Dh/2) each
+        x = self.embed(tokens)  # (B, T, D)
+        for block in self.blocks:
+            x = block(x, cos, sin)  # (B, T, D)
+        x = self.final_norm(x)  # (B, T, D)
+        logits = self.embed.attend(x) if self.lm_head is None else self.lm_head(x)  # (B, T, V)
+        return logits.astype(jnp.float32)
+
+
+def count_params(params) -> int:
+    return sum(x.size for x in jax.tree.leaves(params))

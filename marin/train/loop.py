@@ -1,0 +1,170 @@
+"""The train stage: init or resume, the loop, checkpoints, metrics, the final model.
+
+Reads top to bottom: plan the run → resume an unfinished run of the same recipe, or
+start → for each step: batch → jitted step → (log) → (checkpoint) → save the model.
+Call :func:`marin.train.runtime.configure` before importing this module.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+from tqdm import tqdm
+
+from marin import env, fsutil
+from marin.config import Params
+from marin.data import manifest
+from marin.errors import StageError
+from marin.ledger import Input, Run, exact
+from marin.ledger.run import Plan
+from marin.ledger.store import RunLog, read_all
+from marin.model import ModelConfig, count_params
+from marin.paths import ledger_dir
+from marin.train import checkpoint, runtime, seeds, step, weights
+from marin.train.loader import Loader, read_stream
+
+TOKENS, CKPT, MODEL, CURVE = Path("data/tokens"), Path("checkpoints"), Path("models/final"), Path("metrics/train_curve.csv")
+EXACT_METRICS = ("loss", "lr", "grad_norm", "accuracy")
+
+
+def model_config(params: Params, vocab_size: int) -> ModelConfig:
+    m = params.model
+    return ModelConfig(vocab_size=vocab_size, d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads,
+                       n_kv_heads=m.n_kv_heads, d_ff=m.d_ff, max_seq_len=m.seq_len,
+                       tie_embeddings=m.tie_embeddings, rope_theta=m.rope_theta, dtype=m.dtype)
+
+
+def find_resumable(root: Path, recipe: str) -> RunLog | None:
+    """The latest unfinished train run of this recipe, if any."""
+    logs = [log for log in read_all(ledger_dir(root))
+            if log.started is not None and log.started.body["stage"] == "train"
+            and log.finished is None and log.started.body["recipe_digest"] == recipe]
+    return logs[-1] if logs else None
+
+
+def last_good_checkpoint(log: RunLog, ckpts: checkpoint.Checkpoints, abstract: Any,
+                         shardings: Any) -> tuple[int, Any] | None:
+    """The latest recorded checkpoint that orbax committed and whose tensors still match."""
+    committed = set(ckpts.steps())
+    for rec in reversed(log.of_kind("checkpoint")):
+        s = rec.body["step"]
+        if s not in committed:
+            continue
+        state, _ = ckpts.restore(s, abstract, shardings)
+        if checkpoint.state_digest(state) == rec.body["digest"]:
+            return s, state
+        print(f"train: checkpoint {s} does not match its record; trying an earlier one")
+    return None
+
+
+def run(root: Path, params: Params) -> None:
+    tp, rt = params.train, params.runtime
+    tok = manifest.read(root / TOKENS / "manifest.json", "tokenize")
+    cfg = model_config(params, tok["tokenizer"]["vocab_size"])
+    fp = env.fingerprint()
+    mesh = runtime.make_mesh(rt)
+    plan = Plan.make(root, "train", params=params.section("seed", "model", "train", "runtime"),
+                     inputs=[Input("tokens", TOKENS.as_posix())], det_class=runtime.determinism_class(rt, fp),
+                     seeds=seeds.record(params.seed), fingerprint=fp)
+
+    # Model, optimizer, shardings, loader: all pure functions of params and the root seed.
+    optimizer = step.make_optimizer(tp)
+    schedule = step.lr_schedule(tp)
+    graphdef, abstract = step.abstract_state(cfg, optimizer)
+    shardings = step.state_shardings(abstract, mesh, rt.param_sharding)
+    shards = [root / TOKENS / s["file"] for s in tok["splits"]["train"]["shards"]]
+    loader = Loader(read_stream(shards, tok["tokenizer"]["eos_id"]), cfg.max_seq_len, tp.batch_size,
+                    seeds.key_bytes(params.seed, "data_order"))
+    train_step = step.make_train_step(graphdef, optimizer, shardings, mesh)
+
+    # Resume an unfinished run of the same recipe, in the same ledger run, or start.
+    prior = find_resumable(root, plan.recipe_digest)
+    recorded_metrics: dict[int, dict[str, Any]] = {}
+    recorded_ckpts: dict[int, str] = {}
+    state = None
+    if prior is not None:
+        ckpts = checkpoint.Checkpoints(root / CKPT / prior.run_id)
+        found = last_good_checkpoint(prior, ckpts, abstract, shardings)
+        start_step, state = found if found is not None else (0, None)
+        recorded_metrics = {r.body["step"]: r.body["values"] for r in prior.of_kind("metric")}
+        recorded_ckpts = {r.body["step"]: r.body["digest"] for r in prior.of_kind("checkpoint")}
+        run = Run.resume(root, prior.run_id, reason="unfinished run of the same recipe", from_step=start_step)
+        print(f"train: resuming {run.run_id} from step {start_step}")
+    else:
+        run = Run.begin(plan)
+        ckpts = checkpoint.Checkpoints(root / CKPT / run.run_id)
+    if state is None:
+        _, state = step.init_state(cfg, seeds.key(params.seed, "init"), seeds.key(params.seed, "step"), optimizer)
+        state = jax.device_put(state, shardings)
+
+    with run:
+        n_params = count_params(state.params)
+        tokens_per_step = tp.batch_size * cfg.max_seq_len
+        start = int(state.step)
+        bar = tqdm(total=tp.steps, initial=start, desc="train", unit="step", dynamic_ncols=True)
+        t_last, steps_since = time.perf_counter(), 0
+        for i in range(start, tp.steps):
+            batch = jax.device_put(loader.batch(i), step.batch_sharding(mesh))
+            state, metrics = train_step(state, batch)
+            done, steps_since = i + 1, steps_since + 1
+            bar.update(1)
+
+            if done % tp.log_every == 0 or done == tp.steps:  # host sync only here
+                m = jax.device_get(metrics)
+                now = time.perf_counter()
+                tok_s = steps_since * tokens_per_step / (now - t_last)
+                t_last, steps_since = now, 0
+                values = {"loss": exact(m["loss"]), "lr": exact(schedule(i)), "grad_norm": exact(m["grad_norm"]),
+                          "accuracy": exact(m["accuracy"])}
+                _record_once(run, "metric", done, recorded_metrics, values,
+                             {"step": done, "values": values, "timing": {"tokens_per_s": round(tok_s, 3)}})
+                bar.set_postfix(loss=f"{float(m['loss']):.4f}", tok_s=f"{tok_s:,.0f}")
+
+            if done % tp.checkpoint_every == 0 or done == tp.steps:
+                ckpts.save(done, state, {"step": done, "loader": loader.position(done), "run_id": run.run_id})
+                restored, _ = ckpts.restore(done, abstract, shardings)  # digest what is on disk
+                digest = checkpoint.state_digest(restored)
+                _record_once(run, "checkpoint", done, recorded_ckpts, digest, {
+                    "step": done, "path": (CKPT / run.run_id / str(done)).as_posix(), "digest": digest,
+                    "params_digest": weights.params_digest(restored.params), "loader": loader.position(done),
+                    "leaves": len(jax.tree.leaves(restored))})
+        bar.close()
+        ckpts.close()
+
+        # The released model and the training curve (exact values, so it repeats bit for bit).
+        with fsutil.atomic_dir(root / MODEL) as tmp:
+            tensor_digest = weights.save(tmp, state.params, cfg, {
+                "n_params": n_params, "step": int(state.step), "recipe_digest": run.recipe_digest,
+                "tokenizer": {"path": (TOKENS / "tokenizer.json").as_posix(), "digest": tok["tokenizer"]["digest"],
+                              "eos_id": tok["tokenizer"]["eos_id"]},
+                "packing": "documents joined with EOS separators; attention is not masked at boundaries"})
+        run.output("model", MODEL, tensor_digest=tensor_digest, meta={"n_params": n_params, "step": int(state.step)})
+        _write_curve(root / CURVE, run)
+        run.output("train_curve", CURVE)
+        print(f"train: {n_params:,} parameters, {tp.steps} steps, final model {tensor_digest}")
+
+
+def _record_once(run: Run, kind: str, s: int, recorded: dict[int, Any], value: Any, body: dict[str, Any]) -> None:
+    """Append a record, unless a resumed run already holds it: then the replayed value
+    must be identical, or determinism is broken and we stop."""
+    if s not in recorded:
+        run.record(kind, body)
+        return
+    old = recorded[s]
+    same = old == value if kind == "checkpoint" else all(old[k]["hex"] == value[k]["hex"] for k in EXACT_METRICS)
+    if not same:
+        raise StageError(f"resume diverged from the recorded run at step {s} ({kind}): recorded {old}, "
+                         f"recomputed {value}; the environment's determinism class may have changed")
+
+
+def _write_curve(path: Path, run: Run) -> None:
+    from marin.ledger.store import read_run
+
+    rows = ["step,loss,lr,grad_norm"]
+    for r in read_run(run.file.path).of_kind("metric"):
+        v = r.body["values"]
+        rows.append(f"{r.body['step']},{v['loss']['value']!r},{v['lr']['value']!r},{v['grad_norm']['value']!r}")
+    fsutil.write_bytes(path, ("\n".join(rows) + "\n").encode())

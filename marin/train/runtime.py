@@ -1,0 +1,72 @@
+"""The JAX runtime of a stage: thread count and device count fixed from params before
+jax initializes, the mesh, and the determinism class that records them.
+
+Measured on this machine (jax 0.10.2, see docs/architecture.md): XLA's CPU backend takes
+its thread-pool size from the ``NPROC`` environment variable, else from the CPU
+affinity; the pool size decides the bits of reductions. ``taskset -c 0`` with
+``NPROC=2`` reproduces an unpinned 2-core run exactly. So the stage sets ``NPROC`` from
+``runtime.xla_cpu_threads`` and never inherits it from the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from marin.config import RuntimeParams
+from marin.errors import StageError
+
+_DEVICE_FLAG = "--xla_force_host_platform_device_count"
+
+
+def configure(rt: RuntimeParams) -> None:
+    """Set the environment XLA reads at backend initialization. Call before jax starts."""
+    if "jax" in sys.modules:
+        import jax._src.xla_bridge as xb
+
+        if xb._backends:  # already initialized: settings would be silently ignored
+            raise StageError("jax was initialized before the runtime was configured; "
+                             "configure the runtime first (marin.train.runtime.configure)")
+    os.environ["NPROC"] = str(rt.xla_cpu_threads)
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_DEVICE_FLAG)]
+    if rt.devices > 1:
+        flags.append(f"{_DEVICE_FLAG}={rt.devices}")
+    os.environ["XLA_FLAGS"] = " ".join(flags)
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def make_mesh(rt: RuntimeParams) -> Any:
+    """A 1-D mesh over ``runtime.devices`` devices with axis ``data``."""
+    import jax
+
+    if jax.device_count() < rt.devices:
+        raise StageError(
+            f"runtime.devices is {rt.devices} but jax sees {jax.device_count()} device(s); "
+            "on CPU the count is set through XLA_FLAGS before jax starts (marin does this)"
+        )
+    return jax.make_mesh((rt.devices,), ("data",), axis_types=(jax.sharding.AxisType.Auto,),
+                         devices=jax.devices()[: rt.devices])
+
+
+def determinism_class(rt: RuntimeParams, fp: dict[str, Any]) -> dict[str, Any]:
+    """What can change the bits of a JAX computation here."""
+    import jax
+
+    devices = jax.devices()[: rt.devices]
+    flags = sorted(f for f in os.environ.get("XLA_FLAGS", "").split() if f)
+    return {
+        "kind": "jax",
+        "backend": jax.default_backend(),
+        "device_kind": devices[0].device_kind,
+        "device_count": len(devices),
+        "mesh": {"axes": {"data": rt.devices}, "param_sharding": rt.param_sharding},
+        "jax": fp["packages"]["jax"],
+        "jaxlib": fp["packages"]["jaxlib"],
+        "xla_flags": flags,
+        "xla_cpu_threads": int(os.environ["NPROC"]),
+        "prng_impl": str(jax.config.jax_default_prng_impl),
+        "x64": bool(jax.config.jax_enable_x64),
+        "machine": fp["machine"],
+        "isa_flags": fp["isa_flags"],
+    }

@@ -1,0 +1,68 @@
+"""The released model: ``model.safetensors`` (deterministic bytes) + ``config.json``.
+
+Tensor names are the dotted parameter paths (``blocks.0.attn.wq.kernel``). Anyone can
+load them with the ``safetensors`` package; :func:`load` rebuilds the Flax model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+from safetensors.numpy import load_file, save_file
+
+from marin import fsutil, hashing
+from marin.model import ModelConfig, Transformer
+
+WEIGHTS, CONFIG = "model.safetensors", "config.json"
+
+
+def _name(path: tuple[Any, ...]) -> str:
+    parts = []
+    for k in path:
+        parts.append(str(getattr(k, "key", getattr(k, "idx", k))))
+    return ".".join(parts)
+
+
+def flat(params: Any) -> dict[str, np.ndarray]:
+    """{dotted path: host array} of a parameter pytree."""
+    return {_name(p): np.asarray(jax.device_get(x)) for p, x in jax.tree_util.tree_flatten_with_path(params)[0]}
+
+
+def params_digest(params: Any) -> str:
+    return hashing.tree_digest(flat(params))
+
+
+def save(directory: Path, params: Any, cfg: ModelConfig, extra: dict[str, Any]) -> str:
+    """Write weights and config; returns the tensor digest."""
+    tensors = flat(params)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(directory / WEIGHTS), metadata={"format": "marin"})
+    digest = hashing.tree_digest(tensors)
+    config = {"architecture": "marin-decoder", "model": dataclasses.asdict(cfg),
+              "weights": WEIGHTS, "tensor_digest": digest, **extra}
+    fsutil.write_bytes(directory / CONFIG, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode())
+    return digest
+
+
+def load(directory: Path) -> tuple[nnx.GraphDef, Any, dict[str, Any]]:
+    """(graphdef, params, config) of a saved model; the tensor digest is checked."""
+    config = json.loads((directory / CONFIG).read_text())
+    cfg = ModelConfig(**config["model"])
+    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+    abstract = nnx.to_pure_dict(abstract)
+    tensors = load_file(str(directory / config["weights"]))
+    digest = hashing.tree_digest(tensors)
+    if digest != config["tensor_digest"]:
+        from marin.errors import IntegrityError
+
+        raise IntegrityError(f"{directory / config['weights']}: tensors hash to {digest}, "
+                             f"config.json records {config['tensor_digest']}")
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(abstract)
+    params = jax.tree_util.tree_unflatten(treedef, [tensors[_name(p)] for p, _ in leaves])
+    return graphdef, params, config

@@ -1,0 +1,89 @@
+"""Stage evaluate: bits per byte and perplexity of the trained model on the validation
+split (whole and per corpus) beside a unigram baseline on the same tokens, and greedy
+samples from fixed prompts. Writes metrics/eval.json (DVC metrics) and eval records."""
+
+import json
+from pathlib import Path
+
+from marin import fsutil
+from marin.cli import stage_main
+from marin.config import Params, RuntimeParams
+from marin.train import runtime
+
+MODEL, TOKENS, METRICS = Path("models/final"), Path("data/tokens"), Path("metrics/eval.json")
+
+
+def evaluate_stage(root: Path, params: Params) -> None:
+    rt = RuntimeParams(params.runtime.xla_cpu_threads, 1, "replicated")  # scoring needs no mesh
+    runtime.configure(rt)
+    import jax
+    import numpy as np
+    import pyarrow.parquet as pq
+    from flax import nnx
+
+    from marin import env
+    from marin import evaluate as ev
+    from marin.data import manifest
+    from marin.data import tokenize as tk
+    from marin.ledger import Input, Run, exact
+    from marin.train import step, weights
+
+    fp = env.fingerprint()
+    inputs = [Input("model", MODEL.as_posix()), Input("tokens", TOKENS.as_posix())]
+    with Run.start(root, "evaluate", params=params.section("evaluate"), inputs=inputs,
+                   det_class=runtime.determinism_class(rt, fp), fingerprint=fp) as run:
+        graphdef, model_params, config = weights.load(root / MODEL)
+        seq_len = config["model"]["max_seq_len"]
+        tok_manifest = manifest.read(root / TOKENS / "manifest.json", "tokenize")
+        eos = tok_manifest["tokenizer"]["eos_id"]
+
+        def split_docs(split: str) -> list:
+            docs = []
+            for s in tok_manifest["splits"][split]["shards"]:
+                t = pq.read_table(root / TOKENS / s["file"])
+                for ids, corpus, n in zip(t["tokens"].to_pylist(), t["corpus"].to_pylist(),
+                                          t["n_bytes"].to_pylist(), strict=True):
+                    docs.append((np.asarray(ids, np.int32), corpus, n))
+            return docs
+
+        val = split_docs("validation")
+        model = ev.score(step.eval_nll_fn(graphdef), model_params, val, eos, seq_len, params.evaluate.batch_size)
+        base = ev.unigram([d[0] for d in split_docs("train")], config["model"]["vocab_size"], val)
+        results = {}
+        for name, tallies in (("model", model), ("unigram_baseline", base)):
+            for corpus, t in sorted(tallies.items()):
+                values = {"bits_per_byte": exact(t.bits_per_byte), "perplexity": exact(t.perplexity),
+                          "nll_nats": exact(t.nll_nats), "tokens": t.tokens, "bytes": t.bytes, "docs": t.docs}
+                body = {"name": name, "split": "validation", "values": values}
+                if corpus:
+                    body["corpus"] = corpus
+                run.record("eval", body)
+                results.setdefault(name, {})[corpus or "all"] = {
+                    "bits_per_byte": t.bits_per_byte, "perplexity": t.perplexity, "tokens": t.tokens}
+
+        tokenizer = tk.load(root / TOKENS / "tokenizer.json")
+        logits_fn = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x))
+        samples = []
+        for prompt in params.evaluate.prompts:
+            out = ev.greedy(logits_fn, model_params, tokenizer.encode(prompt).ids, eos, seq_len,
+                            params.evaluate.sample_tokens)
+            samples.append({"prompt": prompt, "completion": tokenizer.decode(out), "token_ids": out})
+        run.record("eval", {"name": "greedy_samples", "split": "prompts",
+                            "values": {"tokens_per_sample": params.evaluate.sample_tokens}, "samples": samples})
+
+        metrics = {"bits_per_byte": results["model"]["all"]["bits_per_byte"],
+                   "perplexity": results["model"]["all"]["perplexity"],
+                   "unigram_bits_per_byte": results["unigram_baseline"]["all"]["bits_per_byte"],
+                   "per_corpus": {c: v["bits_per_byte"] for c, v in results["model"].items() if c != "all"},
+                   "unigram_per_corpus": {c: v["bits_per_byte"] for c, v in results["unigram_baseline"].items()
+                                          if c != "all"}}
+        fsutil.write_bytes(root / METRICS, (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())
+        run.output("eval_metrics", METRICS)
+        print(f"evaluate: validation bits/byte {metrics['bits_per_byte']:.4f} "
+              f"(unigram baseline {metrics['unigram_bits_per_byte']:.4f}), perplexity {metrics['perplexity']:.2f}")
+        for s in samples:
+            print(f"evaluate: {s['prompt']!r} -> {s['completion']!r}")
+
+
+if __name__ == "__main__":
+    stage_main(evaluate_stage)
