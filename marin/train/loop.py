@@ -26,7 +26,8 @@ from marin.paths import ledger_dir
 from marin.train import checkpoint, runtime, seeds, step, weights
 from marin.train.loader import Loader, read_stream
 
-TOKENS, CKPT, MODEL, CURVE = Path("data/tokens"), Path("checkpoints"), Path("models/final"), Path("metrics/train_curve.csv")
+TOKENS, CKPT = Path("data/tokens"), Path("checkpoints")
+MODEL, CURVE = Path("models/final"), Path("metrics/train_curve.csv")
 EXACT_METRICS = ("loss", "lr", "grad_norm", "accuracy")
 
 
