@@ -1,0 +1,157 @@
+"""The trainer: bit-identical repeats, exact resume after SIGKILL, the mesh, thread count."""
+
+import json
+import random
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from marin.ledger import read_run
+from marin.ledger.check import check_run
+from tests.conftest import BIN, env_for_subprocess
+
+pytestmark = pytest.mark.slow
+
+TINY = {
+    "model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 1, "d_ff": 64, "seq_len": 32,
+              "tie_embeddings": True, "rope_theta": 10000.0, "dtype": "float32"},
+    "train": {"steps": 12, "batch_size": 8, "lr": 3.0e-3, "schedule": "cosine", "warmup_steps": 2,
+              "min_lr_ratio": 0.1, "wsd_decay_fraction": 0.2, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
+              "eps": 1.0e-8, "grad_clip": 1.0, "log_every": 2, "checkpoint_every": 4},
+}
+
+
+def tiny(proj, **runtime) -> None:
+    params = proj.params
+    params.update(json.loads(json.dumps(TINY)))
+    params["runtime"].update(runtime)
+    proj.write_params(params)
+
+
+def last_train(proj) -> list[dict]:
+    return proj.runs("train")[-1]
+
+
+def summary(run: list[dict]) -> dict:
+    """What must repeat bit for bit: checkpoint digests, exact metrics, the model digest."""
+    return {
+        "checkpoints": [(r["body"]["step"], r["body"]["digest"]) for r in run if r["kind"] == "checkpoint"],
+        "metrics": [(r["body"]["step"], {k: v["hex"] for k, v in r["body"]["values"].items()})
+                    for r in run if r["kind"] == "metric"],
+        "model": [r["body"]["tensor_digest"] for r in run if r["kind"] == "output" and r["body"]["name"] == "model"],
+    }
+
+
+def fresh_train(proj, prefix: tuple[str, ...] = ()) -> list[dict]:
+    shutil.rmtree(proj.root / "models", ignore_errors=True)
+    proj.run(*prefix, str(BIN / "python"), "-m", "pipeline.train", check=True)
+    return last_train(proj)
+
+
+def test_two_fresh_runs_are_bit_identical(data_project) -> None:
+    tiny(data_project)
+    a, b = fresh_train(data_project), fresh_train(data_project)
+    assert a[0]["run_id"] != b[0]["run_id"]
+    assert a[0]["body"]["recipe_digest"] == b[0]["body"]["recipe_digest"]
+    sa, sb = summary(a), summary(b)
+    assert len(sa["checkpoints"]) == 3 and len(sa["metrics"]) == 6
+    assert sa == sb
+    seeds = a[0]["body"]["seeds"]
+    assert seeds["root"] == data_project.params["seed"]
+    assert set(seeds["streams"]) >= {"init", "data_order"}
+
+
+def test_sigkill_then_repro_resumes_bit_identical(data_project) -> None:
+    proj = data_project
+    tiny(proj)
+    params = proj.params
+    params["train"].update(steps=60, checkpoint_every=10, log_every=1)
+    proj.write_params(params)
+    reference = summary(fresh_train(proj))
+    shutil.rmtree(proj.root / "models")
+
+    target = random.Random().randint(12, 45)  # a random step past the first checkpoint
+    proc = subprocess.Popen([str(BIN / "python"), "-m", "pipeline.train"], cwd=proj.root,
+                            env=env_for_subprocess(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killed_at = None
+    deadline = time.time() + 300
+    while proc.poll() is None and time.time() < deadline:
+        runs = proj.runs("train")
+        steps = [r["body"]["step"] for r in runs[-1] if r["kind"] == "metric"] if len(runs) == 2 else []
+        if steps and steps[-1] >= target:
+            proc.send_signal(signal.SIGKILL)
+            killed_at = steps[-1]
+            break
+        time.sleep(0.005)
+    proc.wait()
+    assert killed_at is not None and proc.returncode == -signal.SIGKILL, "training ended before the kill"
+    killed = proj.runs("train")[-1]
+    assert killed[-1]["kind"] != "run.finished"  # unfinished
+    path = proj.root / "ledger" / "runs" / f"{killed[0]['run_id']}.jsonl"
+    assert check_run(read_run(path)) == []  # the killed run's ledger stays valid
+    assert proj.marin("ledger", "check").returncode == 0
+
+    proj.run(str(BIN / "python"), "-m", "pipeline.train", check=True)  # what `dvc repro` runs
+
+    resumed = proj.runs("train")[-1]
+    assert resumed[0]["run_id"] == killed[0]["run_id"]  # the same ledger run
+    resumes = [r for r in resumed if r["kind"] == "run.resumed"]
+    assert len(resumes) == 1 and resumes[0]["body"]["from_step"] <= killed_at
+    assert summary(resumed) == reference
+    assert proj.marin("ledger", "check").returncode == 0
+
+
+def test_four_simulated_devices_repeat_and_record_the_mesh(data_project) -> None:
+    tiny(data_project, devices=4)
+    a, b = fresh_train(data_project), fresh_train(data_project)
+    assert summary(a) == summary(b)
+    det = a[0]["body"]["determinism_class"]
+    assert det["device_count"] == 4 and det["mesh"] == {"axes": {"data": 4}, "param_sharding": "replicated"}
+    assert "--xla_force_host_platform_device_count=4" in det["xla_flags"]
+
+
+def test_fsdp_on_four_devices_trains(data_project) -> None:
+    tiny(data_project, devices=4, param_sharding="fsdp")
+    run = fresh_train(data_project)
+    assert run[-1]["body"]["status"] == "succeeded"
+    assert run[0]["body"]["determinism_class"]["mesh"]["param_sharding"] == "fsdp"
+
+
+def test_thread_count_from_params_decides_the_class_not_the_affinity(data_project) -> None:
+    tiny(data_project, xla_cpu_threads=2)
+    unpinned = fresh_train(data_project)
+    pinned = fresh_train(data_project, prefix=("taskset", "-c", "0"))
+    assert pinned[0]["body"]["env"]["usable_cores"] == [0]
+    assert pinned[0]["body"]["determinism_class"]["xla_cpu_threads"] == 2
+    assert pinned[0]["body"]["determinism_digest"] == unpinned[0]["body"]["determinism_digest"]
+    assert summary(pinned) == summary(unpinned)  # bit-identical on one core
+
+    tiny(data_project, xla_cpu_threads=1)
+    one = fresh_train(data_project)
+    assert one[0]["body"]["determinism_class"]["xla_cpu_threads"] == 1
+    assert one[0]["body"]["determinism_digest"] != unpinned[0]["body"]["determinism_digest"]
+    assert one[0]["body"]["recipe_digest"] != unpinned[0]["body"]["recipe_digest"]
+
+
+def test_evaluate_records_and_metrics(data_project) -> None:
+    tiny(data_project)
+    fresh_train(data_project)
+    data_project.stage("evaluate")
+    run = data_project.runs("evaluate")[-1]
+    evals = [r["body"] for r in run if r["kind"] == "eval"]
+    names = {(e["name"], e.get("corpus")) for e in evals}
+    assert {("model", None), ("unigram_baseline", None), ("greedy_samples", None)} <= names
+    import pyarrow.parquet as pq
+
+    corpora = set(pq.read_table(data_project.root / "data/curated/validation.parquet")["corpus"].to_pylist())
+    assert corpora and {("model", c) for c in corpora} <= names  # and per corpus
+    metrics = json.loads((data_project.root / "metrics/eval.json").read_text())
+    model_all = next(e for e in evals if e["name"] == "model" and "corpus" not in e)
+    assert metrics["bits_per_byte"] == model_all["values"]["bits_per_byte"]["value"]
+    assert float.fromhex(model_all["values"]["bits_per_byte"]["hex"]) == metrics["bits_per_byte"]
+    samples = next(e for e in evals if e["name"] == "greedy_samples")["samples"]
+    assert [s["prompt"] for s in samples] == data_project.params["evaluate"]["prompts"]
+    assert data_project.marin("ledger", "check").returncode == 0
