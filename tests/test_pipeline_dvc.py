@@ -21,16 +21,24 @@ def outputs_by_stage(proj) -> dict[str, list[dict[str, str]]]:
     return out
 
 
+SHORT_TRAINING = {"steps": 80, "batch_size": 16, "warmup_steps": 8, "checkpoint_every": 40, "log_every": 10}
+
+
 @pytest.fixture(scope="module")
 def repro(tmp_path_factory):
+    """The shipped pipeline on the built-in corpus, with training shortened for CI
+    (the full default run is measured by hand; see the README)."""
     proj = new_project(tmp_path_factory.mktemp("e2e") / "proj")
+    params = proj.params
+    params["train"].update(SHORT_TRAINING)
+    proj.write_params(params)
     first = proj.dvc("repro")
     return proj, first
 
 
 def test_default_pipeline_runs_and_ledger_checks(repro) -> None:
     proj, first = repro
-    for stage in ("fetch", "curate", "tokenize"):
+    for stage in ("fetch", "curate", "tokenize", "train", "evaluate"):
         assert f"Running stage '{stage}'" in first.stdout
     check = proj.marin("ledger", "check")
     assert check.returncode == 0, check.stderr
@@ -58,7 +66,8 @@ def test_exact_dedup_removes_the_duplicated_milton_files(repro) -> None:
 
 def test_forced_repro_reproduces_every_digest_with_equal_recipes(repro) -> None:
     proj, _ = repro
-    proj.dvc("repro", "-f")
+    out = proj.dvc("repro", "-f", "tokenize").stdout
+    assert all(f"Running stage '{s}'" in out for s in ("fetch", "curate", "tokenize"))
     by_stage = outputs_by_stage(proj)
     for stage in ("fetch", "curate", "tokenize"):
         first, second = by_stage[stage][:2]
@@ -74,7 +83,7 @@ def test_curate_param_change_reruns_curate_and_tokenize_only(repro) -> None:
     params = proj.params
     params["curate"]["filters"]["min_words"] = 60
     proj.write_params(params)
-    out = proj.dvc("repro").stdout
+    out = proj.dvc("repro", "tokenize").stdout
     after = Counter(run[0]["body"]["stage"] for run in proj.runs())
     assert after - before == Counter({"curate": 1, "tokenize": 1})
     assert "Running stage 'fetch'" not in out
@@ -94,3 +103,12 @@ def test_dvc_lock_md5_is_cross_checked(repro) -> None:
         assert f"FAIL dvc.lock data/curated: md5 {'0' * 32}.dir matches no ledger output" in r.stderr
     finally:
         lock_path.write_text(original)
+
+
+def test_short_training_clearly_beats_the_unigram_baseline(repro) -> None:
+    proj, _ = repro
+    metrics = json.loads((proj.root / "metrics/eval.json").read_text())
+    assert metrics["bits_per_byte"] < metrics["unigram_bits_per_byte"] - 0.2, metrics
+    assert proj.marin("ledger", "check").returncode == 0
+    plots = proj.dvc("plots", "show", "--json").stdout
+    assert "train_curve.csv" in plots

@@ -155,3 +155,18 @@ def test_evaluate_records_and_metrics(data_project) -> None:
     samples = next(e for e in evals if e["name"] == "greedy_samples")["samples"]
     assert [s["prompt"] for s in samples] == data_project.params["evaluate"]["prompts"]
     assert data_project.marin("ledger", "check").returncode == 0
+
+
+def test_dvc_exp_run_with_a_param_override(data_project) -> None:
+    proj = data_project
+    tiny(proj)
+    proj.dvc("repro")
+    proj.git("add", "-A")
+    proj.git("commit", "-qm", "baseline")
+    before = len(proj.runs("train"))
+    out = proj.dvc("exp", "run", "-S", "train.lr=0.001").stdout
+    assert "Running stage 'train'" in out
+    runs = proj.runs("train")
+    assert len(runs) == before + 1
+    assert runs[-1][0]["body"]["params"]["train"]["lr"] == 0.001
+    assert runs[-1][-1]["body"]["status"] == "succeeded"

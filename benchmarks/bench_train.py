@@ -1,0 +1,124 @@
+"""Training throughput: marin's jitted JAX step against the matmul peak of this machine
+and against a plain PyTorch reference of the same model, measured side by side.
+
+    uv run python benchmarks/bench_train.py [--rounds 3] [--steps 15] [--torch-python python3]
+
+The PyTorch reference (benchmarks/torch_reference.py) runs in a worker process using
+an interpreter that has torch (install the CPU build with `python3 -m pip install
+torch==2.13.0`); rounds alternate JAX / PyTorch so machine noise hits both alike. Model
+FLOPs per token follow Kaplan et al. 2020 (6N plus attention 6·L·T·d, counting the
+tied output projection). Prints ratios; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--torch-python", default="python3")
+    a = ap.parse_args()
+
+    from marin import config
+
+    p = config.load(ROOT / "params.yaml")
+    os.environ["NPROC"] = str(p.runtime.xla_cpu_threads)
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from marin.train import loop, step
+
+    cfg = loop.model_config(p, p.tokenize.vocab_size)
+    b, t = p.train.batch_size, cfg.max_seq_len
+    mesh = jax.make_mesh((1,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    opt = step.make_optimizer(p.train)
+    graphdef, state = step.init_state(cfg, jax.random.key(0), jax.random.key(1), opt)
+    shard = step.state_shardings(state, mesh, "replicated")
+    state = jax.device_put(state, shard)
+    train_step = step.make_train_step(graphdef, opt, shard, mesh)
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, cfg.vocab_size, (b, t + 1), dtype=np.int32)
+    batch = {"inputs": x[:, :-1], "targets": x[:, 1:]}
+    state, _ = train_step(state, batch)
+    jax.block_until_ready(state)
+
+    n_params = sum(v.size for v in jax.tree.leaves(state.params))
+    flops_per_token = 6 * n_params + 6 * cfg.n_layers * t * cfg.d_model
+
+    n = 1024
+    mm = jax.jit(lambda u, v: u @ v)
+    u = jnp.ones((n, n), jnp.float32)
+    jax.block_until_ready(mm(u, u))
+
+    def peak() -> float:
+        t0 = time.perf_counter()
+        for _ in range(20):
+            out = mm(u, u)
+        jax.block_until_ready(out)
+        return 20 * 2 * n**3 / (time.perf_counter() - t0)
+
+    def jax_round() -> float:
+        nonlocal state
+        t0 = time.perf_counter()
+        for _ in range(a.steps):
+            state, _ = train_step(state, batch)
+        jax.block_until_ready(state)
+        return a.steps * b * t / (time.perf_counter() - t0)
+
+    torch_cfg = {"vocab_size": cfg.vocab_size, "d_model": cfg.d_model, "n_layers": cfg.n_layers,
+                 "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads, "d_ff": cfg.d_ff, "seq_len": t,
+                 "rope_theta": cfg.rope_theta, "batch_size": b, "threads": p.runtime.xla_cpu_threads}
+    worker = None
+    try:
+        worker = subprocess.Popen([a.torch_python, str(ROOT / "benchmarks/torch_reference.py")],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        worker.stdin.write(f"CONFIG {json.dumps(torch_cfg)}\n")
+        worker.stdin.flush()
+        if worker.stdout.readline().strip() != "OK":
+            worker = None
+    except OSError:
+        worker = None
+    if worker is None:
+        print(f"(no PyTorch reference: {a.torch_python} cannot import torch)")
+
+    jx, th, pk = [], [], []
+    for _ in range(a.rounds):
+        pk.append(peak())
+        jx.append(jax_round())
+        if worker is not None:
+            worker.stdin.write(f"RUN {a.steps}\n")
+            worker.stdin.flush()
+            th.append(float(worker.stdout.readline()))
+    if worker is not None:
+        worker.stdin.close()
+        worker.wait()
+
+    best_jax, best_peak = max(jx), max(pk)
+    print(f"model: {n_params:,} params, batch {b} x {t} tokens, {flops_per_token / 1e6:.1f} MFLOP/token, "
+          f"{p.runtime.xla_cpu_threads} threads, best of {a.rounds} alternating rounds")
+    print(f"matmul peak (f32 {n}x{n}):   {best_peak / 1e9:8.1f} GFLOP/s")
+    mfu = best_jax * flops_per_token / best_peak
+    print(f"marin JAX train step:        {best_jax:8.0f} tokens/s   "
+          f"{best_jax * flops_per_token / 1e9:6.1f} GFLOP/s   MFU vs matmul peak {mfu:.1%}")
+    if th:
+        best_torch = max(th)
+        print(f"PyTorch eager reference:     {best_torch:8.0f} tokens/s   "
+              f"{best_torch * flops_per_token / 1e9:6.1f} GFLOP/s   MFU vs matmul peak "
+              f"{best_torch * flops_per_token / best_peak:.1%}")
+        print(f"ratio JAX / PyTorch tokens/s: {best_jax / best_torch:.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
