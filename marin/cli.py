@@ -63,6 +63,13 @@ def _cmd_ledger_repair(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_mlflow_sync(args: argparse.Namespace) -> int:
+    from marin.tracking import sync
+
+    print(sync(args.root, args.uri).summary())
+    return 0
+
+
 def _cmd_params_check(args: argparse.Namespace) -> int:
     config.load(args.root / "params.yaml")
     print(f"{args.root / 'params.yaml'}: valid")
@@ -86,6 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
     rep = lsub.add_parser("repair", help="set aside a truncated last line of a run")
     rep.add_argument("run_id")
     rep.set_defaults(fn=_cmd_ledger_repair)
+
+    ml = sub.add_parser("mlflow", help="the MLflow view of the ledger")
+    msub = ml.add_subparsers(dest="mlflow_command", required=True)
+    syn = msub.add_parser("sync", help="create or complete MLflow runs from the ledger (idempotent)")
+    syn.add_argument("--uri", help="tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    syn.set_defaults(fn=_cmd_mlflow_sync)
+
+    from marin import lineage
+
+    lineage.add_parser(sub)
 
     par = sub.add_parser("params", help="validate params.yaml")
     psub = par.add_subparsers(dest="params_command", required=True)
@@ -121,6 +138,9 @@ def stage_main(stage: Callable[[Path, config.Params], None]) -> None:
         root = project_root()
         params = config.load(root / "params.yaml")  # before any work: exit 2, no run started
         stage(root, params)
+        from marin.tracking import sync_quietly
+
+        sync_quietly(root)  # the MLflow view; never fails the stage
         return 0
 
     sys.exit(guarded(go, verbose))

@@ -12,7 +12,7 @@ import random
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -31,15 +31,18 @@ def env_for_subprocess() -> dict[str, str]:
     env["GIT_AUTHOR_NAME"] = env["GIT_COMMITTER_NAME"] = "marin-test"
     env["GIT_AUTHOR_EMAIL"] = env["GIT_COMMITTER_EMAIL"] = "test@marin.local"
     env["DVC_NO_ANALYTICS"] = "1"
+    env.setdefault("MARIN_MLFLOW", "off")  # tests of the MLflow view turn it on
+    env.pop("MLFLOW_TRACKING_URI", None)
     return env
 
 
 @dataclass
 class Project:
     root: Path
+    env: dict[str, str] = field(default_factory=dict)  # extra environment for its commands
 
     def run(self, *cmd: str, check: bool = False, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-        p = subprocess.run(cmd, cwd=self.root, env=env_for_subprocess(), capture_output=True,
+        p = subprocess.run(cmd, cwd=self.root, env={**env_for_subprocess(), **self.env}, capture_output=True,
                            text=True, timeout=timeout)
         if check and p.returncode != 0:
             raise AssertionError(f"{cmd} exited {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")

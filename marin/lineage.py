@@ -1,0 +1,326 @@
+"""``marin lineage TARGET``: the runs and digests behind an artifact, as a tree or as W3C PROV-JSON.
+
+Lineage needs no shared ids: a run's input digest names the run whose output had that
+digest (the latest succeeded one among those started before it). Runs of a source stage
+(``fetch``) read from outside the ledger, so their inputs are the leaves: the raw archives,
+with their locator and license.
+
+In PROV terms entities are digests (``sha256:<hex>``, in the RFC 6920 ``nih:sha-256;``
+namespace), activities are runs (``marin:<run id>``) and agents are the builders that ran
+them: the code (digest and git commit) on one machine (digest of its environment fingerprint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prov.model import PROV, ProvDocument
+
+from marin import hashing
+from marin.errors import MarinError
+from marin.ledger.store import RunLog, read_all
+from marin.paths import ledger_dir
+
+SOURCE_STAGES = ("fetch",)  # their inputs come from outside the ledger
+MIN_PREFIX = 8  # shortest hex prefix accepted as a digest target
+NAMESPACES = {"marin": "urn:marin:", "sha256": "nih:sha-256;"}
+Found = tuple[RunLog, dict[str, Any]]  # a run and one of its input or output record bodies
+
+
+class LineageError(MarinError):
+    """A lineage target cannot be resolved."""
+
+
+class UnknownTarget(LineageError):
+    """No run, digest or recorded path matches the target."""
+
+
+class AmbiguousTarget(LineageError):
+    """A digest prefix matches more than one digest."""
+
+
+@dataclass(eq=False)
+class Artifact:
+    """An entity: bytes named by their digest, as a run recorded them."""
+
+    digest: str
+    name: str
+    path: str
+    size: int | None = None
+    locator: str | None = None  # where a raw archive came from (leaves only)
+    license: str | None = None
+    run: Step | None = None  # the run that generated it; None: from outside the ledger
+
+
+@dataclass(eq=False)
+class Step:
+    """An activity: one run of one stage. Shared upstream runs are one object (a DAG)."""
+
+    run_id: str
+    stage: str
+    status: str
+    recipe_digest: str
+    code: dict[str, Any]
+    env: dict[str, Any]
+    started: str
+    finished: str | None
+    inputs: list[Artifact] = field(default_factory=list)
+    outputs: list[Artifact] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a TARGET names: a run id or a full digest; ``note`` when a path matched by name only."""
+
+    kind: str  # "run" or "digest"
+    key: str
+    note: str | None = None
+
+
+def _outputs(log: RunLog) -> list[dict[str, Any]]:
+    """Output records of a run, checkpoints included (their digest is over the restored tensors)."""
+    outs = [r.body for r in log.of_kind("output")]
+    outs += [{"name": f"checkpoint:{r.body['step']}", "path": r.body["path"], "digest": r.body["digest"]}
+             for r in log.of_kind("checkpoint")]
+    return outs
+
+
+def _latest(candidates: list[Found]) -> Found:
+    """The latest succeeded run among candidates, else the latest one."""
+    return max(candidates, key=lambda c: (c[0].status == "succeeded", c[0].records[0].time))
+
+
+class Ledger:
+    """An index of the ledger: runs by id, and the runs that produced or read each digest."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        # only runs that started: for these, records[0] is the run.started record
+        self.runs = {log.run_id: log for log in read_all(ledger_dir(self.root)) if log.started is not None}
+        self.producers: dict[str, list[Found]] = {}
+        self.readers: dict[str, list[Found]] = {}
+        for log in self.runs.values():  # oldest first
+            for body in _outputs(log):
+                self.producers.setdefault(body["digest"], []).append((log, body))
+            for rec in log.of_kind("input"):
+                self.readers.setdefault(rec.body["digest"], []).append((log, rec.body))
+        self._steps: dict[str, Step] = {}
+
+    def resolve(self, target: str) -> Target:
+        """A run id, a digest (``sha256:<hex>`` or a unique hex prefix of 8+ digits), or a path."""
+        if target in self.runs:
+            return Target("run", target)
+        hexpart = target.removeprefix("sha256:")
+        if len(hexpart) >= MIN_PREFIX and re.fullmatch("[0-9a-f]+", hexpart):
+            found = sorted(d for d in {*self.producers, *self.readers} if d.startswith(f"sha256:{hexpart}"))
+            if len(found) > 1:
+                shown = ", ".join(f"sha256:{d[7:19]}" for d in found[:5])
+                raise AmbiguousTarget(f"digest prefix {target!r} is ambiguous: {len(found)} digests match "
+                                      f"({shown}); give more digits")
+            if found:
+                return Target("digest", found[0])
+        return self._resolve_path(target)
+
+    def _resolve_path(self, target: str) -> Target:
+        path = Path(target) if Path(target).is_absolute() else self.root / target
+        rel = _rel(self.root, path)
+        if path.exists() and (digest := hashing.path_digest(path)) in self.producers:
+            return Target("digest", digest)
+        recorded = [c for cands in self.producers.values() for c in cands if c[1]["path"] == rel]
+        if not recorded:
+            raise UnknownTarget(f"{target!r} is not a run id, a digest or a path that any run in the ledger "
+                                "wrote; see `marin ledger log`")
+        log, body = _latest(recorded)
+        why = "differs from every recorded output" if path.exists() else "does not exist"
+        return Target("digest", body["digest"], f"{rel} {why}; showing what run {log.run_id} wrote there")
+
+    def node(self, target: Target) -> Artifact | Step:
+        """The lineage tree of a resolved target."""
+        return self._step(target.key) if target.kind == "run" else self._artifact(target.key)
+
+    def _producer(self, digest: str, reader: RunLog | None) -> Found | None:
+        if reader is not None and reader.records[0].body["stage"] in SOURCE_STAGES:
+            return None
+        cands = [c for c in self.producers.get(digest, [])
+                 if reader is None or c[0].records[0].time < reader.records[0].time]
+        return _latest(cands) if cands else None
+
+    def _artifact(self, digest: str, reader: RunLog | None = None, used: dict[str, Any] | None = None) -> Artifact:
+        """The entity ``digest``, named as ``reader`` read it (``used``), with its producing run."""
+        producer = self._producer(digest, reader)
+        if producer is None:
+            b = used or self.readers[digest][0][1]
+            return Artifact(digest, b["name"], b["path"], b.get("size"), b.get("locator"), b.get("license"))
+        log, out = producer
+        b = used or out
+        return Artifact(digest, b["name"], b["path"], b.get("size"), run=self._step(log.run_id))
+
+    def _step(self, run_id: str) -> Step:
+        if run_id in self._steps:
+            return self._steps[run_id]
+        log = self.runs[run_id]
+        s = log.records[0]
+        step = Step(run_id, s.body["stage"], log.status, s.body["recipe_digest"], s.body["code"], s.body["env"],
+                    s.time, log.finished.time if log.finished else None)
+        self._steps[run_id] = step  # before the inputs: an upstream run shared by two inputs is built once
+        step.outputs = [Artifact(b["digest"], b["name"], b["path"], b.get("size"), run=step) for b in _outputs(log)]
+        step.inputs = [self._artifact(r.body["digest"], log, r.body) for r in log.of_kind("input")]
+        return step
+
+
+def _rel(root: Path, path: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def resolve(root: Path, target: str) -> Target:
+    """Resolve TARGET (run id, digest or unique prefix, path) against the ledger under ``root``."""
+    return Ledger(root).resolve(target)
+
+
+def tree(root: Path, target: str) -> Artifact | Step:
+    """The lineage tree of TARGET: an Artifact (digest, path) or a Step (run id), down to raw archives."""
+    ledger = Ledger(root)
+    return ledger.node(ledger.resolve(target))
+
+
+def _short(digest: str) -> str:
+    return f"sha256:{digest.split(':', 1)[-1][:12]}"
+
+
+def _step_line(s: Step) -> str:
+    commit = (s.code.get("git_commit") or "none")[:12] + ("+dirty" if s.code.get("dirty") else "")
+    return f"{s.stage}  {s.run_id}  recipe {s.recipe_digest.split(':', 1)[-1][:12]}  commit {commit}  {s.status}"
+
+
+def _artifact_line(a: Artifact) -> str:
+    line = f"{_short(a.digest)}  {a.name}  {a.path}"
+    if a.locator or a.license:
+        line += f"  raw archive from {a.locator or '?'}  license {a.license or '?'}"
+    elif a.run is None:
+        line += "  (no run in the ledger produced it)"
+    return line
+
+
+def render_text(node: Artifact | Step) -> str:
+    """An indented tree: entity lines and run lines alternate down to the raw archives."""
+    lines: list[str] = []
+    seen: set[str] = set()
+
+    def visit(n: Artifact | Step, lead: str, indent: str) -> None:
+        kids: list[Artifact | Step] = []
+        if isinstance(n, Artifact):
+            lines.append(lead + _artifact_line(n))
+            kids = [n.run] if n.run else []
+        elif n.run_id in seen:
+            lines.append(lead + _step_line(n) + "  (shown above)")
+        else:
+            seen.add(n.run_id)
+            lines.append(lead + _step_line(n))
+            if n is node:  # a run target: first say what it wrote
+                lines.extend(f"  wrote {_artifact_line(o)}" for o in n.outputs)
+            kids = list(n.inputs)
+        for i, kid in enumerate(kids):
+            last = i == len(kids) - 1
+            visit(kid, indent + ("`-- " if last else "|-- "), indent + ("    " if last else "|   "))
+
+    visit(node, "", "")
+    return "\n".join(lines) + "\n"
+
+
+def _upstream(node: Artifact | Step) -> list[Step]:
+    """Every run the node depends on (and the node's own run), oldest first."""
+    found: dict[str, Step] = {}
+    todo = [node.run if isinstance(node, Artifact) else node]
+    while todo:
+        step = todo.pop()
+        if step is not None and step.run_id not in found:
+            found[step.run_id] = step
+            todo.extend(a.run for a in step.inputs)
+    return sorted(found.values(), key=lambda s: (s.started, s.run_id))
+
+
+def _attrs(**values: Any) -> dict[str, Any]:
+    return {f"marin:{k}": v for k, v in values.items() if v is not None}
+
+
+def _time(stamp: str | None) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(stamp) if stamp else None
+
+
+def _builder(step: Step) -> tuple[str, dict[str, Any]]:
+    """The agent that ran a step: its code (digest, commit) on one machine (fingerprint digest)."""
+    fingerprint = hashing.json_digest(step.env)
+    code = {"code_digest": step.code.get("code_digest"), "git_commit": step.code.get("git_commit")}
+    ident = hashing.json_digest({**code, "fingerprint": fingerprint}).split(":")[1][:12]
+    attrs = {PROV["type"]: PROV["SoftwareAgent"], PROV["label"]: "marin",
+             **_attrs(**code, fingerprint=fingerprint, python=step.env.get("python"),
+                      platform=step.env.get("platform"))}
+    return f"marin:builder-{ident}", attrs
+
+
+def to_prov(node: Artifact | Step) -> ProvDocument:
+    """A PROV document of the node and everything upstream: used, wasGeneratedBy,
+    wasAssociatedWith, and wasDerivedFrom (each output of a run from each of its inputs)."""
+    doc = ProvDocument()
+    for prefix, uri in NAMESPACES.items():
+        doc.add_namespace(prefix, uri)
+    steps = _upstream(node)
+    entities: dict[str, dict[str, Any]] = {}
+    leaves = [node] if isinstance(node, Artifact) else []
+    for a in [a for s in steps for a in (*s.outputs, *s.inputs)] + leaves:  # producers' names first
+        attrs = entities.setdefault(a.digest, {PROV["label"]: a.name, **_attrs(name=a.name, path=a.path, size=a.size)})
+        attrs.update(_attrs(locator=a.locator, license=a.license))
+    for digest, attrs in entities.items():
+        doc.entity(digest, attrs)  # the digest `sha256:<hex>` is itself a qualified name
+    agents: set[str] = set()
+    for s in steps:
+        act = doc.activity(f"marin:{s.run_id}", _time(s.started), _time(s.finished), _attrs(
+            stage=s.stage, status=s.status, recipe_digest=s.recipe_digest,
+            git_commit=s.code.get("git_commit"), dirty=s.code.get("dirty")))
+        agent, attrs = _builder(s)
+        if agent not in agents:
+            agents.add(agent)
+            doc.agent(agent, attrs)
+        doc.wasAssociatedWith(act, agent)
+        for a in s.inputs:
+            doc.used(act, a.digest)
+        for a in s.outputs:
+            doc.wasGeneratedBy(a.digest, act)
+        for out, inp in sorted({(o.digest, i.digest) for o in s.outputs for i in s.inputs if o.digest != i.digest}):
+            doc.wasDerivedFrom(out, inp, act)
+    return doc
+
+
+def _cmd_lineage(args: argparse.Namespace) -> int:
+    ledger = Ledger(args.root)
+    target = ledger.resolve(args.target)
+    if target.note:
+        print(f"marin: note: {target.note}", file=sys.stderr)
+    node = ledger.node(target)
+    text = render_text(node) if args.format == "text" else to_prov(node).serialize(format="json", indent=2) + "\n"
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """Register ``marin lineage TARGET [--format text|prov-json] [--output FILE]``."""
+    p = sub.add_parser("lineage", help="the runs and digests behind a file, digest or run id")
+    p.add_argument("target", metavar="TARGET",
+                   help="a run id, a digest (sha256:<hex> or a unique hex prefix of 8+ digits) or a path")
+    p.add_argument("--format", choices=("text", "prov-json"), default="text",
+                   help="an indented tree (default) or W3C PROV-JSON")
+    p.add_argument("--output", type=Path, metavar="FILE", help="write to FILE instead of stdout")
+    p.set_defaults(fn=_cmd_lineage)
+    return p

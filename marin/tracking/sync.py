@@ -1,0 +1,239 @@
+"""``marin mlflow sync``: rebuild or complete MLflow from the ledger."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marin.errors import MarinError
+from marin.ledger.records import Record
+from marin.ledger.store import RunLog, read_all
+from marin.paths import ledger_dir
+
+EXPERIMENT = "marin"
+CONTEXT = {"fetch": "training", "curate": "training", "tokenize": "training", "train": "training",
+           "evaluate": "evaluation"}
+BATCH = 900  # MLflow accepts up to 1000 metrics per log_batch
+
+
+class TrackingError(MarinError):
+    """MLflow could not be reached or refused a write."""
+
+
+@dataclass
+class SyncReport:
+    uri: str
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+    @property
+    def changes(self) -> int:
+        return len(self.created) + len(self.updated)
+
+    def summary(self) -> str:
+        return (f"mlflow sync to {self.uri}: {len(self.created)} run(s) created, {len(self.updated)} updated, "
+                f"{len(self.unchanged)} unchanged")
+
+
+def default_uri(root: Path) -> str:
+    """$MLFLOW_TRACKING_URI, else the embedded SQLite database at the project root."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(root / 'mlflow.db').resolve()}"
+
+
+def _ms(time: str) -> int:
+    return int(dt.datetime.fromisoformat(time.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def _flat(prefix: str, obj: Any, out: dict[str, str]) -> dict[str, str]:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flat(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        out[prefix] = obj if isinstance(obj, str) else json.dumps(obj)
+    return out
+
+
+def _short(digest: str) -> str:
+    """MLflow caps dataset digests at 36 characters: the first 32 hex of the sha256."""
+    return digest.split(":", 1)[1][:32]
+
+
+class _Syncer:
+    def __init__(self, root: Path, uri: str):
+        from mlflow import MlflowClient
+
+        self.root, self.uri = root, uri
+        self.client = MlflowClient(tracking_uri=uri)
+        self.exp = self._experiment()
+        self.models: dict[str, str] = {}  # model output digest -> LoggedModel id
+        for m in self.client.search_logged_models(experiment_ids=[self.exp]):
+            if "marin.output_digest" in m.tags:
+                self.models[m.tags["marin.output_digest"]] = m.model_id
+
+    def _experiment(self) -> str:
+        exp = self.client.get_experiment_by_name(EXPERIMENT)
+        if exp is not None:
+            return exp.experiment_id
+        artifacts = (self.root / "mlartifacts").resolve().as_uri() if self.uri.startswith("sqlite:") else None
+        return self.client.create_experiment(EXPERIMENT, artifact_location=artifacts,
+                                             tags={"marin.project": str(self.root.name)})
+
+    def existing(self) -> dict[str, Any]:
+        runs = self.client.search_runs([self.exp], max_results=50000)
+        return {r.data.tags.get("marin.run_id") or "pipeline:" + r.data.tags.get("marin.pipeline", ""): r
+                for r in runs}
+
+    def parent(self, log: RunLog, existing: dict[str, Any]) -> str:
+        code = log.started.body["code"]
+        key = (code["git_commit"] or "no-commit")[:12]
+        if code["dirty"]:
+            key += "-dirty-" + code["diff_digest"].split(":")[1][:8]
+        found = existing.get("pipeline:" + key)
+        if found is not None:
+            return found.info.run_id
+        run = self.client.create_run(self.exp, run_name=f"pipeline {key}", start_time=_ms(log.started.time),
+                                     tags={"marin.kind": "pipeline", "marin.pipeline": key,
+                                           "mlflow.source.git.commit": code["git_commit"] or ""})
+        self.client.set_terminated(run.info.run_id, "FINISHED", end_time=_ms(log.started.time))
+        existing["pipeline:" + key] = run
+        return run.info.run_id
+
+    def sync_run(self, log: RunLog, existing: dict[str, Any], report: SyncReport) -> None:
+        from mlflow.entities import Param, RunTag
+
+        last = log.records[-1]
+        found = existing.get(log.run_id)
+        if found is not None and found.data.tags.get("marin.synced_digest") == last.digest:
+            report.unchanged.append(log.run_id)
+            return
+        s = log.started.body
+        if found is None:
+            tags = {"marin.kind": "stage", "marin.run_id": log.run_id, "marin.recipe_digest": s["recipe_digest"],
+                    "marin.stage": s["stage"], "mlflow.source.git.commit": s["code"]["git_commit"] or "",
+                    "marin.determinism_digest": s["determinism_digest"], "marin.code_digest": s["code"]["code_digest"],
+                    "mlflow.parentRunId": self.parent(log, existing)}
+            run = self.client.create_run(self.exp, run_name=f"{s['stage']} {log.run_id}",
+                                         start_time=_ms(log.started.time), tags=tags)
+            mlflow_id, synced = run.info.run_id, -1
+            params = _flat("", s["params"], {})
+            params.update(_flat("seeds", s["seeds"], {}) if s["seeds"] else {})
+            params.update({"determinism." + k: v for k, v in _flat("", s["determinism_class"], {}).items()})
+            plist = [Param(k[:250], str(v)[:6000]) for k, v in sorted(params.items())]
+            for i in range(0, len(plist), 100):
+                self.client.log_batch(mlflow_id, params=plist[i : i + 100])
+            report.created.append(log.run_id)
+        else:
+            mlflow_id, synced = found.info.run_id, int(found.data.tags.get("marin.synced_seq", "-1"))
+            report.updated.append(log.run_id)
+        new = [r for r in log.records if r.seq > synced]
+        self._inputs(mlflow_id, s["stage"], [r for r in new if r.kind == "input"])
+        metrics = [m for r in new for m in self._metrics(r, log)]
+        for i in range(0, len(metrics), BATCH):
+            self.client.log_batch(mlflow_id, metrics=metrics[i : i + BATCH])
+        for r in new:
+            if r.kind == "output":
+                self._output(mlflow_id, log, r)
+        self.client.log_artifact(mlflow_id, str(log.path), "ledger")
+        tags = [RunTag("marin.synced_seq", str(last.seq)), RunTag("marin.synced_digest", last.digest),
+                RunTag("marin.status", log.status)]
+        # Outputs as tags, so lineage can be followed in MLflow alone: input digest -> producing run.
+        tags += [RunTag("marin.output." + r.body["name"].replace(":", "/"), r.body["digest"])
+                 for r in new if r.kind == "output"]
+        self.client.log_batch(mlflow_id, tags=tags)
+        if log.finished is not None:
+            status = "FINISHED" if log.status == "succeeded" else "FAILED"
+            self.client.set_terminated(mlflow_id, status, end_time=_ms(log.finished.time))
+
+    def _inputs(self, mlflow_id: str, stage: str, records: list[Record]) -> None:
+        from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModelInput
+
+        datasets, models = [], []
+        for r in records:
+            b = r.body
+            if b["digest"] in self.models:
+                models.append(LoggedModelInput(self.models[b["digest"]]))
+            source = b.get("locator") or (self.root / b["path"]).resolve().as_uri()
+            ds = Dataset(name=b["name"], digest=_short(b["digest"]), source_type="marin-ledger", source=source,
+                         profile=json.dumps({"size": b["size"], "license": b.get("license")}))
+            datasets.append(DatasetInput(ds, tags=[InputTag("mlflow.data.context", CONTEXT.get(stage, "training")),
+                                                   InputTag("marin.digest", b["digest"]),
+                                                   InputTag("marin.path", b["path"])]))
+        if datasets or models:
+            self.client.log_inputs(mlflow_id, datasets=datasets, models=models or None)
+
+    def _metrics(self, r: Record, log: RunLog) -> list[Any]:
+        from mlflow.entities import Metric
+
+        t = _ms(r.time)
+        if r.kind == "metric":
+            out = [Metric(k, v["value"], t, r.body["step"]) for k, v in r.body["values"].items()]
+            out += [Metric(k, v, t, r.body["step"]) for k, v in r.body.get("timing", {}).items()]
+            return out
+        if r.kind != "eval":
+            return []
+        inputs = {i.body["name"]: i.body["digest"] for i in log.of_kind("input")}
+        model_id = self.models.get(inputs.get("model", ""))
+        tokens = inputs.get("tokens")
+        link = {"model_id": model_id} if model_id else {}
+        if tokens:
+            link.update(dataset_name="tokens", dataset_digest=_short(tokens))
+        scope = f"{r.body['split']}" + (f".{r.body['corpus']}" if "corpus" in r.body else "")
+        return [Metric(f"{r.body['name']}.{scope}.{k}", v["value"] if isinstance(v, dict) else float(v), t, 0, **link)
+                for k, v in r.body["values"].items() if not isinstance(v, str)]
+
+    def _output(self, mlflow_id: str, log: RunLog, r: Record) -> None:
+        from mlflow.entities import LoggedModelOutput, LoggedModelStatus
+
+        b = r.body
+        path = self.root / b["path"]
+        if b["name"].endswith("manifest") and path.is_file():
+            self.client.log_artifact(mlflow_id, str(path), "manifests")
+        if b["name"] != "model" or b["digest"] in self.models:
+            return
+        config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
+        model = self.client.create_logged_model(
+            self.exp, name=f"marin-{log.run_id}", source_run_id=mlflow_id, model_type="marin-decoder",
+            params={k: str(v) for k, v in config.get("model", {}).items()},
+            tags={"marin.run_id": log.run_id, "marin.output_digest": b["digest"],
+                  "marin.tensor_digest": b.get("tensor_digest", ""), "marin.location": path.resolve().as_uri(),
+                  "marin.recipe_digest": log.started.body["recipe_digest"]})
+        self.client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+        self.client.log_outputs(mlflow_id, [LoggedModelOutput(model.model_id, b.get("meta", {}).get("step", 0))])
+        self.models[b["digest"]] = model.model_id
+
+
+def sync(root: Path, uri: str | None = None) -> SyncReport:
+    """Create or complete one MLflow run per ledger run; unchanged runs are not touched."""
+    uri = uri or default_uri(root)
+    try:
+        syncer = _Syncer(root, uri)
+        report = SyncReport(uri)
+        existing = syncer.existing()
+        for log in read_all(ledger_dir(root)):
+            if log.started is not None and not log.problems:
+                syncer.sync_run(log, existing, report)
+    except MarinError:
+        raise
+    except Exception as e:  # MLflow raises many kinds (connection, REST, SQL)
+        raise TrackingError(f"MLflow at {uri} failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}; "
+                            "the ledger has everything: run `marin mlflow sync` when it is back") from e
+    return report
+
+
+def sync_quietly(root: Path) -> None:
+    """After a stage: sync, but never fail the stage; say in one line if MLflow is down."""
+    if os.environ.get("MARIN_MLFLOW", "on").lower() in ("0", "off", "false", "no"):
+        return
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    import sys
+
+    try:
+        sync(root)
+    except Exception as e:
+        print(f"marin: warning: stage succeeded, MLflow not updated: {str(e).splitlines()[0]}", file=sys.stderr)
