@@ -27,6 +27,9 @@ def _trained(tmp_path_factory, _data_project) -> Project:
     proj.write_params(params)
     proj.stage("train")
     proj.stage("evaluate")
+    # Create the empty SQLite store once (MLflow's schema migrations take seconds); each
+    # test works on its own copy.
+    MlflowClient(f"sqlite:///{proj.root / 'mlflow.db'}").search_experiments()
     return proj
 
 
@@ -230,16 +233,19 @@ def lineage_from_rest(server: Server) -> dict:
     producers = {v: r for r in runs for k, v in tags(r).items() if k.startswith("marin.output.")}
     models = server.rest("logged-models/search", {"experiment_ids": [exp]})["models"]
     model_tags = {t["key"]: t["value"] for t in models[0]["info"]["tags"]}
-    chain, frontier = [], [producers[model_tags["marin.output_digest"]]]
+    chain, frontier, seen = [], [producers[model_tags["marin.output_digest"]]], set()
     while frontier:
         run = frontier.pop()
         t = tags(run)
+        if t["marin.run_id"] in seen:
+            continue
+        seen.add(t["marin.run_id"])
         inputs = [{x["key"]: x["value"] for x in d.get("tags", [])}["marin.digest"]
                   for d in run.get("inputs", {}).get("dataset_inputs", [])]
         chain.append({"run_id": t["marin.run_id"], "stage": t["marin.stage"], "commit": t["mlflow.source.git.commit"],
                       "recipe": t["marin.recipe_digest"], "inputs": sorted(inputs),
                       "params": {p["key"]: p["value"] for p in run["data"].get("params", [])}})
-        frontier.extend(producers[d] for d in inputs if d in producers and producers[d] not in frontier)
+        frontier.extend(producers[d] for d in inputs if d in producers)
     return {"model_tensor_digest": model_tags["marin.tensor_digest"], "chain": chain}
 
 

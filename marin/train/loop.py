@@ -98,8 +98,10 @@ def run(root: Path, params: Params) -> None:
         run = Run.begin(plan)
         ckpts = checkpoint.Checkpoints(root / CKPT / run.run_id)
     if state is None:
-        _, state = step.init_state(cfg, seeds.key(params.seed, "init"), seeds.key(params.seed, "step"), optimizer)
-        state = jax.device_put(state, shardings)
+        # One compiled init placed straight into its shardings: eager NNX init compiles every
+        # op separately (seconds), and uncommitted arrays would make step 2 compile again.
+        keys = seeds.key(params.seed, "init"), seeds.key(params.seed, "step")
+        state = jax.jit(lambda: step.init_state(cfg, *keys, optimizer)[1], out_shardings=shardings)()
 
     with run:
         n_params = count_params(state.params)
