@@ -100,9 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     syn.add_argument("--uri", help="tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     syn.set_defaults(fn=_cmd_mlflow_sync)
 
-    from marin import lineage
+    from marin import diff, lineage
 
     lineage.add_parser(sub)
+    diff.add_parser(sub)
 
     par = sub.add_parser("params", help="validate params.yaml")
     psub = par.add_subparsers(dest="params_command", required=True)

@@ -170,3 +170,20 @@ def test_dvc_exp_run_with_a_param_override(data_project) -> None:
     assert len(runs) == before + 1
     assert runs[-1][0]["body"]["params"]["train"]["lr"] == 0.001
     assert runs[-1][-1]["body"]["status"] == "succeeded"
+
+
+def test_marin_diff_names_the_param_and_the_first_diverging_checkpoint(data_project) -> None:
+    tiny(data_project)
+    a = fresh_train(data_project)
+    params = data_project.params
+    params["train"]["lr"] = 0.001
+    data_project.write_params(params)
+    b = fresh_train(data_project)
+    r = data_project.marin("diff", a[0]["run_id"], b[0]["run_id"])
+    assert r.returncode == 1
+    assert "params: 1 difference(s)" in r.stdout and "train.lr: 0.003 -> 0.001" in r.stdout
+    assert "code: same" in r.stdout and "determinism class: same" in r.stdout and "inputs: same" in r.stdout
+    first = next(x["body"] for x in a if x["kind"] == "checkpoint")
+    assert f"first divergence: checkpoint at step {first['step']}: {first['digest']}" in r.stdout
+    same = data_project.marin("diff", a[0]["run_id"], a[0]["run_id"])
+    assert same.returncode == 0 and "first divergence: none" in same.stdout

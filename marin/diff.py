@@ -1,0 +1,109 @@
+"""``marin diff RUN_A RUN_B``: two ledger runs side by side, and their first divergence.
+
+Params, code, determinism class, inputs, outputs and metrics are compared field by
+field; for train runs the first divergence is the first checkpoint whose tensor digest
+differs (then the first metric whose exact value differs).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marin.errors import MarinError
+from marin.ledger.store import RunLog, read_run
+from marin.paths import ledger_dir
+
+
+@dataclass
+class Diff:
+    a: str
+    b: str
+    sections: dict[str, list[tuple[str, Any, Any]]] = field(default_factory=dict)
+    first_divergence: str | None = None
+
+    @property
+    def identical(self) -> bool:
+        return not any(self.sections.values())
+
+
+def _flat(prefix: str, obj: Any, out: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flat(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        out[prefix] = obj
+    return out
+
+
+def _compare(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    return [(k, a.get(k, "<absent>"), b.get(k, "<absent>")) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def _load(root: Path, run_id: str) -> RunLog:
+    path = ledger_dir(root) / f"{run_id}.jsonl"
+    if not path.is_file():
+        raise MarinError(f"{run_id}: no such run in {ledger_dir(root)}; see `marin ledger log`")
+    log = read_run(path)
+    if log.started is None:
+        raise MarinError(f"{path}: has no run.started record")
+    return log
+
+
+def diff(root: Path, run_a: str, run_b: str) -> Diff:
+    a, b = _load(root, run_a), _load(root, run_b)
+    sa, sb = a.started.body, b.started.body
+    d = Diff(run_a, run_b)
+    d.sections["params"] = _compare(_flat("", sa["params"], {}), _flat("", sb["params"], {}))
+    code_keys = ("git_commit", "dirty", "diff_digest", "code_digest", "lock_digest")
+    d.sections["code"] = _compare({k: sa["code"][k] for k in code_keys}, {k: sb["code"][k] for k in code_keys})
+    d.sections["determinism class"] = _compare(_flat("", sa["determinism_class"], {}),
+                                               _flat("", sb["determinism_class"], {}))
+    d.sections["inputs"] = _compare({i["name"]: i["digest"] for i in sa["inputs"]},
+                                    {i["name"]: i["digest"] for i in sb["inputs"]})
+    d.sections["outputs"] = _compare({r.body["name"]: r.body["digest"] for r in a.of_kind("output")},
+                                     {r.body["name"]: r.body["digest"] for r in b.of_kind("output")})
+    ma = {(r.body["step"], k): v["hex"] for r in a.of_kind("metric") for k, v in r.body["values"].items()}
+    mb = {(r.body["step"], k): v["hex"] for r in b.of_kind("metric") for k, v in r.body["values"].items()}
+    d.sections["metrics"] = [(f"step {s} {k}", float.fromhex(x) if x != "<absent>" else x,
+                              float.fromhex(y) if y != "<absent>" else y)
+                             for (s, k), x, y in ((key, ma.get(key, "<absent>"), mb.get(key, "<absent>"))
+                                                  for key in sorted(set(ma) | set(mb))) if x != y]
+    ca = {r.body["step"]: r.body["digest"] for r in a.of_kind("checkpoint")}
+    cb = {r.body["step"]: r.body["digest"] for r in b.of_kind("checkpoint")}
+    for s in sorted(set(ca) & set(cb)):
+        if ca[s] != cb[s]:
+            d.first_divergence = f"checkpoint at step {s}: {ca[s]} vs {cb[s]}"
+            break
+    if d.first_divergence is None and d.sections["metrics"]:
+        d.first_divergence = f"metric {d.sections['metrics'][0][0]}"
+    if d.first_divergence is None and d.sections["outputs"]:
+        d.first_divergence = f"output {d.sections['outputs'][0][0]}"
+    return d
+
+
+def render(d: Diff) -> str:
+    lines = [f"diff {d.a} {d.b}"]
+    for name, rows in d.sections.items():
+        lines.append(f"{name}: {'same' if not rows else f'{len(rows)} difference(s)'}")
+        for key, x, y in rows[:20]:
+            lines.append(f"  {key}: {x!r} -> {y!r}")
+        if len(rows) > 20:
+            lines.append(f"  ... and {len(rows) - 20} more")
+    lines.append(f"first divergence: {d.first_divergence or 'none'}")
+    return "\n".join(lines)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    d = diff(args.root, args.run_a, args.run_b)
+    print(render(d))
+    return 0 if d.identical else 1
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("diff", help="compare two ledger runs and name their first divergence")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    p.set_defaults(fn=_cmd)
