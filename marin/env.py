@@ -32,8 +32,9 @@ ENV_DENY = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*", "*CREDENTIAL*")
 # Paths whose content is the "code" of the pipeline: a change here changes the recipe.
 CODE_GLOBS = ("marin/**/*.py", "pipeline/**/*.py", "schemas/**/*.json", "pyproject.toml", "uv.lock")
 LOCK_FILE = "uv.lock"
-# Paths that change while the pipeline runs; they are not part of a run's code state.
-DIFF_EXCLUDE = ("ledger", "dvc.lock", "reports", "mlflow.db")
+# Paths that change while the pipeline runs, or whose content each run records in full
+# (params.yaml: the sections a stage reads are in its run.started); not part of the code state.
+DIFF_EXCLUDE = ("ledger", "dvc.lock", "reports", "mlflow.db", "params.yaml")
 
 # CPU features that decide which kernels XLA and numpy pick.
 _ISA_FLAGS = (
