@@ -29,6 +29,7 @@ def repro(tmp_path_factory):
     """The shipped pipeline on the built-in corpus, with training shortened for CI
     (the full default run is measured by hand; see the README)."""
     proj = new_project(tmp_path_factory.mktemp("e2e") / "proj")
+    proj.env["MARIN_MLFLOW"] = "on"  # each stage mirrors itself into the embedded store
     params = proj.params
     params["train"].update(SHORT_TRAINING)
     proj.write_params(params)
@@ -47,6 +48,13 @@ def test_default_pipeline_runs_and_ledger_checks(repro) -> None:
     for stage in lock["stages"].values():  # DVC's md5 is recorded beside our sha256
         for o in stage["outs"]:
             assert recorded[o["path"]] == o["md5"]
+
+
+def test_mlflow_store_holds_every_run_of_the_default_repro(repro) -> None:
+    from tests.test_tracking import assert_mirrors_the_ledger
+
+    proj, _ = repro
+    assert_mirrors_the_ledger(proj)
 
 
 def test_exact_dedup_removes_the_duplicated_milton_files(repro) -> None:
