@@ -76,7 +76,7 @@ class Project:
         out = []
         for data in self.ledger_files().values():
             recs = [json.loads(x) for x in data.splitlines() if x.strip()]
-            if stage is None or (recs and recs[0]["body"]["stage"] == stage):
+            if recs and (stage is None or recs[0]["body"]["stage"] == stage):  # skip a file being created
                 out.append(recs)
         return sorted(out, key=lambda r: r[0]["time"])
 
