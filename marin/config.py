@@ -157,6 +157,16 @@ class Params:
         return {n: self.raw[n] for n in names}
 
 
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as dotted keys (``train.lr``); other values are leaves."""
+    if not isinstance(obj, dict):
+        return {prefix: obj}
+    out: dict[str, Any] = {}
+    for k, v in obj.items():
+        out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """A SafeLoader that rejects duplicate mapping keys instead of keeping the last one."""
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marin.config import flatten
 from marin.errors import MarinError
 from marin.ledger.store import RunLog, read_run
 from marin.paths import ledger_dir
@@ -27,15 +28,6 @@ class Diff:
     @property
     def identical(self) -> bool:
         return not any(self.sections.values())
-
-
-def _flat(prefix: str, obj: Any, out: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            _flat(f"{prefix}.{k}" if prefix else str(k), v, out)
-    else:
-        out[prefix] = obj
-    return out
 
 
 def _compare(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -56,11 +48,11 @@ def diff(root: Path, run_a: str, run_b: str) -> Diff:
     a, b = _load(root, run_a), _load(root, run_b)
     sa, sb = a.started.body, b.started.body
     d = Diff(run_a, run_b)
-    d.sections["params"] = _compare(_flat("", sa["params"], {}), _flat("", sb["params"], {}))
+    d.sections["params"] = _compare(flatten(sa["params"]), flatten(sb["params"]))
     code_keys = ("git_commit", "dirty", "diff_digest", "code_digest", "lock_digest")
     d.sections["code"] = _compare({k: sa["code"][k] for k in code_keys}, {k: sb["code"][k] for k in code_keys})
-    d.sections["determinism class"] = _compare(_flat("", sa["determinism_class"], {}),
-                                               _flat("", sb["determinism_class"], {}))
+    d.sections["determinism class"] = _compare(flatten(sa["determinism_class"]),
+                                               flatten(sb["determinism_class"]))
     d.sections["inputs"] = _compare({i["name"]: i["digest"] for i in sa["inputs"]},
                                     {i["name"]: i["digest"] for i in sb["inputs"]})
     d.sections["outputs"] = _compare({r.body["name"]: r.body["digest"] for r in a.of_kind("output")},

@@ -171,17 +171,16 @@ class Run:
         """Digest a produced file or directory and record it."""
         t = time.perf_counter()
         p = self.root / path
-        rel = _rel(self.root, p)
-        body = {
-            "name": name, "path": rel, "digest": hashing.path_digest(p),
-            "size": hashing.path_size(p), "type": "dir" if p.is_dir() else "file",
-            "dvc_md5": hashing.dvc_md5(p), **extra,
-        }
+        body: dict[str, Any] = {"name": name, "path": _rel(self.root, p)}
         if p.is_dir():
-            entries = hashing.dir_entries(p)
-            body["files"] = len(entries)
+            entries = [{"path": r, "digest": d, "size": s} for r, d, s in hashing.dir_entries(p)]
+            body.update(digest=hashing.json_digest(entries), size=sum(e["size"] for e in entries), type="dir",
+                        files=len(entries))
             if len(entries) <= MAX_ENTRIES:  # lets `ledger check` name the changed file
-                body["entries"] = [{"path": r, "digest": d, "size": s} for r, d, s in entries]
+                body["entries"] = entries
+        else:
+            body.update(digest=hashing.file_digest(p), size=p.stat().st_size, type="file")
+        body.update(dvc_md5=hashing.dvc_md5(p), **extra)
         self.ledger_s += time.perf_counter() - t
         rec = self.record("output", body)
         self._outputs.append({"name": name, "digest": body["digest"]})

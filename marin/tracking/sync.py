@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marin.config import flatten
 from marin.errors import MarinError
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog, read_all
@@ -49,13 +50,9 @@ def _ms(time: str) -> int:
     return int(dt.datetime.fromisoformat(time.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def _flat(prefix: str, obj: Any, out: dict[str, str]) -> dict[str, str]:
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            _flat(f"{prefix}.{k}" if prefix else str(k), v, out)
-    else:
-        out[prefix] = obj if isinstance(obj, str) else json.dumps(obj)
-    return out
+def _flat(prefix: str, obj: Any) -> dict[str, str]:
+    """Dotted keys with string values, as MLflow params are."""
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in flatten(obj, prefix).items()}
 
 
 def _short(digest: str) -> str:
@@ -120,9 +117,9 @@ class _Syncer:
             run = self.client.create_run(self.exp, run_name=f"{s['stage']} {log.run_id}",
                                          start_time=_ms(log.started.time), tags=tags)
             mlflow_id, synced = run.info.run_id, -1
-            params = _flat("", s["params"], {})
-            params.update(_flat("seeds", s["seeds"], {}) if s["seeds"] else {})
-            params.update({"determinism." + k: v for k, v in _flat("", s["determinism_class"], {}).items()})
+            params = _flat("", s["params"])
+            params.update(_flat("seeds", s["seeds"]) if s["seeds"] else {})
+            params.update(_flat("determinism", s["determinism_class"]))
             plist = [Param(k[:250], str(v)[:6000]) for k, v in sorted(params.items())]
             for i in range(0, len(plist), 100):
                 self.client.log_batch(mlflow_id, params=plist[i : i + 100])

@@ -20,7 +20,7 @@ from marin.data import manifest
 from marin.errors import StageError
 from marin.ledger import Input, Run, exact
 from marin.ledger.run import Plan
-from marin.ledger.store import RunLog, read_all
+from marin.ledger.store import RunLog, read_all, read_run
 from marin.model import ModelConfig, count_params
 from marin.paths import ledger_dir
 from marin.train import checkpoint, runtime, seeds, step, weights
@@ -164,8 +164,6 @@ def _record_once(run: Run, kind: str, s: int, recorded: dict[int, Any], value: A
 
 
 def _write_curve(path: Path, run: Run) -> None:
-    from marin.ledger.store import read_run
-
     rows = ["step,loss,lr,grad_norm"]
     for r in read_run(run.file.path).of_kind("metric"):
         v = r.body["values"]
