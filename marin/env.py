@@ -9,7 +9,6 @@ Environment variables are recorded only from an allow-list: no secrets in the le
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import platform
 import subprocess
@@ -166,12 +165,3 @@ def data_class(fp: dict[str, Any]) -> dict[str, Any]:
 
 def class_digest(det_class: dict[str, Any]) -> str:
     return hashing.json_digest(det_class)
-
-
-def short(digest: str, n: int = 12) -> str:
-    return digest.split(":", 1)[-1][:n]
-
-
-def machine_id() -> str:
-    """A stable, non-secret name for this host (hash of the hostname), for verifications."""
-    return hashlib.sha256(platform.node().encode()).hexdigest()[:16]
