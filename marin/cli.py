@@ -100,10 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     syn.add_argument("--uri", help="tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     syn.set_defaults(fn=_cmd_mlflow_sync)
 
-    from marin import diff, lineage
+    from marin import diff, lineage, verify
 
     lineage.add_parser(sub)
     diff.add_parser(sub)
+    verify.add_parser(sub)
 
     par = sub.add_parser("params", help="validate params.yaml")
     psub = par.add_subparsers(dest="params_command", required=True)

@@ -236,7 +236,7 @@ def render_text(node: Artifact | Step) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _upstream(node: Artifact | Step) -> list[Step]:
+def upstream(node: Artifact | Step) -> list[Step]:
     """Every run the node depends on (and the node's own run), oldest first."""
     found: dict[str, Step] = {}
     todo = [node.run if isinstance(node, Artifact) else node]
@@ -273,7 +273,7 @@ def to_prov(node: Artifact | Step) -> ProvDocument:
     doc = ProvDocument()
     for prefix, uri in NAMESPACES.items():
         doc.add_namespace(prefix, uri)
-    steps = _upstream(node)
+    steps = upstream(node)
     entities: dict[str, dict[str, Any]] = {}
     leaves = [node] if isinstance(node, Artifact) else []
     for a in [a for s in steps for a in (*s.outputs, *s.inputs)] + leaves:  # producers' names first

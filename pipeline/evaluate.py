@@ -30,7 +30,8 @@ def evaluate_stage(root: Path, params: Params) -> None:
 
     fp = env.fingerprint()
     inputs = [Input("model", MODEL.as_posix()), Input("tokens", TOKENS.as_posix())]
-    with Run.start(root, "evaluate", params=params.section("evaluate"), inputs=inputs,
+    recorded = {**params.section("evaluate"), "runtime": {"xla_cpu_threads": rt.xla_cpu_threads}}
+    with Run.start(root, "evaluate", params=recorded, inputs=inputs,
                    det_class=runtime.determinism_class(rt, fp), fingerprint=fp) as run:
         graphdef, model_params, config = weights.load(root / MODEL)
         seq_len = config["model"]["max_seq_len"]

@@ -14,7 +14,7 @@ import yaml
 
 from marin import hashing
 from marin.ledger import merkle
-from marin.ledger.records import Record
+from marin.ledger.records import AFTER_FINISH, Record
 from marin.ledger.store import RunLog, read_all
 from marin.paths import ledger_dir
 
@@ -43,7 +43,8 @@ class Report:
 
 def check_run(log: RunLog) -> list[Problem]:
     """Steps 1-4 for one run file: lines parse and match their schemas, seq/prev/digest
-    chain, run.started first and run.finished last, Merkle root."""
+    chain, run.started first and run.finished last (only verification records may follow it),
+    Merkle root."""
     name = log.path.name
     out = [Problem(*p.split(": ", 1)) for p in log.problems]  # 1. schema / JSON per line
     if log.truncated is not None:
@@ -73,13 +74,16 @@ def check_run(log: RunLog) -> list[Problem]:
         prev = r
     if log.records and log.records[0].kind != "run.started":  # 3. shape of a run
         out.append(Problem(f"{name} seq {log.records[0].seq}", "first record is not run.started"))
-    for r in log.records[:-1]:
-        if r.kind == "run.finished":
-            out.append(Problem(f"{name} seq {r.seq}", "run.finished is not the last record"))
     fin = log.finished
+    for r in log.records:
+        if r.kind == "run.finished" and r is not fin:
+            out.append(Problem(f"{name} seq {r.seq}", "run.finished is followed by records other than "
+                                                      "verifications"))
+        if r.kind in AFTER_FINISH and (fin is None or r.seq < fin.seq):
+            out.append(Problem(f"{name} seq {r.seq}", f"a {r.kind} record before run.finished"))
     if fin is not None:  # 4. Merkle root
         n = fin.body["records"]
-        leaves = [hashing.parse(r.digest) for r in log.records[:-1]]
+        leaves = [hashing.parse(r.digest) for r in log.records[: log.records.index(fin)]]
         if n != len(leaves):
             out.append(Problem(f"{name} seq {fin.seq}",
                                f"run.finished covers {n} records but {len(leaves)} precede it"))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from marin.errors import LedgerError, SchemaError
-from marin.ledger.records import Record
+from marin.ledger.records import AFTER_FINISH, Record
 
 
 @dataclass
@@ -39,8 +39,13 @@ class RunLog:
 
     @property
     def finished(self) -> Record | None:
-        last = self.records[-1] if self.records else None
-        return last if last is not None and last.kind == "run.finished" else None
+        """The run.finished record: the last record but for verifications appended after it."""
+        for r in reversed(self.records):
+            if r.kind == "run.finished":
+                return r
+            if r.kind not in AFTER_FINISH:
+                return None
+        return None
 
     @property
     def status(self) -> str:

@@ -8,6 +8,7 @@ Call :func:`marin.train.runtime.configure` before importing this module.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,25 +62,69 @@ def last_good_checkpoint(log: RunLog, ckpts: checkpoint.Checkpoints, abstract: A
     return None
 
 
-def run(root: Path, params: Params) -> None:
+@dataclass(frozen=True)
+class Setup:
+    """Model, optimizer, shardings, loader and compiled step: pure functions of params."""
+
+    cfg: ModelConfig
+    mesh: Any
+    optimizer: Any
+    schedule: Any
+    graphdef: Any
+    abstract: Any
+    shardings: Any
+    loader: Loader
+    train_step: Any
+    tokenizer: dict[str, Any]  # the tokenize manifest's tokenizer entry
+
+    def init_state(self, params: Params) -> Any:
+        # One compiled init placed straight into its shardings: eager NNX init compiles every
+        # op separately (seconds), and uncommitted arrays would make step 2 compile again.
+        keys = seeds.key(params.seed, "init"), seeds.key(params.seed, "step")
+        return jax.jit(lambda: step.init_state(self.cfg, *keys, self.optimizer)[1], out_shardings=self.shardings)()
+
+    def step(self, state: Any, i: int) -> tuple[Any, Any]:
+        """Optimizer step ``i`` (0-based) on batch ``i``."""
+        return self.train_step(state, jax.device_put(self.loader.batch(i), step.batch_sharding(self.mesh)))
+
+    def metric_values(self, metrics: Any, i: int) -> dict[str, Any]:
+        """The exact metrics of step ``i`` (a host sync)."""
+        m = jax.device_get(metrics)
+        return {"loss": exact(m["loss"]), "lr": exact(self.schedule(i)), "grad_norm": exact(m["grad_norm"]),
+                "accuracy": exact(m["accuracy"])}
+
+
+def setup(root: Path, params: Params) -> Setup:
     tp, rt = params.train, params.runtime
     tok = manifest.read(root / TOKENS / "manifest.json", "tokenize")
     cfg = model_config(params, tok["tokenizer"]["vocab_size"])
-    fp = env.fingerprint()
     mesh = runtime.make_mesh(rt)
-    plan = Plan.make(root, "train", params=params.section("seed", "model", "train", "runtime"),
-                     inputs=[Input("tokens", TOKENS.as_posix())], det_class=runtime.determinism_class(rt, fp),
-                     seeds=seeds.record(params.seed), fingerprint=fp)
-
-    # Model, optimizer, shardings, loader: all pure functions of params and the root seed.
     optimizer = step.make_optimizer(tp)
-    schedule = step.lr_schedule(tp)
     graphdef, abstract = step.abstract_state(cfg, optimizer)
     shardings = step.state_shardings(abstract, mesh, rt.param_sharding)
     shards = [root / TOKENS / s["file"] for s in tok["splits"]["train"]["shards"]]
     loader = Loader(read_stream(shards, tok["tokenizer"]["eos_id"]), cfg.max_seq_len, tp.batch_size,
                     seeds.key_bytes(params.seed, "data_order"))
-    train_step = step.make_train_step(graphdef, optimizer, shardings, mesh)
+    return Setup(cfg, mesh, optimizer, step.lr_schedule(tp), graphdef, abstract, shardings, loader,
+                 step.make_train_step(graphdef, optimizer, shardings, mesh), tok["tokenizer"])
+
+
+def is_log_step(tp: Any, done: int) -> bool:
+    return done % tp.log_every == 0 or done == tp.steps
+
+
+def is_checkpoint_step(tp: Any, done: int) -> bool:
+    return done % tp.checkpoint_every == 0 or done == tp.steps
+
+
+def run(root: Path, params: Params) -> None:
+    tp, rt = params.train, params.runtime
+    fp = env.fingerprint()
+    plan = Plan.make(root, "train", params=params.section("seed", "model", "train", "runtime"),
+                     inputs=[Input("tokens", TOKENS.as_posix())], det_class=runtime.determinism_class(rt, fp),
+                     seeds=seeds.record(params.seed), fingerprint=fp)
+    su = setup(root, params)
+    cfg, abstract, shardings, loader = su.cfg, su.abstract, su.shardings, su.loader
 
     # Resume an unfinished run of the same recipe, in the same ledger run, or start.
     prior = find_resumable(root, plan.recipe_digest)
@@ -98,10 +143,7 @@ def run(root: Path, params: Params) -> None:
         run = Run.begin(plan)
         ckpts = checkpoint.Checkpoints(root / CKPT / run.run_id)
     if state is None:
-        # One compiled init placed straight into its shardings: eager NNX init compiles every
-        # op separately (seconds), and uncommitted arrays would make step 2 compile again.
-        keys = seeds.key(params.seed, "init"), seeds.key(params.seed, "step")
-        state = jax.jit(lambda: step.init_state(cfg, *keys, optimizer)[1], out_shardings=shardings)()
+        state = su.init_state(params)
 
     with run:
         n_params = count_params(state.params)
@@ -110,23 +152,20 @@ def run(root: Path, params: Params) -> None:
         bar = tqdm(total=tp.steps, initial=start, desc="train", unit="step", dynamic_ncols=True)
         t_last, steps_since = time.perf_counter(), 0
         for i in range(start, tp.steps):
-            batch = jax.device_put(loader.batch(i), step.batch_sharding(mesh))
-            state, metrics = train_step(state, batch)
+            state, metrics = su.step(state, i)
             done, steps_since = i + 1, steps_since + 1
             bar.update(1)
 
-            if done % tp.log_every == 0 or done == tp.steps:  # host sync only here
-                m = jax.device_get(metrics)
+            if is_log_step(tp, done):  # host sync only here
+                values = su.metric_values(metrics, i)
                 now = time.perf_counter()
                 tok_s = steps_since * tokens_per_step / (now - t_last)
                 t_last, steps_since = now, 0
-                values = {"loss": exact(m["loss"]), "lr": exact(schedule(i)), "grad_norm": exact(m["grad_norm"]),
-                          "accuracy": exact(m["accuracy"])}
                 _record_once(run, "metric", done, recorded_metrics, values,
                              {"step": done, "values": values, "timing": {"tokens_per_s": round(tok_s, 3)}})
-                bar.set_postfix(loss=f"{float(m['loss']):.4f}", tok_s=f"{tok_s:,.0f}")
+                bar.set_postfix(loss=f"{values['loss']['value']:.4f}", tok_s=f"{tok_s:,.0f}")
 
-            if done % tp.checkpoint_every == 0 or done == tp.steps:
+            if is_checkpoint_step(tp, done):
                 ckpts.save(done, state, {"step": done, "loader": loader.position(done), "run_id": run.run_id})
                 restored, _ = ckpts.restore(done, abstract, shardings)  # digest what is on disk
                 digest = checkpoint.state_digest(restored)
@@ -141,8 +180,8 @@ def run(root: Path, params: Params) -> None:
         with fsutil.atomic_dir(root / MODEL) as tmp:
             tensor_digest = weights.save(tmp, state.params, cfg, {
                 "n_params": n_params, "step": int(state.step), "recipe_digest": run.recipe_digest,
-                "tokenizer": {"path": (TOKENS / "tokenizer.json").as_posix(), "digest": tok["tokenizer"]["digest"],
-                              "eos_id": tok["tokenizer"]["eos_id"]},
+                "tokenizer": {"path": (TOKENS / "tokenizer.json").as_posix(), "digest": su.tokenizer["digest"],
+                              "eos_id": su.tokenizer["eos_id"]},
                 "packing": "documents joined with EOS separators; attention is not masked at boundaries"})
         run.output("model", MODEL, tensor_digest=tensor_digest, meta={"n_params": n_params, "step": int(state.step)})
         _write_curve(root / CURVE, run)

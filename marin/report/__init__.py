@@ -1,0 +1,1 @@
+"""Transparency reports built from the ledger."""

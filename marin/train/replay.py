@@ -1,0 +1,136 @@
+"""Tensor-level work of ``marin verify``, run in the verifier's workspace with the recorded runtime.
+
+    python -m marin.train.replay segment --checkpoints DIR --start S --end E --out OUT.json
+    python -m marin.train.replay compare --a DIR --b DIR --steps 50,100 --out OUT.json
+
+``segment`` restores the checkpoint at step S of a recorded run (S = 0: a fresh init),
+trains to step E exactly as the train stage does, and reports the exact metrics of every
+logged step and the state digest at E. ``compare`` restores two runs' checkpoints at the
+same steps and reports, per step, both digests and, for each tensor that differs, the
+largest absolute and relative difference. Both read params.yaml of the workspace and set
+the XLA thread and device count from it before jax starts, like the stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from marin import config, hashing
+from marin.paths import project_root
+from marin.train import runtime
+
+
+def tensors(state: Any) -> dict[str, np.ndarray]:
+    """Leaves of a restored state by their pytree path (the names ``state_digest`` uses)."""
+    import jax
+
+    return {jax.tree_util.keystr(path): np.asarray(jax.device_get(leaf))
+            for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]}
+
+
+def distances(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    """For every tensor whose bytes differ: max |a-b| and max |a-b| / max(|a|, tiny)."""
+    out = {}
+    for name in sorted(set(a) | set(b)):
+        x, y = a.get(name), b.get(name)
+        if x is None or y is None or x.shape != y.shape or x.dtype != y.dtype:
+            out[name] = {"max_abs": None, "max_rel": None,
+                         "note": "missing or of another shape/dtype in one of the two states"}
+            continue
+        if x.tobytes() == y.tobytes():
+            continue
+        xf, yf = x.astype(np.float64), y.astype(np.float64)
+        diff = np.abs(xf - yf)
+        rel = diff / np.maximum(np.abs(xf), np.finfo(np.float64).tiny)
+        out[name] = {"max_abs": float(diff.max()), "max_rel": float(rel.max()),
+                     "differing": int(np.count_nonzero(x != y)), "size": int(x.size)}
+    return out
+
+
+def _load(root: Path) -> tuple[config.Params, Any]:
+    params = config.load(root / "params.yaml")
+    runtime.configure(params.runtime)  # before jax initializes
+    from marin.train import loop
+
+    return params, loop.setup(root, params)
+
+
+def segment(root: Path, ckpt_dir: Path, start: int, end: int) -> dict[str, Any]:
+    params, su = _load(root)
+    from marin.train import checkpoint, loop
+
+    ckpts = checkpoint.Checkpoints(ckpt_dir)
+    if start == 0:
+        state, start_digest = su.init_state(params), None
+    else:
+        state, _ = ckpts.restore(start, su.abstract, su.shardings)
+        start_digest = checkpoint.state_digest(state)
+    metrics: dict[int, dict[str, Any]] = {}
+    for i in range(start, end):
+        state, m = su.step(state, i)
+        if loop.is_log_step(params.train, i + 1):
+            metrics[i + 1] = su.metric_values(m, i)
+    from marin import env
+
+    out: dict[str, Any] = {"determinism_class": runtime.determinism_class(params.runtime, env.fingerprint()),
+                           "start_digest": start_digest, "end_digest": checkpoint.state_digest(state),
+                           "metrics": {str(k): v for k, v in metrics.items()}, "distances": None}
+    if end in ckpts.steps():  # name the tensors that differ from what the recorded run left on disk
+        recorded, _ = ckpts.restore(end, su.abstract, su.shardings)
+        out["recorded_end_digest"] = checkpoint.state_digest(recorded)
+        out["distances"] = distances(tensors(recorded), tensors(state))
+    ckpts.close()
+    return out
+
+
+def compare(root: Path, dir_a: Path, dir_b: Path, steps: list[int]) -> dict[str, Any]:
+    _, su = _load(root)
+    from marin.train import checkpoint
+
+    a, b = checkpoint.Checkpoints(dir_a), checkpoint.Checkpoints(dir_b)
+    have_a, have_b = set(a.steps()), set(b.steps())
+    out: dict[str, Any] = {}
+    for s in steps:
+        ta = tensors(a.restore(s, su.abstract, su.shardings)[0]) if s in have_a else None
+        tb = tensors(b.restore(s, su.abstract, su.shardings)[0]) if s in have_b else None
+        out[str(s)] = {
+            "a_digest": hashing.tree_digest(ta) if ta is not None else None,
+            "b_digest": hashing.tree_digest(tb) if tb is not None else None,
+            "distances": distances(ta, tb) if ta is not None and tb is not None else None,
+        }
+    a.close()
+    b.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m marin.train.replay", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    seg = sub.add_parser("segment")
+    seg.add_argument("--checkpoints", type=Path, required=True)
+    seg.add_argument("--start", type=int, required=True)
+    seg.add_argument("--end", type=int, required=True)
+    cmp_ = sub.add_parser("compare")
+    cmp_.add_argument("--a", type=Path, required=True)
+    cmp_.add_argument("--b", type=Path, required=True)
+    cmp_.add_argument("--steps", required=True, help="comma-separated steps")
+    for p in (seg, cmp_):
+        p.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    root = project_root()
+    if args.cmd == "segment":
+        result = segment(root, args.checkpoints, args.start, args.end)
+    else:
+        result = compare(root, args.a, args.b, [int(s) for s in args.steps.split(",") if s])
+    args.out.write_text(json.dumps(result, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

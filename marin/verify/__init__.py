@@ -1,0 +1,424 @@
+"""``marin verify``: replay a recorded run from its ledger alone and compare it bit for bit.
+
+Numbered steps, each with its own message:
+
+1. the run: found, succeeded, its ledger file intact (schemas, chain, Merkle root);
+2. the recipe: its digest recomputed from the fields of ``run.started``, and the input
+   records agree with the recipe's inputs;
+3. the workspace: a git worktree at the recorded commit, carrying the recorded params;
+4. the inputs: restored by digest (from the DVC cache, else the project's copy);
+5. the determinism class: the recorded XLA thread count, XLA flags and allow-listed
+   environment are restored; the device count and mesh follow from the restored params;
+6. the replay: the recorded command (``--segments K``: K checkpoint intervals of a train
+   run, drawn with a recorded seed, each from its starting checkpoint);
+7. the comparison: every input, checkpoint, metric, eval and output digest or exact value,
+   in recorded order, and for train runs the recorded checkpoint tensors on disk;
+8. the verdict: a ``verification`` record is appended after ``run.finished``.
+
+Exit 0: bit-exact. 1: a mismatch (the first diverging record, step and tensor are named).
+3: the replay's determinism class differs from the recorded one; distances are reported
+and the result is never called bit-exact. 4: the run cannot be verified here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marin import env
+from marin.errors import IntegrityError, MarinError
+from marin.ledger.check import check_run
+from marin.ledger.run import recipe_digest
+from marin.ledger.store import RunFile, RunLog, read_all, read_run
+from marin.paths import ledger_dir
+from marin.verify.compare import Divergence, class_differences, compare, metric_distances
+from marin.verify.workspace import CannotVerify, InputUnavailable, Workspace
+
+EXIT = {"bit-exact": 0, "mismatch": 1, "class-differs": 3}
+
+
+@dataclass
+class Outcome:
+    """What a verification found; ``body`` is the verification record appended to the run."""
+
+    run_id: str
+    stage: str
+    mode: str = "full"
+    divergences: list[Divergence] = field(default_factory=list)
+    class_diffs: list[dict[str, Any]] = field(default_factory=list)
+    compared: dict[str, int] = field(default_factory=dict)
+    distances: dict[str, Any] | None = None
+    segments: dict[str, Any] | None = None
+    verifier: dict[str, Any] = field(default_factory=dict)
+    replay_run_id: str | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+    record_seq: int | None = None
+
+    @property
+    def result(self) -> str:
+        if self.class_diffs:
+            return "class-differs"
+        return "mismatch" if self.divergences else "bit-exact"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT[self.result]
+
+    @property
+    def first(self) -> Divergence | None:
+        return min(self.divergences, key=lambda d: d.seq) if self.divergences else None
+
+
+Say = Callable[[str], None]
+
+
+def _load(root: Path, run_id: str) -> RunLog:
+    path = ledger_dir(root) / f"{run_id}.jsonl"
+    if not path.is_file():
+        raise CannotVerify(f"step 1: {run_id}: no such run in {ledger_dir(root)}; see `marin ledger log`")
+    return read_run(path)
+
+
+def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | None = None,
+           xla_flags: tuple[str, ...] = (), keep: bool = False, say: Say = print) -> Outcome:
+    """Verify one run (steps 1-8) and append the verification record."""
+    t0 = time.perf_counter()
+    log = _load(root, run_id)
+    problems = check_run(log)
+    if problems:
+        raise IntegrityError(f"step 1: {run_id}: the ledger file is not intact: {problems[0]}; "
+                             "see `marin ledger check`")
+    if log.status != "succeeded":
+        raise CannotVerify(f"step 1: run {run_id} is {log.status}; only a succeeded run claims outputs to verify")
+    started = log.started.body
+    out = Outcome(run_id, started["stage"], "segments" if segments else "full")
+    say(f"verify {run_id} ({out.stage}, {out.mode})")
+    say("  1. run: ledger file intact, run succeeded")
+
+    out.divergences = _check_recipe(log)  # 2
+    if out.divergences:
+        say(f"  2. recipe: MISMATCH {out.first}")
+        return _finish(root, log, out, t0, say)
+    say(f"  2. recipe: {started['recipe_digest']} recomputed from run.started")
+
+    ws = Workspace.open(root, run_id, started, keep)  # 3
+    try:
+        say(f"  3. workspace: git worktree at {ws.commit[:12]} with the recorded params")
+        by_name = {r.body["name"]: r for r in log.of_kind("input")}
+        for i in started["inputs"]:  # 4
+            rec = by_name[i["name"]]
+            try:
+                source = ws.restore_input(rec.body, _entries(root, rec.body["digest"]))
+                say(f"  4. input {i['name']}: restored from {source}")
+            except InputUnavailable as e:
+                if not (root / rec.body["path"]).exists():
+                    raise CannotVerify(f"step 4: {e}; restore it (dvc pull / dvc checkout) and retry") from None
+                out.divergences = [Divergence(rec.seq, "input", str(e), name=i["name"],
+                                              recorded=rec.body["digest"])]
+                say(f"  4. input {i['name']}: MISMATCH {e}")
+                return _finish(root, log, out, t0, say)
+        replay_env = ws.env(started, list(xla_flags))  # 5
+        out.verifier = {"workspace": f"git worktree at {ws.commit}", "inputs": ws.restored,
+                        "forced": {"xla_flags": list(xla_flags)} if xla_flags else {}}
+        say(f"  5. determinism class: XLA_FLAGS={replay_env.get('XLA_FLAGS', '')!r} "
+            f"NPROC={replay_env.get('NPROC', '(unset)')}")
+        t1 = time.perf_counter()
+        if segments:  # 6, 7
+            _replay_segments(root, log, ws, replay_env, segments, seed, out, say)
+        else:
+            _replay_full(root, log, ws, replay_env, out, say)
+        out.seconds["replay_s"] = round(time.perf_counter() - t1, 3)
+    finally:
+        ws.close()
+    return _finish(root, log, out, t0, say)
+
+
+def _check_recipe(log: RunLog) -> list[Divergence]:
+    """Step 2: the recorded recipe digest is the digest of the recorded recipe fields."""
+    s, seq = log.started.body, log.started.seq
+    again = recipe_digest(s["stage"], s["command"], s["params"], s["code"]["code_digest"], s["inputs"],
+                          s["determinism_class"])
+    if again != s["recipe_digest"]:
+        return [Divergence(seq, "run.started", f"recipe digest {s['recipe_digest']} is not the digest of the "
+                           f"recorded stage, command, params, code, inputs and class ({again}): run.started was "
+                           "edited", recorded=s["recipe_digest"], replayed=again)]
+    by_name = {r.body["name"]: r for r in log.of_kind("input")}
+    out = []
+    for i in s["inputs"]:
+        r = by_name.get(i["name"])
+        if r is None or r.body["digest"] != i["digest"]:
+            out.append(Divergence(r.seq if r else seq, "input", f"the input record does not match the recipe's "
+                                  f"input {i['digest']}", name=i["name"], recorded=i["digest"]))
+    return out
+
+
+def _entries(root: Path, digest: str) -> list[dict[str, Any]] | None:
+    """The file list a producing run recorded for a directory with this digest."""
+    for log in read_all(ledger_dir(root)):
+        for r in log.of_kind("output"):
+            if r.body["digest"] == digest and "entries" in r.body:
+                return r.body["entries"]
+    return None
+
+
+def _module(command: list[str]) -> str:
+    script = command[0]
+    if not (script.startswith("pipeline/") and script.endswith(".py")):
+        raise CannotVerify(f"step 6: recorded command {command} is not a pipeline stage (pipeline/<stage>.py)")
+    return script.removesuffix(".py").replace("/", ".")
+
+
+def _replay_full(root: Path, log: RunLog, ws: Workspace, replay_env: dict[str, str], out: Outcome,
+                 say: Say) -> None:
+    started = log.started.body
+    module = _module(started["command"])
+    say(f"  6. replay: python -m {module} {' '.join(started['command'][1:])}".rstrip())
+    ws.run(["-m", module, *started["command"][1:]], replay_env, f"step 6: the replay of {log.run_id}")
+    replays = [r for r in read_all(ledger_dir(ws.root)) if r.started and r.started.body["stage"] == out.stage]
+    if len(replays) != 1 or replays[0].status != "succeeded":
+        raise CannotVerify(f"step 6: the replay left {len(replays)} {out.stage} run(s) in {ledger_dir(ws.root)}, "
+                           "expected one that succeeded")
+    replay = replays[0]
+    rs = replay.started.body
+    out.replay_run_id = replay.run_id
+    out.verifier.update(env=rs["env"], code=rs["code"], determinism_class=rs["determinism_class"])
+    if rs["code"]["code_digest"] != started["code"]["code_digest"]:
+        raise CannotVerify(f"step 6: the workspace's code digest {rs['code']['code_digest']} is not the recorded "
+                           f"{started['code']['code_digest']}")
+    if rs["params"] != started["params"]:
+        raise CannotVerify("step 6: the replay did not read the recorded params; params.yaml at commit "
+                           f"{started['code']['git_commit'][:12]} lacks a recorded section")
+    out.class_diffs = class_differences(started["determinism_class"], rs["determinism_class"])
+    out.compared, out.divergences = compare(log, replay)
+    if out.stage == "train":
+        _checkpoint_tensors(root, log, replay, ws, replay_env, out)
+    if out.class_diffs:
+        out.distances = {"metrics": metric_distances(log, replay), **(out.distances or {})}
+    say(f"  7. compared {sum(out.compared.values())} records ({_counts(out.compared)})")
+
+
+def _checkpoint_tensors(root: Path, log: RunLog, replay: RunLog, ws: Workspace, replay_env: dict[str, str],
+                        out: Outcome) -> None:
+    """Tensor by tensor: the recorded run's checkpoints on disk against the replay's. Catches a
+    checkpoint changed on disk, and names the tensor where digests diverge."""
+    recs = log.of_kind("checkpoint")
+    if not recs:
+        return
+    on_disk = root / Path(recs[0].body["path"]).parent
+    replay_dir = ws.root / Path(replay.of_kind("checkpoint")[0].body["path"]).parent
+    result = _json_run(ws, replay_env, ["compare", "--a", str(on_disk), "--b", str(replay_dir),
+                                        "--steps", ",".join(str(r.body["step"]) for r in recs)])
+    by_step = {d.step: d for d in out.divergences if d.kind == "checkpoint"}
+    tensor_max: dict[str, dict[str, float]] = {}
+    missing = []
+    for r in recs:
+        s, rec_digest = r.body["step"], r.body["digest"]
+        res = result[str(s)]
+        dist = res["distances"] or {}
+        for name, d in dist.items():
+            if d.get("max_abs") is not None:
+                cur = tensor_max.setdefault(name, {"max_abs": 0.0, "max_rel": 0.0})
+                cur["max_abs"], cur["max_rel"] = max(cur["max_abs"], d["max_abs"]), max(cur["max_rel"], d["max_rel"])
+        if res["a_digest"] is None:
+            missing.append(s)
+            continue
+        first = next(iter(sorted(dist)), None)
+        if res["a_digest"] != rec_digest:
+            out.divergences.append(Divergence(
+                r.seq, "checkpoint", f"the checkpoint files at {r.body['path']} restore to {res['a_digest']}, not "
+                f"the recorded {rec_digest} (changed on disk)", step=s, tensor=first,
+                recorded=rec_digest, replayed=res["a_digest"]))
+        elif s in by_step and first is not None:
+            by_step[s].tensor = first
+            by_step[s].what += f"; first differing tensor {first}: max |diff| {dist[first]['max_abs']:.3g}"
+    out.compared["checkpoint_tensors"] = len(recs) - len(missing)
+    if out.class_diffs:
+        out.distances = {"tensors": tensor_max,
+                         "note": f"recorded checkpoints missing on disk at steps {missing}" if missing else ""}
+
+
+def _json_run(ws: Workspace, replay_env: dict[str, str], args: list[str]) -> dict[str, Any]:
+    dest = ws.root.parent / f"replay-{secrets.token_hex(4)}.json"
+    ws.run(["-m", "marin.train.replay", *args, "--out", str(dest)], replay_env, f"replay {args[0]}")
+    return json.loads(dest.read_text())
+
+
+def draw(seed: int, n: int, k: int) -> list[int]:
+    """The intervals (0-based) a seeded draw picks: k of n without replacement."""
+    return sorted(random.Random(seed).sample(range(n), k))
+
+
+def _replay_segments(root: Path, log: RunLog, ws: Workspace, replay_env: dict[str, str], k: int,
+                     seed: int | None, out: Outcome, say: Say) -> None:
+    if out.stage != "train":
+        raise CannotVerify(f"--segments replays checkpoint intervals of a train run; {log.run_id} is {out.stage}")
+    ckpts = sorted(log.of_kind("checkpoint"), key=lambda r: r.body["step"])
+    n = len(ckpts)
+    if not 1 <= k <= n:
+        raise CannotVerify(f"--segments {k}: run {log.run_id} has {n} checkpoint intervals; choose 1..{n}")
+    seed = secrets.randbits(32) if seed is None else seed
+    picked = draw(seed, n, k)
+    bounds = [(ckpts[i - 1].body["step"] if i else 0, ckpts[i].body["step"]) for i in picked]
+    out.segments = {"seed": seed, "k": k, "n": n, "drawn": [list(b) for b in bounds],
+                    "detection_probability": round(k / n, 6)}
+    say(f"  6. replay: {k} of {n} checkpoint intervals, seed {seed}: {bounds}")
+    metrics = {r.body["step"]: r for r in log.of_kind("metric")}
+    at = {r.body["step"]: r for r in ckpts}
+    ckpt_dir = root / Path(ckpts[0].body["path"]).parent
+    det = None
+    for start, end in bounds:
+        res = _json_run(ws, replay_env, ["segment", "--checkpoints", str(ckpt_dir), "--start", str(start),
+                                         "--end", str(end)])
+        det = res["determinism_class"]
+        if start and res["start_digest"] != at[start].body["digest"]:
+            r = at[start]
+            out.divergences.append(Divergence(r.seq, "checkpoint", f"the checkpoint files at {r.body['path']} "
+                                   f"restore to {res['start_digest']}, not the recorded {r.body['digest']}",
+                                   step=start, recorded=r.body["digest"], replayed=res["start_digest"]))
+            continue
+        for s, values in res["metrics"].items():
+            r = metrics.get(int(s))
+            want = {kk: v["hex"] for kk, v in r.body["values"].items()} if r else None
+            got = {kk: v["hex"] for kk, v in values.items()}
+            if r is None:
+                out.divergences.append(Divergence(at[end].seq, "metric", "the replay logs this step; the run "
+                                                  "recorded no metric for it", step=int(s), replayed=got))
+            elif any(want[kk] != got.get(kk) for kk in want):
+                bad = [kk for kk in want if want[kk] != got.get(kk)]
+                out.divergences.append(Divergence(r.seq, "metric", ", ".join(
+                    f"{kk} recorded {float.fromhex(want[kk])!r} replayed {float.fromhex(got[kk])!r}" for kk in bad),
+                    step=int(s), name=bad[0], recorded={kk: want[kk] for kk in bad},
+                    replayed={kk: got.get(kk) for kk in bad}))
+            out.compared["metric"] = out.compared.get("metric", 0) + 1
+        r = at[end]
+        out.compared["checkpoint"] = out.compared.get("checkpoint", 0) + 1
+        if res["end_digest"] != r.body["digest"]:
+            dist = res["distances"] or {}
+            first = next(iter(sorted(dist)), None)
+            what = f"replaying steps {start}..{end} gives {res['end_digest']}, recorded {r.body['digest']}"
+            if first is not None:
+                what += f"; first tensor differing from the files on disk: {first}"
+            out.divergences.append(Divergence(r.seq, "checkpoint", what, step=end, tensor=first,
+                                              recorded=r.body["digest"], replayed=res["end_digest"]))
+        say(f"     interval ({start}, {end}]: {'ok' if res['end_digest'] == r.body['digest'] else 'MISMATCH'}")
+    started = log.started.body
+    out.verifier.update(env=env.fingerprint(), code=started["code"], determinism_class=det or {})
+    out.class_diffs = class_differences(started["determinism_class"], det) if det else []
+    say(f"  7. compared {sum(out.compared.values())} records ({_counts(out.compared)})")
+
+
+def _counts(c: dict[str, int]) -> str:
+    return ", ".join(f"{v} {k}" for k, v in sorted(c.items())) or "nothing"
+
+
+def _finish(root: Path, log: RunLog, out: Outcome, t0: float, say: Say) -> Outcome:
+    """Step 8: append the verification record and say the verdict."""
+    out.seconds["total_s"] = round(time.perf_counter() - t0, 3)
+    if not out.verifier:
+        out.verifier = {"workspace": "none: stopped before the replay"}
+    out.verifier.setdefault("env", env.fingerprint())
+    out.verifier.setdefault("code", log.started.body["code"])
+    out.verifier.setdefault("determinism_class", {})
+    body: dict[str, Any] = {
+        "verified": {"run_id": log.run_id, "recipe_digest": log.started.body["recipe_digest"],
+                     "finished_digest": log.finished.digest},
+        "mode": out.mode, "result": out.result, "exit_code": out.exit_code, "verifier": out.verifier,
+        "compared": out.compared, "first_divergence": out.first.to_dict() if out.first else None,
+        "time": out.seconds,
+    }
+    if out.class_diffs:
+        body["class_differences"] = out.class_diffs
+        body["distances"] = out.distances or {}
+    if out.segments:
+        body["segments"] = out.segments
+    if out.replay_run_id:
+        body["replay_run_id"] = out.replay_run_id
+    rec = RunFile(log.path, log.run_id).append("verification", json.loads(json.dumps(body, default=str)))
+    out.record_seq = rec.seq
+    for line in render(out):
+        say(line)
+    return out
+
+
+def render(out: Outcome) -> list[str]:
+    lines = []
+    if out.class_diffs:
+        lines.append("  determinism class differs from the recorded one: "
+                     + "; ".join(f"{d['key']}: {d['recorded']!r} -> {d['verifier']!r}" for d in out.class_diffs[:6]))
+        for kind, table in (out.distances or {}).items():
+            if isinstance(table, dict):
+                for name, d in list(table.items())[:12]:
+                    lines.append(f"    distance {kind} {name}: max abs {d['max_abs']:.3g}, max rel {d['max_rel']:.3g}")
+    elif out.divergences:
+        lines.append(f"  first divergence: {out.first}")
+        if len(out.divergences) > 1:
+            lines.append(f"  ({len(out.divergences) - 1} more divergence(s) follow it)")
+    if out.segments:
+        s = out.segments
+        lines.append(f"  segments: {s['k']} of {s['n']} intervals replayed; one forged interval among {s['n']} is "
+                     f"drawn (and caught) with probability {s['k']}/{s['n']} = {s['detection_probability']:.0%}")
+    verdict = {"bit-exact": "BIT-EXACT", "mismatch": "MISMATCH",
+               "class-differs": "NOT BIT-EXACT: replayed in another determinism class (distances above)"}
+    lines.append(f"verify {out.run_id}: {verdict[out.result]} (exit {out.exit_code}; verification record "
+                 f"seq {out.record_seq})")
+    return lines
+
+
+def verify_upstream(root: Path, target: str, say: Say = print, **kw: Any) -> list[tuple[str, str, Outcome | str]]:
+    """Verify TARGET's run and every run in its lineage, upstream first; rows of (stage, run, outcome)."""
+    from marin.lineage import Ledger, upstream
+
+    ledger = Ledger(root)
+    steps = upstream(ledger.node(ledger.resolve(target)))
+    rows: list[tuple[str, str, Outcome | str]] = []
+    for s in steps:
+        try:
+            opts = kw if s.stage == "train" else {k: v for k, v in kw.items() if k not in ("segments", "seed")}
+            rows.append((s.stage, s.run_id, verify(root, s.run_id, say=say, **opts)))
+        except MarinError as e:
+            say(f"verify {s.run_id}: cannot verify: {e}")
+            rows.append((s.stage, s.run_id, f"cannot verify: {e}"))
+    say("")
+    say(f"{'stage':9} {'run id':38} {'result':14} {'compared':>8}  first divergence")
+    for stage, run_id, o in rows:
+        if isinstance(o, Outcome):
+            say(f"{stage:9} {run_id:38} {o.result:14} {sum(o.compared.values()):8}  {o.first or ''}")
+        else:
+            say(f"{stage:9} {run_id:38} {'error':14} {'':8}  {o}")
+    return rows
+
+
+def upstream_exit(rows: list[tuple[str, str, Outcome | str]]) -> int:
+    codes = [o.exit_code if isinstance(o, Outcome) else CannotVerify.exit_code for _, _, o in rows]
+    for c in (1, 4, 3):
+        if c in codes:
+            return c
+    return 0
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    kw = {"segments": args.segments, "seed": args.seed, "xla_flags": tuple(args.xla_flags), "keep": args.keep}
+    if args.upstream:
+        return upstream_exit(verify_upstream(args.root, args.target, **kw))
+    return verify(args.root, args.target, **kw).exit_code
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("verify", help="replay a recorded run and compare it bit for bit",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", help="a run id; with --upstream, also a digest or a path (models/final)")
+    p.add_argument("--segments", type=int, metavar="K", help="train runs: replay K drawn checkpoint intervals")
+    p.add_argument("--seed", type=int, help="seed of the --segments draw (default: random, recorded)")
+    p.add_argument("--upstream", action="store_true", help="verify TARGET and every run in its lineage")
+    p.add_argument("--xla-flags", action="append", default=[], metavar="FLAG",
+                   help="force an XLA flag on the replay (changes the determinism class: exit 3)")
+    p.add_argument("--keep", action="store_true", help="keep the workspace for inspection")
+    p.set_defaults(fn=_cmd)
+

@@ -1,0 +1,212 @@
+"""The isolated workspace a recorded run is replayed in.
+
+A git worktree at the recorded commit (never the user's checkout), its params.yaml
+carrying the recorded params, its inputs restored by digest, and the environment of
+the recorded determinism class: the XLA CPU thread count (``NPROC``), the XLA flags, the
+device count (set from the restored params by the stage itself) and the allow-listed
+variables the run recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from marin import hashing
+from marin.errors import MarinError
+from marin.paths import ledger_dir
+
+
+class CannotVerify(MarinError):
+    """The run cannot be replayed here (no commit, uncommitted code, missing input, failed replay)."""
+
+    exit_code = 4
+
+
+def _git(cwd: Path, *args: str) -> str:
+    p = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        raise CannotVerify(f"git {' '.join(args)} failed in {cwd}: {p.stderr.strip()}")
+    return p.stdout
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+@dataclass
+class Workspace:
+    """A throwaway worktree of ``project`` at ``commit``; :meth:`close` removes it."""
+
+    project: Path
+    root: Path
+    commit: str
+    keep: bool = False
+    restored: list[dict[str, str]] = field(default_factory=list)  # input name, digest, where it came from
+
+    @classmethod
+    def open(cls, project: Path, run_id: str, started: dict[str, Any], keep: bool = False) -> Workspace:
+        code = started["code"]
+        if not code.get("git_commit"):
+            raise CannotVerify(f"run {run_id} was recorded outside a git repository: its code cannot be restored")
+        if code.get("dirty"):
+            raise CannotVerify(
+                f"run {run_id} was recorded with uncommitted changes (diff digest {code['diff_digest']}); "
+                "their content is not in the ledger, so its code cannot be restored. Commit changes before "
+                "recording runs that others should verify")
+        commit = code["git_commit"]
+        p = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=project, capture_output=True)
+        if p.returncode != 0:
+            raise CannotVerify(f"run {run_id} was recorded at commit {commit[:12]}, which this repository does "
+                               "not have; fetch it (git fetch) and retry")
+        base = Path(tempfile.mkdtemp(prefix=f"marin-verify-{run_id}-"))
+        ws = cls(project, base / "ws", commit, keep)
+        _git(project, "worktree", "add", "--detach", "--force", str(ws.root), commit)
+        shutil.rmtree(ledger_dir(ws.root), ignore_errors=True)  # the replay's ledger starts empty
+        ledger_dir(ws.root).mkdir(parents=True)
+        ws._restore_params(started["params"])
+        return ws
+
+    def _restore_params(self, recorded: dict[str, Any]) -> None:
+        """params.yaml at the commit, with every section the run recorded put back as recorded."""
+        path = self.root / "params.yaml"
+        base = yaml.safe_load(path.read_text()) if path.is_file() else {}
+        path.write_text(yaml.safe_dump(deep_merge(base or {}, recorded), sort_keys=False))
+
+    def restore_input(self, rec: dict[str, Any], entries: list[dict[str, Any]] | None = None) -> str:
+        """Put the input recorded by ``rec`` (an input record body) at its path in the workspace,
+        from the DVC cache or the project's copy, whichever has the recorded digest. ``entries``:
+        the producing run's file list of a directory input, to name the files that differ."""
+        dest, want = self.root / rec["path"], rec["digest"]
+        tried = []
+        md5 = rec.get("dvc_md5")
+        if md5:
+            if self._from_dvc_cache(md5, dest) and hashing.path_digest(dest) == want:
+                return self._restored(rec, f"DVC cache (md5 {md5})")
+            tried.append(f"the DVC cache has no copy with md5 {md5}")
+            _remove(dest)
+        src = self.project / rec["path"]
+        if src.exists():
+            got = hashing.path_digest(src)
+            if got == want:
+                _copy(src, dest)
+                return self._restored(rec, f"project copy at {rec['path']}")
+            tried.append(f"{rec['path']} in the project hashes to {got}{_changed_files(src, entries)}")
+        else:
+            tried.append(f"{rec['path']} is not in the project")
+        raise InputUnavailable(rec, "; ".join(tried))
+
+    def _restored(self, rec: dict[str, Any], source: str) -> str:
+        self.restored.append({"name": rec["name"], "digest": rec["digest"], "source": source})
+        return source
+
+    def _from_dvc_cache(self, md5: str, dest: Path) -> bool:
+        cache = _dvc_cache(self.project)
+        if cache is None:
+            return False
+        obj = cache / md5[:2] / md5[2:]
+        if not obj.is_file():
+            return False
+        _remove(dest)
+        if not md5.endswith(".dir"):
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(obj, dest)
+            return True
+        for entry in json.loads(obj.read_text()):
+            f = cache / entry["md5"][:2] / entry["md5"][2:]
+            if not f.is_file():
+                return False
+            (dest / entry["relpath"]).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, dest / entry["relpath"])
+        return True
+
+    def env(self, started: dict[str, Any], forced_flags: list[str]) -> dict[str, str]:
+        """The replay's environment: the verifier's, with the recorded determinism settings put back."""
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("NPROC", "XLA_FLAGS") and not k.startswith(("JAX_", "MARIN_"))}
+        env.update({k: v for k, v in started["env"]["env_vars"].items() if not k.startswith("MARIN_")})
+        det = started["determinism_class"]
+        if det.get("kind") == "jax":
+            env["XLA_FLAGS"] = " ".join([*det["xla_flags"], *forced_flags])
+            env["NPROC"] = str(det["xla_cpu_threads"])
+        elif forced_flags:
+            env["XLA_FLAGS"] = " ".join(forced_flags)
+        env["MARIN_ROOT"] = str(self.root)
+        env["MARIN_MLFLOW"] = "off"  # the replay is not a run of the project
+        env["PYTHONPATH"] = os.pathsep.join([str(self.root), *filter(None, [env.get("PYTHONPATH")])])
+        return env
+
+    def run(self, argv: list[str], env: dict[str, str], what: str) -> subprocess.CompletedProcess[str]:
+        p = subprocess.run([sys.executable, *argv], cwd=self.root, env=env, capture_output=True, text=True)
+        if p.returncode != 0:
+            tail = "\n".join((p.stderr or p.stdout).strip().splitlines()[-8:])
+            raise CannotVerify(f"{what} failed (exit {p.returncode}) in {self.root}:\n{tail}")
+        return p
+
+    def close(self) -> None:
+        if self.keep:
+            print(f"verify: workspace kept at {self.root}")
+            return
+        subprocess.run(["git", "worktree", "remove", "--force", str(self.root)], cwd=self.project,
+                       capture_output=True)
+        shutil.rmtree(self.root.parent, ignore_errors=True)
+        subprocess.run(["git", "worktree", "prune"], cwd=self.project, capture_output=True)
+
+
+class InputUnavailable(MarinError):
+    """No copy of a recorded input with its recorded digest could be found."""
+
+    def __init__(self, rec: dict[str, Any], tried: str):
+        self.rec = rec
+        super().__init__(f"input {rec['name']} ({rec['path']}): no copy with the recorded digest "
+                         f"{rec['digest']}: {tried}")
+
+
+def _changed_files(src: Path, entries: list[dict[str, Any]] | None) -> str:
+    """For a directory input, name the files that differ from the producing run's entries."""
+    if not src.is_dir() or not entries:
+        return ""
+    recorded = {e["path"]: e["digest"] for e in entries}
+    now = {rel: d for rel, d, _ in hashing.dir_entries(src)}
+    changed = sorted(r for r in set(recorded) | set(now) if recorded.get(r) != now.get(r))
+    return f" (files differing from the record: {', '.join(changed[:5])})" if changed else ""
+
+
+def _dvc_cache(project: Path) -> Path | None:
+    """The md5 object directory of the project's DVC cache (DVC 3 layout), if any."""
+    try:
+        from dvc.repo import Repo
+
+        with Repo(str(project)) as repo:
+            path = Path(repo.cache.local.path)
+    except Exception:  # not a DVC project, or DVC cannot open it: no cache to use
+        return None
+    return path if path.is_dir() else None
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p)
+    elif p.exists() or p.is_symlink():
+        p.unlink()
+
+
+def _copy(src: Path, dest: Path) -> None:
+    _remove(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_dir():
+        shutil.copytree(src, dest)
+    else:
+        shutil.copyfile(src, dest)
