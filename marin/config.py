@@ -7,13 +7,14 @@ that the schema (and the cross-field checks below) would reject.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from marin import schemas
+from marin import hashing, schemas
 from marin.errors import ParamsError
 
 
@@ -264,7 +265,10 @@ def _cross_checks(p: Params) -> list[str]:
 def parse(data: Any, what: str = "params.yaml") -> Params:
     """Validate a params mapping and build the frozen config."""
     schemas.validate(data, "params", what, error=ParamsError)
-    p = _build(Params, {**data, "raw": data})
+    # ``raw`` is what runs record and manifests repeat: in its canonical JSON form, so that
+    # ``10`` and ``10.0`` in params.yaml (one value, one recipe digest) make the same bytes.
+    raw = json.loads(hashing.canonical_json(data))
+    p = _build(Params, {**data, "raw": raw})
     problems = _cross_checks(p)
     if problems:
         raise ParamsError(f"{what}: {problems[0]}")

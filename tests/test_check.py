@@ -5,6 +5,7 @@ import json
 import rfc8785
 
 from marin.hashing import bytes_digest
+from tests.test_records import EXAMPLES
 
 
 def _run_file(proj, stage: str):
@@ -110,3 +111,39 @@ def test_garbage_line_is_named(data_project) -> None:
     r = data_project.marin("ledger", "check")
     assert r.returncode == 1
     assert f"FAIL {path.name} line 3:" in r.stderr
+
+
+def _finished_run(path, verification_first: bool = False):
+    """A minimal run file written through the ledger's own appender."""
+    from marin import hashing
+    from marin.ledger.merkle import merkle_root
+    from marin.ledger.store import RunFile
+    f = RunFile(path, path.name.removesuffix(".jsonl"))
+    f.append("run.started", EXAMPLES["run.started"])
+    if verification_first:
+        f.append("verification", EXAMPLES["verification"])
+    f.append("run.finished", lambda recs: {**EXAMPLES["run.finished"], "records": len(recs), "merkle_root":
+                                           hashing.fmt(merkle_root([hashing.parse(r.digest) for r in recs]))})
+    return f
+
+
+def test_verification_records_may_follow_run_finished(tmp_path) -> None:
+    from marin.ledger.check import check_run
+    from marin.ledger.store import read_run
+
+    path = tmp_path / "train-20260101T000000Z-0123abcd.jsonl"
+    f = _finished_run(path)
+    f.append("verification", EXAMPLES["verification"])
+    f.append("verification", EXAMPLES["verification"])
+    log = read_run(path)
+    assert check_run(log) == [] and log.status == "succeeded" and log.finished.seq == 1
+
+
+def test_a_verification_before_run_finished_is_named(tmp_path) -> None:
+    from marin.ledger.check import check_run
+    from marin.ledger.store import read_run
+
+    path = tmp_path / "train-20260101T000000Z-0123abcd.jsonl"
+    _finished_run(path, verification_first=True)
+    problems = [str(p) for p in check_run(read_run(path))]
+    assert problems == [f"{path.name} seq 1: a verification record before run.finished"]

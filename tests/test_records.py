@@ -35,6 +35,17 @@ EXAMPLES = {
              "samples": [{"prompt": "ROMEO.", "completion": " O", "token_ids": [1, 2]}]},
     "run.finished": {"status": "succeeded", "outputs": [{"name": "train", "digest": D}],
                      "merkle_root": D, "records": 3, "wall_s": 1.5, "ledger_s": 0.1},
+    "verification": {"verified": {"run_id": "train-x", "recipe_digest": D, "finished_digest": D},
+                     "mode": "segments", "result": "mismatch", "exit_code": 1,
+                     "verifier": {"env": {}, "code": {}, "determinism_class": {"kind": "jax"},
+                                  "workspace": "git worktree at 0123", "inputs": [
+                                      {"name": "tokens", "digest": D, "source": "DVC cache"}]},
+                     "compared": {"checkpoint": 2, "metric": 4},
+                     "first_divergence": {"seq": 9, "kind": "metric", "step": 6, "name": "loss",
+                                          "what": "loss recorded 1.0 replayed 2.0"},
+                     "segments": {"seed": 7, "k": 2, "n": 8, "drawn": [[0, 50], [150, 200]],
+                                  "detection_probability": 0.25},
+                     "time": {"total_s": 3.5}},
 }
 
 
