@@ -141,6 +141,10 @@ class _Syncer:
         # Outputs as tags, so lineage can be followed in MLflow alone: input digest -> producing run.
         tags += [RunTag("marin.output." + r.body["name"].replace(":", "/"), r.body["digest"])
                  for r in new if r.kind == "output"]
+        # The latest `marin verify` of this run: result, mode and the record that says so.
+        tags += [t for r in new if r.kind == "verification" for t in (
+            RunTag("marin.verification.result", r.body["result"]), RunTag("marin.verification.mode", r.body["mode"]),
+            RunTag("marin.verification.record", f"seq {r.seq} {r.digest}"))]
         self.client.log_batch(mlflow_id, tags=tags)
         if log.finished is not None:
             status = "FINISHED" if log.status == "succeeded" else "FAILED"
