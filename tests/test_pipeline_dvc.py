@@ -147,7 +147,8 @@ def test_default_run_verifies_bit_exact_upstream_from_the_final_model(repro) -> 
 
     assert proj.marin("mlflow", "sync").returncode == 0
     client, exp = store(proj)
-    tags = {x.data.tags["marin.run_id"]: x.data.tags for x in client.search_runs([exp]) if "marin.run_id" in x.data.tags}
+    tags = {x.data.tags["marin.run_id"]: x.data.tags for x in client.search_runs([exp])
+            if "marin.run_id" in x.data.tags}
     train = proj.runs("train")[0][0]["run_id"]
     assert tags[train]["marin.verification.result"] == "bit-exact"
     assert tags[evaluate]["marin.verification.result"] == "bit-exact"

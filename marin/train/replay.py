@@ -1,11 +1,11 @@
 """Tensor-level work of ``marin verify``, run in the verifier's workspace with the recorded runtime.
 
-    python -m marin.train.replay segment --checkpoints DIR --start S --end E --out OUT.json
+    python -m marin.train.replay segments --checkpoints DIR --intervals S:E,S:E --out OUT.json
     python -m marin.train.replay compare --a DIR --b DIR --steps 50,100 --out OUT.json
 
-``segment`` restores the checkpoint at step S of a recorded run (S = 0: a fresh init),
-trains to step E exactly as the train stage does, and reports the exact metrics of every
-logged step and the state digest at E. ``compare`` restores two runs' checkpoints at the
+``segments`` restores, for each interval, the checkpoint at step S of a recorded run (S = 0:
+a fresh init), trains to step E exactly as the train stage does, and reports the exact
+metrics of every logged step and the state digest at E. ``compare`` restores two runs' checkpoints at the
 same steps and reports, per step, both digests and, for each tensor that differs, the
 largest absolute and relative difference. Both read params.yaml of the workspace and set
 the XLA thread and device count from it before jax starts, like the stage.
@@ -61,32 +61,40 @@ def _load(root: Path) -> tuple[config.Params, Any]:
     return params, loop.setup(root, params)
 
 
-def segment(root: Path, ckpt_dir: Path, start: int, end: int) -> dict[str, Any]:
+def segments(root: Path, ckpt_dir: Path, intervals: list[tuple[int, int]]) -> dict[str, Any]:
+    """Replay each interval (start, end] from the recorded checkpoint at ``start``, in one process
+    (one compile for all of them)."""
     params, su = _load(root)
+    from marin import env
     from marin.train import checkpoint, loop
 
     ckpts = checkpoint.Checkpoints(ckpt_dir)
-    if start == 0:
-        state, start_digest = su.init_state(params), None
-    else:
-        state, _ = ckpts.restore(start, su.abstract, su.shardings)
-        start_digest = checkpoint.state_digest(state)
-    metrics: dict[int, dict[str, Any]] = {}
-    for i in range(start, end):
-        state, m = su.step(state, i)
-        if loop.is_log_step(params.train, i + 1):
-            metrics[i + 1] = su.metric_values(m, i)
-    from marin import env
-
-    out: dict[str, Any] = {"determinism_class": runtime.determinism_class(params.runtime, env.fingerprint()),
-                           "start_digest": start_digest, "end_digest": checkpoint.state_digest(state),
-                           "metrics": {str(k): v for k, v in metrics.items()}, "distances": None}
-    if end in ckpts.steps():  # name the tensors that differ from what the recorded run left on disk
-        recorded, _ = ckpts.restore(end, su.abstract, su.shardings)
-        out["recorded_end_digest"] = checkpoint.state_digest(recorded)
-        out["distances"] = distances(tensors(recorded), tensors(state))
+    on_disk = set(ckpts.steps())
+    results = []
+    for start, end in intervals:
+        if start == 0:
+            state, start_digest = su.init_state(params), None
+        elif start in on_disk:
+            state, _ = ckpts.restore(start, su.abstract, su.shardings)
+            start_digest = checkpoint.state_digest(state)
+        else:
+            results.append({"start": start, "end": end, "start_digest": None, "missing": start})
+            continue
+        metrics: dict[str, Any] = {}
+        for i in range(start, end):
+            state, m = su.step(state, i)
+            if loop.is_log_step(params.train, i + 1):
+                metrics[str(i + 1)] = su.metric_values(m, i)
+        res: dict[str, Any] = {"start": start, "end": end, "start_digest": start_digest,
+                               "end_digest": checkpoint.state_digest(state), "metrics": metrics, "distances": None}
+        if end in on_disk:  # name the tensors that differ from what the recorded run left on disk
+            recorded, _ = ckpts.restore(end, su.abstract, su.shardings)
+            res["recorded_end_digest"] = checkpoint.state_digest(recorded)
+            res["distances"] = distances(tensors(recorded), tensors(state))
+        results.append(res)
     ckpts.close()
-    return out
+    return {"determinism_class": runtime.determinism_class(params.runtime, env.fingerprint()),
+            "intervals": results}
 
 
 def compare(root: Path, dir_a: Path, dir_b: Path, steps: list[int]) -> dict[str, Any]:
@@ -112,10 +120,9 @@ def compare(root: Path, dir_a: Path, dir_b: Path, steps: list[int]) -> dict[str,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m marin.train.replay", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    seg = sub.add_parser("segment")
+    seg = sub.add_parser("segments")
     seg.add_argument("--checkpoints", type=Path, required=True)
-    seg.add_argument("--start", type=int, required=True)
-    seg.add_argument("--end", type=int, required=True)
+    seg.add_argument("--intervals", required=True, help="comma-separated START:END")
     cmp_ = sub.add_parser("compare")
     cmp_.add_argument("--a", type=Path, required=True)
     cmp_.add_argument("--b", type=Path, required=True)
@@ -124,8 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     root = project_root()
-    if args.cmd == "segment":
-        result = segment(root, args.checkpoints, args.start, args.end)
+    if args.cmd == "segments":
+        bounds = [tuple(int(x) for x in iv.split(":")) for iv in args.intervals.split(",") if iv]
+        result = segments(root, args.checkpoints, [(a, b) for a, b in bounds])
     else:
         result = compare(root, args.a, args.b, [int(s) for s in args.steps.split(",") if s])
     args.out.write_text(json.dumps(result, indent=1, sort_keys=True))

@@ -272,31 +272,34 @@ def _replay_segments(root: Path, log: RunLog, ws: Workspace, replay_env: dict[st
     metrics = {r.body["step"]: r for r in log.of_kind("metric")}
     at = {r.body["step"]: r for r in ckpts}
     ckpt_dir = root / Path(ckpts[0].body["path"]).parent
-    det = None
-    for start, end in bounds:
-        res = _json_run(ws, replay_env, ["segment", "--checkpoints", str(ckpt_dir), "--start", str(start),
-                                         "--end", str(end)])
-        det = res["determinism_class"]
+    res_all = _json_run(ws, replay_env, ["segments", "--checkpoints", str(ckpt_dir), "--intervals",
+                                         ",".join(f"{a}:{b}" for a, b in bounds)])
+    det = res_all["determinism_class"]
+    for res in res_all["intervals"]:
+        start, end = res["start"], res["end"]
         if start and res["start_digest"] != at[start].body["digest"]:
             r = at[start]
+            found = "are missing" if res["start_digest"] is None else f"restore to {res['start_digest']}"
             out.divergences.append(Divergence(r.seq, "checkpoint", f"the checkpoint files at {r.body['path']} "
-                                   f"restore to {res['start_digest']}, not the recorded {r.body['digest']}",
+                                   f"{found}, not the recorded {r.body['digest']}: the interval cannot start",
                                    step=start, recorded=r.body["digest"], replayed=res["start_digest"]))
+            say(f"     interval ({start}, {end}]: MISMATCH at its start")
             continue
         for s, values in res["metrics"].items():
             r = metrics.get(int(s))
-            want = {kk: v["hex"] for kk, v in r.body["values"].items()} if r else None
             got = {kk: v["hex"] for kk, v in values.items()}
+            out.compared["metric"] = out.compared.get("metric", 0) + 1
             if r is None:
                 out.divergences.append(Divergence(at[end].seq, "metric", "the replay logs this step; the run "
                                                   "recorded no metric for it", step=int(s), replayed=got))
-            elif any(want[kk] != got.get(kk) for kk in want):
-                bad = [kk for kk in want if want[kk] != got.get(kk)]
+                continue
+            want = {kk: v["hex"] for kk, v in r.body["values"].items()}
+            bad = [kk for kk in want if want[kk] != got.get(kk)]
+            if bad:
                 out.divergences.append(Divergence(r.seq, "metric", ", ".join(
                     f"{kk} recorded {float.fromhex(want[kk])!r} replayed {float.fromhex(got[kk])!r}" for kk in bad),
                     step=int(s), name=bad[0], recorded={kk: want[kk] for kk in bad},
                     replayed={kk: got.get(kk) for kk in bad}))
-            out.compared["metric"] = out.compared.get("metric", 0) + 1
         r = at[end]
         out.compared["checkpoint"] = out.compared.get("checkpoint", 0) + 1
         if res["end_digest"] != r.body["digest"]:
