@@ -105,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     lineage.add_parser(sub)
     diff.add_parser(sub)
     verify.add_parser(sub)
+    from marin.report import build as report
+
+    report.add_parser(sub)
 
     par = sub.add_parser("params", help="validate params.yaml")
     psub = par.add_subparsers(dest="params_command", required=True)

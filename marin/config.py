@@ -142,6 +142,17 @@ class EvaluateParams:
 
 
 @dataclass(frozen=True)
+class ReportParams:
+    model_name: str
+    version: str
+    license: str
+    code_license: str
+    signing_key: str | None
+    fmti_indicators: str | None = None
+    mof_licenses: str | None = None
+
+
+@dataclass(frozen=True)
 class Params:
     seed: int
     fetch: FetchParams
@@ -152,6 +163,7 @@ class Params:
     runtime: RuntimeParams
     evaluate: EvaluateParams
     raw: dict[str, Any] = dataclasses.field(repr=False, compare=False)
+    report: ReportParams | None = None  # optional: only the report stage reads it
 
     def section(self, *names: str) -> dict[str, Any]:
         """The raw params of the named sections, as recorded in a run's ledger."""
@@ -219,6 +231,7 @@ _NESTED: dict[tuple[str, str], type] = {
     ("Params", "train"): TrainParams,
     ("Params", "runtime"): RuntimeParams,
     ("Params", "evaluate"): EvaluateParams,
+    ("Params", "report"): ReportParams,
     ("FetchParams", "sources"): Source,
     ("Source", "extract"): Extract,
     ("CurateParams", "filters"): Filters,

@@ -201,3 +201,37 @@ def data_project(tmp_path: Path, _data_project: Project) -> Project:
     dest = tmp_path / "proj"
     shutil.copytree(_data_project.root, dest, symlinks=True)
     return Project(dest)
+
+
+TINY = {
+    "model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 1, "d_ff": 64, "seq_len": 32,
+              "tie_embeddings": True, "rope_theta": 10000.0, "dtype": "float32"},
+    "train": {"steps": 12, "batch_size": 8, "lr": 3.0e-3, "schedule": "cosine", "warmup_steps": 2,
+              "min_lr_ratio": 0.1, "wsd_decay_fraction": 0.2, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
+              "eps": 1.0e-8, "grad_clip": 1.0, "log_every": 2, "checkpoint_every": 4},
+}
+
+
+def tiny(proj: Project, **runtime: object) -> None:
+    """Shrink the model and training to seconds (3 checkpoint intervals of 4 steps)."""
+    params = proj.params
+    params.update(json.loads(json.dumps(TINY)))
+    params["runtime"].update(runtime)
+    proj.write_params(params)
+
+
+@pytest.fixture(scope="session")
+def _trained_project(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Project:
+    proj = new_project(tmp_path_factory.mktemp("trained") / "proj", mini_params(corpus))
+    tiny(proj)
+    for stage in ("fetch", "curate", "tokenize", "train", "evaluate"):
+        proj.stage(stage)
+    return proj
+
+
+@pytest.fixture
+def trained_project(tmp_path: Path, _trained_project: Project) -> Project:
+    """A copy of a project on the mini corpus whose whole pipeline ran with a tiny model."""
+    dest = tmp_path / "proj"
+    shutil.copytree(_trained_project.root, dest, symlinks=True)
+    return Project(dest)

@@ -11,25 +11,9 @@ import pytest
 
 from marin.ledger import read_run
 from marin.ledger.check import check_run
-from tests.conftest import BIN, env_for_subprocess
+from tests.conftest import BIN, env_for_subprocess, tiny
 
 pytestmark = pytest.mark.slow
-
-TINY = {
-    "model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 1, "d_ff": 64, "seq_len": 32,
-              "tie_embeddings": True, "rope_theta": 10000.0, "dtype": "float32"},
-    "train": {"steps": 12, "batch_size": 8, "lr": 3.0e-3, "schedule": "cosine", "warmup_steps": 2,
-              "min_lr_ratio": 0.1, "wsd_decay_fraction": 0.2, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
-              "eps": 1.0e-8, "grad_clip": 1.0, "log_every": 2, "checkpoint_every": 4},
-}
-
-
-def tiny(proj, **runtime) -> None:
-    params = proj.params
-    params.update(json.loads(json.dumps(TINY)))
-    params["runtime"].update(runtime)
-    proj.write_params(params)
-
 
 def last_train(proj) -> list[dict]:
     return proj.runs("train")[-1]

@@ -17,26 +17,14 @@ import pytest
 import rfc8785
 
 from marin.ledger.merkle import merkle_root
-from tests.conftest import BIN, Project, mini_params, new_project
-from tests.test_train import tiny
+from tests.conftest import BIN, Project
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def _trained(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Project:
-    proj = new_project(tmp_path_factory.mktemp("verify") / "proj", mini_params(corpus))
-    tiny(proj)
-    for stage in ("fetch", "curate", "tokenize", "train", "evaluate"):
-        proj.stage(stage)
-    return proj
-
-
 @pytest.fixture
-def trained(tmp_path: Path, _trained: Project) -> Project:
-    dest = tmp_path / "proj"
-    shutil.copytree(_trained.root, dest, symlinks=True)
-    return Project(dest)
+def trained(trained_project: Project) -> Project:
+    return trained_project
 
 
 def run_file(proj: Project, stage: str) -> Path:

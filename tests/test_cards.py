@@ -1,0 +1,227 @@
+"""Model card, datasheet, FMTI and MOF outputs of a real trained project, checked with outside
+tools (huggingface_hub, markdown-it, jsonschema) against values read straight from the ledger."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import hashlib
+import io
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from huggingface_hub import ModelCard
+from huggingface_hub.repocard_data import model_index_to_eval_results
+from markdown_it import MarkdownIt
+
+from marin.report import cards
+from marin.report.facts import gather
+
+pytestmark = pytest.mark.slow
+
+VENDOR = Path(__file__).resolve().parents[2] / "shared" / "vendor"
+META = {"model_name": "marin-tiny", "license": "Apache-2.0", "report_dir": "reports/marin-tiny",
+        "code_license": "Apache-2.0", "model_license": "Apache-2.0", "date": "2026-11-30", "version": "0.1.0"}
+HEADER = ["domain", "subdomain", "indicator", "disclosed", "disclosure", "evidence"]
+SECTIONS = ["Motivation", "Composition", "Collection process", "Preprocessing/cleaning/labeling", "Uses",
+            "Distribution", "Maintenance"]
+
+
+@pytest.fixture
+def built(trained_project: Any) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    facts, doc = gather(trained_project.root)
+    return trained_project.root, facts.to_dict(), doc
+
+
+def pointer(doc: Any, ptr: str) -> Any:
+    for part in ptr.split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        doc = doc[int(part)] if isinstance(doc, list) else doc[part]
+    return doc
+
+
+def ledger_records(root: Path, run_id: str) -> dict[int, dict[str, Any]]:
+    lines = (root / "ledger" / "runs" / f"{run_id}.jsonl").read_text().splitlines()
+    return {r["seq"]: r for r in map(json.loads, lines)}
+
+
+def ledger_value(root: Path, facts: dict[str, Any], fid: str) -> Any:
+    """The value a fact claims, found independently: in its ledger record, its recorded file, or
+    recomputed from its inputs."""
+    src = facts[fid]["source"]
+    if "inputs" in src:
+        coef = re.match(r"(\d+) ×", src["formula"])
+        return math.prod([int(coef.group(1)) if coef else 1, *(ledger_value(root, facts, i) for i in src["inputs"])])
+    rec = ledger_records(root, src["run_id"])[src["seq"]]
+    assert rec["digest"] == src["record"], fid
+    if "file" not in src:
+        return pointer(rec, src["pointer"])
+    assert rec["body"]["path"] == src["file"] and rec["body"]["digest"] == src["file_digest"], fid
+    data = (root / src["file"]).read_bytes()
+    assert "sha256:" + hashlib.sha256(data).hexdigest() == src["file_digest"], fid
+    return pointer(json.loads(data), src["pointer"])
+
+
+def links_and_prose(text: str) -> tuple[list[tuple[str, str]], str]:
+    """(href, rendered link text) of every link, and the rendered text outside links and code."""
+    links, prose = [], []
+    for tok in MarkdownIt("commonmark").enable("table").parse(text):
+        inside = None
+        for ch in tok.children or []:
+            if ch.type == "link_open":
+                inside = [str(ch.attrGet("href")), ""]
+            elif ch.type == "link_close":
+                links.append((inside[0], inside[1]))
+                inside = None
+            elif ch.type in ("text", "code_inline") and inside is not None:
+                inside[1] += ch.content
+            elif ch.type == "text":
+                prose.append(ch.content)
+    return links, " ".join(prose)
+
+
+def check_citations(root: Path, facts: dict[str, Any], text: str) -> int:
+    links, prose = links_and_prose(text)
+    cited = [(h.removeprefix("report.md#"), t) for h, t in links if h.startswith("report.md#")]
+    assert len(cited) == text.count("](report.md#F"), "a citation did not render as a link"
+    for fid, shown in cited:
+        assert fid in facts, fid
+        assert shown == facts[fid]["text"], (fid, shown)
+        assert ledger_value(root, facts, fid) == facts[fid]["value"], fid
+    # every number printed is a cited fact: outside links and code spans the prose holds no digit but
+    # the caller's meta (licence ids) and two constants
+    rest = prose.replace("Gebru et al., 2021", "").replace("6 × parameters", "")
+    for v in META.values():
+        rest = rest.replace(v, "")
+    assert not re.search(r"\d", rest), re.findall(r".{30}\d.{30}", rest)
+    return len(cited)
+
+
+def test_model_card_is_a_valid_hub_card_with_the_ledger_eval_results(built: Any) -> None:
+    root, facts, doc = built
+    card = ModelCard(cards.model_card(facts, doc, META))
+    data = card.data.to_dict()
+    fetch = next((root / "ledger" / "runs").glob("fetch-*.jsonl")).stem
+    sources = [r["body"]["name"] for r in ledger_records(root, fetch).values() if r["kind"] == "input"]
+    assert data["license"] == "apache-2.0" and data["datasets"] == sources
+    assert data["library_name"] == "jax" and data["pipeline_tag"] == "text-generation"
+    [evaluate] = (root / "ledger" / "runs").glob("evaluate-*.jsonl")
+    expected = {(r["body"].get("corpus", "all"), k, r["body"]["values"][k]["value"])
+                for r in ledger_records(root, evaluate.stem).values()
+                if r["kind"] == "eval" and r["body"]["name"] == "model" for k in ("bits_per_byte", "perplexity")}
+    name, results = model_index_to_eval_results(data["model-index"])
+    assert name == META["model_name"] and len(expected) == 4
+    assert {(e.dataset_config, e.metric_type, e.metric_value) for e in results} == expected
+    assert all(e.task_type == "text-generation" and e.dataset_split == "validation" for e in results)
+    assert len(card.data.eval_results) == len(results)
+    body = card.text
+    for heading in ("Model details", "Uses", "Training data", "Training procedure", "Evaluation",
+                    "Reproducibility", "Limitations", "Citation and licence"):
+        assert f"\n## {heading}\n" in body
+    assert "unigram_baseline" in body
+    repro = body.split("## Reproducibility")[1].split("## Limitations")[0]
+    for run_id in [r["run_id"] for r in doc["lineage"]]:
+        verified = any(r["kind"] == "verification" for r in ledger_records(root, run_id).values())
+        row = next(line for line in repro.splitlines() if f"`{run_id}`" in line)
+        assert ("no verification recorded" in row) is not verified, row
+
+
+def test_the_citation_check_catches_a_value_the_ledger_does_not_hold(built: Any) -> None:
+    root, facts, doc = built
+    wrong = copy.deepcopy(facts)
+    fid = doc["model"]["n_params"]
+    wrong[fid]["value"] += 1
+    wrong[fid]["text"] = f"{wrong[fid]['value']:,}"
+    with pytest.raises(AssertionError, match=fid):
+        check_citations(root, wrong, ModelCard(cards.model_card(wrong, doc, META)).text)
+
+
+def test_every_value_in_card_and_datasheet_is_a_ledger_fact(built: Any) -> None:
+    root, facts, doc = built
+    card = ModelCard(cards.model_card(facts, doc, META)).text
+    assert check_citations(root, facts, card) > 60
+    assert check_citations(root, facts, cards.datasheet(facts, doc, META)) > 30
+
+
+def test_datasheet_has_the_seven_sections_and_says_what_is_not_recorded(built: Any) -> None:
+    _, facts, doc = built
+    text = cards.datasheet(facts, doc, META)
+    assert re.findall(r"^## (.+)$", text, re.M) == SECTIONS
+    maintenance = text.split("## Maintenance")[1]
+    assert "Maintainer and contact: not recorded" in maintenance
+    assert "Funding: not recorded" in text
+    for f in doc["data"]["funnel"]:
+        assert f"`{f['corpus']}`" in text.split("## Preprocessing")[1].split("## Uses")[0]
+
+
+@pytest.mark.parametrize("name", ["fmti-indicators-dec2025.csv", "fmti-indicators-2024.csv"])
+def test_fmti_has_one_row_per_indicator_with_ledger_evidence(built: Any, name: str) -> None:
+    root, facts, doc = built
+    with open(VENDOR / name, newline="", encoding="utf-8-sig") as fh:
+        indicators = list(csv.DictReader(fh))
+    reader = csv.DictReader(io.StringIO(cards.fmti(facts, doc, META, VENDOR / name)))
+    rows = list(reader)
+    assert reader.fieldnames == HEADER
+    assert [(r["domain"], r["subdomain"], r["indicator"]) for r in rows] == [
+        (i["Domain"].strip(), i["Subdomain"].strip(), i["Indicator"].strip()) for i in indicators]
+    yes = [r for r in rows if r["disclosed"] == "yes"]
+    assert len(yes) >= 10
+    for r in yes:
+        assert r["disclosure"] and r["evidence"], r["indicator"]
+        for ref in r["evidence"].split(" "):
+            run_id, seq = ref.rsplit("#", 1)
+            assert (root / "ledger" / "runs" / f"{run_id}.jsonl").is_file(), ref
+            assert int(seq) in ledger_records(root, run_id), ref
+    for r in rows:
+        if r["disclosed"] != "yes":
+            assert (r["disclosed"], r["disclosure"], r["evidence"]) == (
+                "no", "not disclosed: not in the pipeline's records", "")
+    size = next(r for r in yes if r["indicator"] == "Data size")
+    assert facts[doc["data"]["splits"]["train"]["tokens"]]["text"] in size["disclosure"]
+
+
+def test_fmti_without_an_indicator_list_invents_no_indicator(built: Any, tmp_path: Path) -> None:
+    _, facts, doc = built
+    known = set()
+    for name in ("fmti-indicators-dec2025.csv", "fmti-indicators-2024.csv"):
+        with open(VENDOR / name, newline="", encoding="utf-8-sig") as fh:
+            known |= {r["Indicator"].strip().lower() for r in csv.DictReader(fh)}
+    for arg in (None, tmp_path / "missing.csv"):
+        rows = list(csv.DictReader(io.StringIO(cards.fmti(facts, doc, META, arg))))
+        assert rows and {r["indicator"].lower() for r in rows} <= known
+        assert sum(r["disclosed"] == "yes" for r in rows) >= 10
+
+
+def test_mof_release_validates_and_reaches_class_ii(built: Any) -> None:
+    root, facts, doc = built
+    meta = {**META, "model_license": "Apache-2.0"}
+    release = yaml.safe_load(yaml.safe_dump(cards.mof(facts, doc, meta), sort_keys=False))
+    schema = json.loads((VENDOR / "mof_schema.json").read_text())
+    validator = jsonschema.validators.validator_for(schema)
+    validator(schema, format_checker=validator.FORMAT_CHECKER).validate(release)
+    comps = {c["name"]: c for c in release["release"]["components"]}
+    assert len(comps) == 17 and comps["Research paper"]["license_name"] == "Component not included"
+    for c in comps.values():  # what the release points at exists in the project (the report files aside)
+        if c["location"] and not c["location"].startswith(META["report_dir"]):
+            assert (root / c["location"]).exists(), c
+    licenses = VENDOR / "mof-licenses.json"
+    # Class III and II components are all under Apache-2.0 (code/document) or CC0-1.0 (the evaluation
+    # data); Class I needs a research paper, which is not included.
+    assert cards.mof_class(release, licenses) == "Class II - Open Tooling"
+    assert cards.mof_class(release, None) == "Class II - Open Tooling"
+    no_card = copy.deepcopy(release)
+    no_card["release"]["components"] = [c for c in comps.values() if c["name"] != "Model card"]
+    assert cards.mof_class(no_card, licenses) == "Unclassified"
+    closed = copy.deepcopy(release)
+    next(c for c in closed["release"]["components"] if c["name"] == "Training code")["license_name"] = "BUSL-1.1"
+    assert cards.mof_class(closed, licenses) == "Class III - Open Model"
+    doc_licence = copy.deepcopy(release)  # CC-BY-4.0 is a document licence, not one for data
+    next(c for c in doc_licence["release"]["components"] if c["name"] == "Evaluation data")["license_name"] = (
+        "CC-BY-4.0")
+    assert cards.mof_class(doc_licence, licenses) == "Class III - Open Model"

@@ -1,0 +1,221 @@
+"""`marin report` and `marin report verify`: every number traced to its ledger record by an
+independent reader, outside checkers for each format, tampering named, a real browser render."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import rfc8785
+import yaml
+
+from tests.conftest import SHARED, Project
+from tests.test_verify import records, rewrite_chain, run_file
+
+pytestmark = pytest.mark.slow
+LINK = re.compile(r"\[((?:[^\]\\]|\\.)*)\]\(#(F\d+)\)")
+SOURCE_ROW = re.compile(r'^\| <a id="(F\d+)"></a>F\d+ \| (.*?) \| (.*)$')
+
+
+@pytest.fixture
+def reported(trained_project: Project) -> tuple[Project, Path]:
+    trained_project.marin("keygen", check=True)
+    trained_project.marin("report", check=True)
+    return trained_project, trained_project.root / "reports" / "marin-tiny"
+
+
+def _ledger_value(root: Path, src: dict) -> object:
+    """Resolve a fact's source without marin's code: the JSONL line with that seq, its digest, the pointer."""
+    line = next(r for r in records(root / "ledger" / "runs" / f"{src['run_id']}.jsonl") if r["seq"] == src["seq"])
+    assert line["digest"] == src["record"]
+    if "file" in src:
+        assert line["body"]["digest"] == src["file_digest"]
+        doc = json.loads((root / src["file"]).read_text())
+    else:
+        doc = line
+    for part in src["pointer"].split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        doc = doc[int(part)] if isinstance(doc, list) else doc[part]
+    return doc
+
+
+def _matches(text: str, value: object) -> bool:
+    text = re.sub(r"\\(.)", r"\1", text)  # Markdown backslash escapes
+    if isinstance(value, str):
+        return text == value.replace("\n", " ⏎ ")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return text == str(value)
+    shown = float(text.replace(",", ""))
+    decimals = len(text.split(".")[1]) if "." in text and "e" not in text else None
+    if isinstance(value, int) and decimals is None:
+        return shown == value
+    tol = 0.5 * 10 ** -decimals if decimals is not None else abs(value) * 1e-5
+    return math.isclose(shown, value, abs_tol=tol * 1.0001)
+
+
+def test_every_number_in_report_md_traces_to_its_ledger_record(reported) -> None:
+    proj, out = reported
+    md = (out / "report.md").read_text()
+    facts = json.loads((out / "report.json").read_text())["facts"]
+    links = LINK.findall(md[: md.index("\n## Sources")])  # the Sources table links facts to facts
+    assert len(links) > 100
+    values: dict[str, object] = {}
+    for fid, fact in facts.items():  # sources, resolved independently
+        if "formula" not in fact["source"]:
+            values[fid] = _ledger_value(proj.root, fact["source"])
+    for fid, fact in facts.items():  # derived values recomputed from their inputs
+        if "formula" in fact["source"]:
+            ins = [values[i] for i in fact["source"]["inputs"]]
+            values[fid] = math.prod(ins) * (6 if fact["source"]["formula"].startswith("6") else 1)
+    for text, fid in links:
+        assert _matches(text, values[fid]), (fid, facts[fid]["label"], text, values[fid])
+    # the Sources section lists each cited fact with its run and seq
+    sources = {m.group(1): m.group(3) for m in map(SOURCE_ROW.match, md.splitlines()) if m}
+    for _, fid in links:
+        src = facts[fid]["source"]
+        assert (src.get("run_id", "derived") in sources[fid]) and (str(src.get("seq", "")) in sources[fid])
+    # spot checks against the ledger, read directly
+    ev = next(r["body"] for r in records(run_file(proj, "evaluate")) if r["kind"] == "eval" and r["body"]["name"] ==
+          "model" and "corpus" not in r["body"])
+    assert f"{ev['values']['bits_per_byte']['value']:,.4f}" in md
+    assert "## Verification status" in md and "## Data" in md and "### Curation funnel" in md
+
+
+def test_outside_checkers_accept_every_format(reported) -> None:
+    from google.protobuf import json_format
+    from huggingface_hub import ModelCard
+    from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
+    from in_toto_attestation.v1.statement import Statement
+    from jsonschema import Draft202012Validator
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.signer import SSlibKey
+
+    proj, out = reported
+    envelope = json.loads((out / "provenance.intoto.json").read_text())
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    pub = load_pem_public_key((proj.root / ".marin/keys/report.key.pub").read_bytes())
+    key = SSlibKey.from_crypto(pub, keyid=envelope["signatures"][0]["keyid"])
+    Envelope.from_dict(envelope).verify([key], 1)
+    stmt = json.loads(base64.b64decode(envelope["payload"]))
+    json_format.ParseDict(stmt["predicate"], provenance_pb2.Provenance(), ignore_unknown_fields=False)
+    Statement(stmt["subject"] and _subjects(stmt), stmt["predicateType"], stmt["predicate"]).validate()
+    names = {s["name"]: s["digest"]["sha256"] for s in stmt["subject"]}
+    import hashlib
+
+    for f in ("report.md", "report.html", "model_card.md", "datasheet.md", "fmti.csv", "mof.yml",
+              "lineage.prov.json", "figures/loss.svg"):
+        assert names[f] == hashlib.sha256((out / f).read_bytes()).hexdigest()
+    model = next(r for r in records(run_file(proj, "train")) if r["kind"] == "output" and r["body"]["name"] == "model")
+    assert model["body"]["tensor_digest"].split(":")[1] in names.values()
+
+    card = ModelCard((out / "model_card.md").read_text())
+    assert card.data.to_dict()["license"] == "apache-2.0" and card.data.to_dict()["model-index"]
+    mof = yaml.safe_load((out / "mof.yml").read_text())
+    Draft202012Validator(json.loads((SHARED / "vendor" / "mof_schema.json").read_text())).validate(mof)
+    prov = json.loads((out / "lineage.prov.json").read_text())
+    schema = json.loads((Path(__file__).parent / "data" / "prov-json.schema.json").read_text())
+    from jsonschema import validators
+
+    validators.validator_for(schema)(schema).validate(prov)
+    html = (out / "report.html").read_text()
+    assert html.count("<svg") == 3 and "<img" not in html and "<link" not in html  # self-contained:
+    assert not re.search(r'(src|href)="(https?:)?//', html)  # nothing fetched from the network
+
+
+def _subjects(stmt: dict) -> list:
+    from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
+
+    return [ResourceDescriptor(name=s["name"], digest=s["digest"]).pb for s in stmt["subject"]]
+
+
+def test_report_verify_passes_then_names_each_tampering(reported) -> None:
+    proj, out = reported
+    ok = proj.marin("report", "verify", str(out))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    pristine = proj.root / "pristine"
+    shutil.copytree(out, pristine)
+
+    def reset() -> None:
+        shutil.rmtree(out)
+        shutil.copytree(pristine, out)
+
+    # 1. a report file changed after signing
+    html = out / "report.html"
+    html.write_text(html.read_text().replace("Transparency report", "Transparency Report", 1))
+    r = proj.marin("report", "verify", str(out))
+    assert r.returncode == 1 and "report.html: changed since it was signed" in r.stderr
+    reset()
+    # 2. a number changed and the report re-signed by someone holding the key: the ledger disagrees
+    md = out / "report.md"
+    text = md.read_text()
+    m = LINK.search(text[text.index("## Evaluation"):])
+    forged = text.replace(m.group(0), f"[0.1234](#{m.group(2)})", 1)
+    md.write_text(forged)
+    _resign(proj, out)
+    r = proj.marin("report", "verify", str(out))
+    line = forged.splitlines().index(next(x for x in forged.splitlines() if "[0.1234]" in x)) + 1
+    assert r.returncode == 1 and f"report.md: line {line} differs from what the ledger gives" in r.stderr
+    reset()
+    # 3. the ledger behind it edited, hash chain and Merkle root recomputed
+    path = run_file(proj, "evaluate")
+    recs = records(path)
+    rec = next(x for x in recs if x["kind"] == "eval" and x["body"]["name"] == "model" and "corpus" not in x["body"])
+    rec["body"]["values"]["bits_per_byte"] = {"value": 0.5, "hex": (0.5).hex()}
+    rewrite_chain(path, recs)
+    r = proj.marin("report", "verify", str(out))
+    assert r.returncode == 1
+    assert re.search(r"F\d+ \(model all bits_per_byte\): the report says [\d.]+, the ledger \(evaluate-\S+ seq "
+                     rf"{rec['seq']}\) says 0\.5000", r.stderr), r.stderr
+
+
+def _resign(proj: Project, out: Path) -> None:
+    """Re-sign every file's digest with the project key, as a forger holding it would."""
+    import hashlib
+
+    from marin.report import attest
+
+    env = json.loads((out / "provenance.intoto.json").read_text())
+    stmt = json.loads(base64.b64decode(env["payload"]))
+    for s in stmt["subject"]:
+        if not s["name"].startswith("model:"):
+            s["digest"]["sha256"] = hashlib.sha256((out / s["name"]).read_bytes()).hexdigest()
+    new = attest.sign(stmt, proj.root / ".marin/keys/report.key")
+    (out / "provenance.intoto.json").write_text(json.dumps(new))
+    assert json.loads(base64.b64decode(new["payload"])) == json.loads(rfc8785.dumps(stmt))
+
+
+def test_missing_signing_key_is_a_clear_error_and_writes_nothing(trained_project: Project) -> None:
+    r = trained_project.marin("report")
+    assert r.returncode != 0 and "marin keygen" in r.stderr and ".marin/keys/report.key" in r.stderr
+    assert not (trained_project.root / "reports").exists()
+
+
+def test_report_html_renders_in_headless_chromium(reported, tmp_path: Path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "CI installs chromium from the Debian packages (.ci/run)"
+    _, out = reported
+    shot = tmp_path / "report.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--window-size=1200,2400", f"--screenshot={shot}", (out / "report.html").as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    px = np.asarray(Image.open(shot).convert("RGB")).astype(int)
+    dark = (px.sum(axis=2) < 200).mean()  # text
+    red = ((abs(px[..., 0] - 214) < 30) & (abs(px[..., 1] - 39) < 30) & (abs(px[..., 2] - 40) < 30)).sum()
+    assert px.std() > 10 and dark > 0.002, "blank page"
+    full = tmp_path / "full.png"  # the plots sit further down: render the whole page height
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--window-size=1200,9000", f"--screenshot={full}", (out / "report.html").as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    px = np.asarray(Image.open(full).convert("RGB")).astype(int)
+    red = ((abs(px[..., 0] - 214) < 30) & (abs(px[..., 1] - 39) < 30) & (abs(px[..., 2] - 40) < 30)).sum()
+    assert red > 500, "the training curves (red lines) did not render"
