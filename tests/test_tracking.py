@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from tests.conftest import BIN, Project, env_for_subprocess
-from tests.test_train import TINY
+from tests.conftest import BIN, TINY, Project, env_for_subprocess
 
 pytestmark = pytest.mark.slow
 

@@ -48,7 +48,8 @@ def render_files(root: Path, meta: dict[str, Any], p: ReportParams | None) -> tu
                                                                 f"{meta['model_name']} transparency report"),
              "model_card.md": cards.model_card(fd, doc, meta), "datasheet.md": cards.datasheet(fd, doc, meta),
              "fmti.csv": cards.fmti(fd, doc, meta, _optional(root, p.fmti_indicators if p else None)),
-             "mof.yml": yaml.safe_dump(cards.mof(fd, doc, meta), sort_keys=False, allow_unicode=True),
+             "mof.yml": yaml.safe_dump(_mof(fd, doc, meta, _optional(root, p.mof_licenses if p else None)),
+                                       sort_keys=False, allow_unicode=True),
              "report.json": json.dumps({"schema": "marin.report@1", "meta": meta, "facts": fd, "doc": doc},
                                        indent=1, sort_keys=True, ensure_ascii=False) + "\n"}
     ledger = Ledger(root)
@@ -56,6 +57,16 @@ def render_files(root: Path, meta: dict[str, Any], p: ReportParams | None) -> tu
         format="json", indent=2) + "\n"
     files.update({f"figures/{k}.svg": svg for k, svg in figures.items()})
     return {k: v.encode() for k, v in files.items()}, doc
+
+
+def _mof(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any], licenses: Path | None) -> dict[str, Any]:
+    """The MOF release description, with the class it reaches (the schema has no field for it:
+    an extra top-level key, which the schema allows)."""
+    m = cards.mof(facts, doc, meta)
+    return {**m, "classification": {
+        "class": cards.mof_class(m, licenses),
+        "rule": "a class is reached only when all of its components and those of the classes below are "
+                "included under licenses of the right type" + ("" if licenses else " (built-in license list)")}}
 
 
 def _optional(root: Path, path: str | None) -> Path | None:
