@@ -20,7 +20,7 @@ from huggingface_hub import ModelCard
 from huggingface_hub.repocard_data import model_index_to_eval_results
 from markdown_it import MarkdownIt
 
-from marin.report import cards
+from marin.report import cards, fmti, mof
 from marin.report.facts import gather
 
 pytestmark = pytest.mark.slow
@@ -165,7 +165,7 @@ def test_fmti_has_one_row_per_indicator_with_ledger_evidence(built: Any, name: s
     root, facts, doc = built
     with open(VENDOR / name, newline="", encoding="utf-8-sig") as fh:
         indicators = list(csv.DictReader(fh))
-    reader = csv.DictReader(io.StringIO(cards.fmti(facts, doc, META, VENDOR / name)))
+    reader = csv.DictReader(io.StringIO(fmti.fmti(facts, doc, META, VENDOR / name)))
     rows = list(reader)
     assert reader.fieldnames == HEADER
     assert [(r["domain"], r["subdomain"], r["indicator"]) for r in rows] == [
@@ -193,7 +193,7 @@ def test_fmti_without_an_indicator_list_invents_no_indicator(built: Any, tmp_pat
         with open(VENDOR / name, newline="", encoding="utf-8-sig") as fh:
             known |= {r["Indicator"].strip().lower() for r in csv.DictReader(fh)}
     for arg in (None, tmp_path / "missing.csv"):
-        rows = list(csv.DictReader(io.StringIO(cards.fmti(facts, doc, META, arg))))
+        rows = list(csv.DictReader(io.StringIO(fmti.fmti(facts, doc, META, arg))))
         assert rows and {r["indicator"].lower() for r in rows} <= known
         assert sum(r["disclosed"] == "yes" for r in rows) >= 10
 
@@ -201,7 +201,7 @@ def test_fmti_without_an_indicator_list_invents_no_indicator(built: Any, tmp_pat
 def test_mof_release_validates_and_reaches_class_ii(built: Any) -> None:
     root, facts, doc = built
     meta = {**META, "model_license": "Apache-2.0"}
-    release = yaml.safe_load(yaml.safe_dump(cards.mof(facts, doc, meta), sort_keys=False))
+    release = yaml.safe_load(yaml.safe_dump(mof.mof(facts, doc, meta), sort_keys=False))
     schema = json.loads((VENDOR / "mof_schema.json").read_text())
     validator = jsonschema.validators.validator_for(schema)
     validator(schema, format_checker=validator.FORMAT_CHECKER).validate(release)
@@ -213,15 +213,15 @@ def test_mof_release_validates_and_reaches_class_ii(built: Any) -> None:
     licenses = VENDOR / "mof-licenses.json"
     # Class III and II components are all under Apache-2.0 (code/document) or CC0-1.0 (the evaluation
     # data); Class I needs a research paper, which is not included.
-    assert cards.mof_class(release, licenses) == "Class II - Open Tooling"
-    assert cards.mof_class(release, None) == "Class II - Open Tooling"
+    assert mof.mof_class(release, licenses) == "Class II - Open Tooling"
+    assert mof.mof_class(release, None) == "Class II - Open Tooling"
     no_card = copy.deepcopy(release)
     no_card["release"]["components"] = [c for c in comps.values() if c["name"] != "Model card"]
-    assert cards.mof_class(no_card, licenses) == "Unclassified"
+    assert mof.mof_class(no_card, licenses) == "Unclassified"
     closed = copy.deepcopy(release)
     next(c for c in closed["release"]["components"] if c["name"] == "Training code")["license_name"] = "BUSL-1.1"
-    assert cards.mof_class(closed, licenses) == "Class III - Open Model"
+    assert mof.mof_class(closed, licenses) == "Class III - Open Model"
     doc_licence = copy.deepcopy(release)  # CC-BY-4.0 is a document licence, not one for data
     next(c for c in doc_licence["release"]["components"] if c["name"] == "Evaluation data")["license_name"] = (
         "CC-BY-4.0")
-    assert cards.mof_class(doc_licence, licenses) == "Class III - Open Model"
+    assert mof.mof_class(doc_licence, licenses) == "Class III - Open Model"

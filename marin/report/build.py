@@ -23,7 +23,7 @@ from marin import fsutil, hashing
 from marin.config import ReportParams
 from marin.ledger.check import check_run
 from marin.lineage import Ledger, to_prov
-from marin.report import attest, cards, render
+from marin.report import attest, cards, fmti, mof, render
 from marin.report.facts import ReportError, gather
 
 ENVELOPE = "provenance.intoto.json"
@@ -47,7 +47,7 @@ def render_files(root: Path, meta: dict[str, Any], p: ReportParams | None) -> tu
     files = {"report.md": md, "report.html": render.html_page(md, facts.items, figures,
                                                                 f"{meta['model_name']} transparency report"),
              "model_card.md": cards.model_card(fd, doc, meta), "datasheet.md": cards.datasheet(fd, doc, meta),
-             "fmti.csv": cards.fmti(fd, doc, meta, _optional(root, p.fmti_indicators if p else None)),
+             "fmti.csv": fmti.fmti(fd, doc, meta, _optional(root, p.fmti_indicators if p else None)),
              "mof.yml": yaml.safe_dump(_mof(fd, doc, meta, _optional(root, p.mof_licenses if p else None)),
                                        sort_keys=False, allow_unicode=True),
              "report.json": json.dumps({"schema": "marin.report@1", "meta": meta, "facts": fd, "doc": doc},
@@ -62,9 +62,9 @@ def render_files(root: Path, meta: dict[str, Any], p: ReportParams | None) -> tu
 def _mof(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any], licenses: Path | None) -> dict[str, Any]:
     """The MOF release description, with the class it reaches (the schema has no field for it:
     an extra top-level key, which the schema allows)."""
-    m = cards.mof(facts, doc, meta)
+    m = mof.mof(facts, doc, meta)
     return {**m, "classification": {
-        "class": cards.mof_class(m, licenses),
+        "class": mof.mof_class(m, licenses),
         "rule": "a class is reached only when all of its components and those of the classes below are "
                 "included under licenses of the right type" + ("" if licenses else " (built-in license list)")}}
 

@@ -1,0 +1,119 @@
+"""The Model Openness Framework (LF AI & Data) release description: its 17 components, each
+with a license and a location in the project, and the class they reach.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from marin.report.cards import NR, Ctx, licence_names
+
+MOF_VERSION, MOF_DATE = "1.0", "2024-12-15"
+NOT_INCLUDED, NOT_SPECIFIED = "Component not included", "License not specified"
+# component -> (MOF class, required for the class, accepted licence content types)
+MOF_COMPONENTS: dict[str, tuple[int, bool, tuple[str, ...]]] = {
+    "Model architecture": (3, True, ("code",)),
+    "Data preprocessing code": (1, True, ("code",)),
+    "Training code": (2, True, ("code",)),
+    "Inference code": (2, True, ("code",)),
+    "Evaluation code": (2, True, ("code",)),
+    "Supporting libraries and tools": (2, False, ("code",)),
+    "Model parameters (Final)": (3, True, ("data", "code")),
+    "Model parameters (Intermediate)": (1, True, ("data",)),
+    "Datasets": (1, True, ("data", "code", "document")),
+    "Evaluation data": (2, True, ("data",)),
+    "Model metadata": (1, False, ("data",)),
+    "Sample model outputs": (3, False, ("data", "code", "document")),
+    "Model card": (3, True, ("document", "code")),
+    "Data card": (3, True, ("document", "code")),
+    "Technical report": (3, True, ("document", "code")),
+    "Research paper": (1, True, ("document",)),
+    "Evaluation results": (3, True, ("document", "code")),
+}
+MOF_CLASSES = {1: "Class I - Open Science", 2: "Class II - Open Tooling", 3: "Class III - Open Model"}
+# Used when no mof-licenses.json is given: common licences the MOF accepts, by content type.
+OPEN_LICENSES = {
+    "code": {"Apache-2.0", "MIT", "BSD-2-Clause", "BSD-3-Clause", "ISC", "0BSD", "MPL-2.0", "GPL-2.0-only",
+             "GPL-3.0-only", "LGPL-3.0-only", "AGPL-3.0-only", "OpenMDW-1.0"},
+    "data": {"CDLA-Permissive-1.0", "CDLA-Permissive-2.0", "CC0-1.0", "PDDL-1.0", "CC-PDDC", "OpenMDW-1.0"},
+    "document": {"Apache-2.0", "CC-BY-4.0", "CC-BY-SA-4.0", "CC0-1.0", "CC-PDDC", "OpenMDW-1.0"},
+}
+
+
+def mof(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """The MOF release file (schema ``mof_schema.json``) listing the project's 17 components."""
+    c = Ctx(facts, doc, meta)
+    d, ev, r = doc["data"], c.evaluation, meta["report_dir"]
+    code, model, docs = meta["code_license"], meta["model_license"], meta.get("docs_license", meta["code_license"])
+    val = set(d["splits"].get("validation", {}).get("corpora", {}))
+    data_lic = licence_names(c, [f["license"] for f in d["funnel"]] or [s["license"] for s in d["sources"]])
+    eval_lic = licence_names(c, [f["license"] for f in d["funnel"] if f["corpus"] in val])
+    have = {  # name -> (description, location, licence); absent names are not included
+        "Model architecture": ("Decoder-only transformer in Flax NNX", "marin/model", code),
+        "Data preprocessing code": ("Fetch, filter, deduplicate and tokenize the sources", "marin/data", code),
+        "Training code": ("Training loop, optimizer, checkpoints and seeds", "marin/train", code),
+        "Inference code": ("Scoring and greedy decoding of the trained model", "marin/evaluate", code),
+        "Evaluation code": ("Bits per byte, perplexity and the unigram baseline", "marin/evaluate", code),
+        "Supporting libraries and tools": ("Pipeline stages, provenance ledger and verifier", "pipeline/", code),
+        "Model parameters (Final)": (f"Final weights, tensor digest {c.t(doc['model']['tensor_digest'])}",
+                                     doc["model"]["path"], model),
+        "Model parameters (Intermediate)": ("Training checkpoints with optimizer state", "checkpoints/", model),
+        "Datasets": ("Raw, curated and tokenized training and validation data", "data/", data_lic),
+        "Evaluation data": ("Validation split of the tokenized data", "data/tokens", eval_lic),
+        "Model metadata": ("Resolved configuration and optimizer state stored in each checkpoint", "checkpoints/",
+                           model),
+        "Model card": ("Hugging Face model card", f"{r}/model_card.md", docs),
+        "Data card": ("Datasheet for the training data", f"{r}/datasheet.md", docs),
+        "Technical report": ("Report citing the ledger record of every value", f"{r}/report.md", docs),
+    }
+    if ev:
+        have["Evaluation results"] = ("Validation metrics (DVC metrics file)", "metrics/eval.json", docs)
+        if ev["samples"]:
+            have["Sample model outputs"] = ("Greedy completions of fixed prompts (an eval record)",
+                                            f"ledger/runs/{ev['run_id']}.jsonl", docs)
+    components = []
+    for name in MOF_COMPONENTS:
+        desc, loc, lic = have.get(name, ("Not part of this release", "", NOT_INCLUDED))
+        lic = lic or NOT_SPECIFIED
+        path = f"https://spdx.org/licenses/{lic}.html" if re.fullmatch(r"[A-Za-z0-9.+-]+", lic) else ""
+        components.append({"name": name, "description": desc, "location": loc, "license_name": lic,
+                           "license_path": path if lic not in (NOT_INCLUDED, NOT_SPECIFIED) else ""})
+    return {"framework": {"name": "Model Openness Framework", "version": MOF_VERSION, "date": MOF_DATE},
+            "release": {"name": meta["model_name"], "version": str(meta["version"]), "date": str(meta["date"]),
+                        "type": "language", "architecture": "transformer decoder", "treatment": "pre-trained",
+                        "origin": meta.get("origin", meta["model_name"]), "producer": meta.get("producer", NR),
+                        "contact": meta.get("contact", NR), "components": components}}
+
+
+def _accepted(licenses_json: Path | None) -> dict[str, set[str]]:
+    if licenses_json is None or not Path(licenses_json).is_file():
+        return OPEN_LICENSES
+    out: dict[str, set[str]] = {"code": set(), "data": set(), "document": set()}
+    for lic in json.loads(Path(licenses_json).read_text())["licenses"]:
+        types = lic.get("ContentType", [])
+        for t in [types] if isinstance(types, str) else types:
+            out.setdefault(t, set()).add(lic["licenseId"])
+    return out
+
+
+def mof_class(mof_dict: dict[str, Any], licenses_json: Path | None = None) -> str:
+    """The MOF class a release reaches: every required component of the class and the classes below
+    it included and open under a licence accepted for its content type; else "Unclassified"."""
+    accepted = _accepted(licenses_json)
+    given = {x["name"]: x["license_name"] for x in mof_dict["release"]["components"]}
+
+    def is_open(name: str) -> bool:
+        ids = [p.strip("() ") for p in given.get(name, NOT_INCLUDED).split(" AND ")]
+        types = MOF_COMPONENTS[name][2]
+        return all(any(i in accepted.get(t, ()) for t in types) for i in ids)
+
+    reached = "Unclassified"
+    for cls in (3, 2, 1):
+        needed = [n for n, (k, req, _) in MOF_COMPONENTS.items() if req and k >= cls]
+        if not all(is_open(n) for n in needed):
+            break
+        reached = MOF_CLASSES[cls]
+    return reached
