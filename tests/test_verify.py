@@ -253,3 +253,18 @@ def test_a_run_with_uncommitted_code_is_refused(trained: Project) -> None:
     assert p.returncode == 4
     assert "uncommitted changes" in p.stderr and run_id(path) in p.stderr
     assert verifications(path) == [] and trained.marin("ledger", "check").returncode == 0
+
+
+def test_a_commit_older_than_the_replay_tool_verifies_fully_but_not_by_segments(trained: Project) -> None:
+    trained.git("rm", "-q", "marin/train/replay.py")
+    trained.git("commit", "-qm", "a commit before segment replay existed")
+    shutil.rmtree(trained.root / "models")
+    trained.stage("train")
+    path = sorted((trained.root / "ledger" / "runs").glob("train-*.jsonl"))[-1]
+    trained.git("revert", "--no-edit", "HEAD")  # the verifier's checkout is newer than the recorded run
+    p = verify(trained, run_id(path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    [v] = verifications(path)
+    assert v["result"] == "bit-exact" and "verifier's code" in v["verifier"]["tensor_pass"]
+    p = verify(trained, "--segments", "1", run_id(path))
+    assert p.returncode == 4 and "predates segment replay" in p.stderr

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import secrets
 import time
@@ -214,7 +215,7 @@ def _checkpoint_tensors(root: Path, log: RunLog, replay: RunLog, ws: Workspace, 
     on_disk = root / Path(recs[0].body["path"]).parent
     replay_dir = ws.root / Path(replay.of_kind("checkpoint")[0].body["path"]).parent
     result = _json_run(ws, replay_env, ["compare", "--a", str(on_disk), "--b", str(replay_dir),
-                                        "--steps", ",".join(str(r.body["step"]) for r in recs)])
+                                        "--steps", ",".join(str(r.body["step"]) for r in recs)], out)
     by_step = {d.step: d for d in out.divergences if d.kind == "checkpoint"}
     tensor_max: dict[str, dict[str, float]] = {}
     missing = []
@@ -244,9 +245,20 @@ def _checkpoint_tensors(root: Path, log: RunLog, replay: RunLog, ws: Workspace, 
                          "note": f"recorded checkpoints missing on disk at steps {missing}" if missing else ""}
 
 
-def _json_run(ws: Workspace, replay_env: dict[str, str], args: list[str]) -> dict[str, Any]:
+def _json_run(ws: Workspace, replay_env: dict[str, str], args: list[str], out: Outcome) -> dict[str, Any]:
+    """Run ``python -m marin.train.replay`` in the workspace. A commit older than that module can
+    still have its checkpoints compared (restoring and digesting tensors is not the claim under
+    test) with the verifier's own code; it cannot have segments replayed."""
     dest = ws.root.parent / f"replay-{secrets.token_hex(4)}.json"
-    ws.run(["-m", "marin.train.replay", *args, "--out", str(dest)], replay_env, f"replay {args[0]}")
+    cwd, env = None, replay_env
+    if not (ws.root / "marin" / "train" / "replay.py").is_file():
+        if args[0] == "segments":
+            raise CannotVerify(f"commit {ws.commit[:12]} predates segment replay (marin/train/replay.py); "
+                               "verify this run with a full replay (without --segments)")
+        cwd = Path(__file__).resolve().parents[2]  # the verifier's code first on the path
+        env = {**replay_env, "PYTHONPATH": os.pathsep.join([str(cwd), replay_env["PYTHONPATH"]])}
+        out.verifier["tensor_pass"] = f"verifier's code at {cwd} (the recorded commit predates it)"
+    ws.run(["-m", "marin.train.replay", *args, "--out", str(dest)], env, f"replay {args[0]}", cwd)
     return json.loads(dest.read_text())
 
 
@@ -273,7 +285,7 @@ def _replay_segments(root: Path, log: RunLog, ws: Workspace, replay_env: dict[st
     at = {r.body["step"]: r for r in ckpts}
     ckpt_dir = root / Path(ckpts[0].body["path"]).parent
     res_all = _json_run(ws, replay_env, ["segments", "--checkpoints", str(ckpt_dir), "--intervals",
-                                         ",".join(f"{a}:{b}" for a, b in bounds)])
+                                         ",".join(f"{a}:{b}" for a, b in bounds)], out)
     det = res_all["determinism_class"]
     for res in res_all["intervals"]:
         start, end = res["start"], res["end"]

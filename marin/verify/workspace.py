@@ -71,6 +71,7 @@ class Workspace:
         if p.returncode != 0:
             raise CannotVerify(f"run {run_id} was recorded at commit {commit[:12]}, which this repository does "
                                "not have; fetch it (git fetch) and retry")
+        subprocess.run(["git", "worktree", "prune"], cwd=project, capture_output=True)  # after a killed verify
         base = Path(tempfile.mkdtemp(prefix=f"marin-verify-{run_id}-"))
         ws = cls(project, base / "ws", commit, keep)
         _git(project, "worktree", "add", "--detach", "--force", str(ws.root), commit)
@@ -148,8 +149,10 @@ class Workspace:
         env["PYTHONPATH"] = os.pathsep.join([str(self.root), *filter(None, [env.get("PYTHONPATH")])])
         return env
 
-    def run(self, argv: list[str], env: dict[str, str], what: str) -> subprocess.CompletedProcess[str]:
-        p = subprocess.run([sys.executable, *argv], cwd=self.root, env=env, capture_output=True, text=True)
+    def run(self, argv: list[str], env: dict[str, str], what: str,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        """``python ARGV`` in the workspace (``cwd``: elsewhere, for the verifier's own tools)."""
+        p = subprocess.run([sys.executable, *argv], cwd=cwd or self.root, env=env, capture_output=True, text=True)
         if p.returncode != 0:
             tail = "\n".join((p.stderr or p.stdout).strip().splitlines()[-8:])
             raise CannotVerify(f"{what} failed (exit {p.returncode}) in {self.root}:\n{tail}")
