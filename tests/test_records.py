@@ -43,7 +43,7 @@ EXAMPLES = {
                      "compared": {"checkpoint": 2, "metric": 4},
                      "first_divergence": {"seq": 9, "kind": "metric", "step": 6, "name": "loss",
                                           "what": "loss recorded 1.0 replayed 2.0"},
-                     "segments": {"seed": 7, "k": 2, "n": 8, "drawn": [[0, 50], [150, 200]],
+                     "segments": {"seed": 7, "seed_source": "random", "k": 2, "n": 8, "drawn": [[0, 50], [150, 200]],
                                   "detection_probability": 0.25},
                      "time": {"total_s": 3.5}},
 }

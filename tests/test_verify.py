@@ -268,3 +268,49 @@ def test_a_commit_older_than_the_replay_tool_verifies_fully_but_not_by_segments(
     assert v["result"] == "bit-exact" and "verifier's code" in v["verifier"]["tensor_pass"]
     p = verify(trained, "--segments", "1", run_id(path))
     assert p.returncode == 4 and "predates segment replay" in p.stderr
+
+
+def _edit_decimal_only(recs: list[dict]) -> dict:
+    m = next(r for r in recs if r["kind"] == "metric" and r["body"]["step"] == 4)
+    m["body"]["values"]["loss"]["value"] = 1.0  # the hex is left alone: readers of the decimal are fooled
+    return m
+
+
+def _edit_tensor_digest(recs: list[dict]) -> dict:
+    o = next(r for r in recs if r["kind"] == "output" and r["body"]["name"] == "model")
+    o["body"]["tensor_digest"] = "sha256:" + "ab" * 32
+    return o
+
+
+def _edit_seeds(recs: list[dict]) -> dict:
+    recs[0]["body"]["seeds"]["root"] = 7
+    return recs[0]
+
+
+@pytest.mark.parametrize("forge", [_edit_decimal_only, _edit_tensor_digest, _edit_seeds],
+                         ids=["metric-decimal", "model-tensor-digest", "run.started-seeds"])
+def test_any_field_a_report_cites_is_compared(trained: Project, forge) -> None:
+    path = run_file(trained, "train")
+    recs = records(path)
+    edited = forge(recs)
+    rewrite_chain(path, recs)
+    assert trained.marin("ledger", "check").returncode == 0
+    p = verify(trained, run_id(path))
+    assert p.returncode == 1, p.stdout + p.stderr
+    d = verifications(path)[0]["first_divergence"]
+    assert (d["seq"], d["kind"]) == (edited["seq"], edited["kind"])
+
+
+def test_segments_without_the_checkpoints_on_disk_cannot_verify(trained: Project) -> None:
+    shutil.rmtree(trained.root / "checkpoints")
+    path = run_file(trained, "train")
+    p = verify(trained, "--segments", "1", run_id(path))
+    assert p.returncode == 4 and "not on this machine" in p.stderr
+    assert verifications(path) == [] and not (trained.root / "checkpoints").exists()
+
+
+def test_upstream_of_a_changed_file_is_refused(trained: Project) -> None:
+    weights = trained.root / "models" / "final" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    p = verify(trained, "--upstream", "models/final")
+    assert p.returncode == 4 and "differs from every recorded output" in p.stderr

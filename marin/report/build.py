@@ -21,6 +21,7 @@ import yaml
 
 from marin import fsutil, hashing
 from marin.config import ReportParams
+from marin.errors import MarinError
 from marin.ledger.check import check_run
 from marin.lineage import Ledger, to_prov
 from marin.report import attest, cards, fmti, mof, render
@@ -113,6 +114,11 @@ def write(root: Path, p: ReportParams, model: str = "models/final") -> Path:
     ledger = Ledger(root)
     target = ledger.resolve(model)
     meta = meta_for(p, target.key if target.kind == "digest" else model)
+    _, doc = gather(root, meta["model"])
+    for r in doc["lineage"]:  # sign nothing over a ledger that does not check
+        problems = check_run(ledger.runs[r["run_id"]])
+        if problems:
+            raise ReportError(f"the ledger behind the report is not intact: {problems[0]}; see `marin ledger check`")
     files, doc = render_files(root, meta, p)
     facts = json.loads(files["report.json"])["facts"]
     envelope = attest.sign(statement(root, files, doc, facts), key)
@@ -143,14 +149,19 @@ def verify(root: Path, directory: Path, public_key: Path | None = None) -> Verdi
     if not env_path.is_file():
         raise ReportError(f"{env_path}: missing; is {directory} a report directory (marin report)?")
     report_json = directory / "report.json"
-    old = json.loads(report_json.read_text()) if report_json.is_file() else None
+    try:
+        old = json.loads(report_json.read_text()) if report_json.is_file() else None
+        envelope = json.loads(env_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ReportError(f"{directory}: report.json or {ENVELOPE} is not valid JSON ({e}): changed after "
+                          "signing") from None
     if public_key is None:  # the public half of the configured signing key
         from marin import config
 
         rp = config.load(root / "params.yaml").report
         private = attest.key_path(os.environ.get(attest.KEY_ENV) or (rp.signing_key if rp else None), root)
         public_key = private.with_name(private.name + ".pub")
-    stmt = attest.verify(json.loads(env_path.read_text()), public_key)  # 1
+    stmt = attest.verify(envelope, public_key)  # 1
     signed = {s["name"]: "sha256:" + s["digest"]["sha256"] for s in stmt["subject"]}
     on_disk = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()} - {ENVELOPE}
     for name in sorted(on_disk | {n for n in signed if not n.startswith("model:")}):  # 2
@@ -173,11 +184,11 @@ def verify(root: Path, directory: Path, public_key: Path | None = None) -> Verdi
         v.problems.extend(f"ledger: {p}" for p in check_run(log))
     try:  # 4, 5
         files, _ = render_files(root, {k: old["meta"][k] for k in old["meta"] if k != "date"}, _params(root))
-    except ReportError as e:
+    except (MarinError, KeyError, TypeError) as e:
         v.problems.append(f"ledger: the report cannot be re-derived: {e}")
         return v
     new_facts = json.loads(files["report.json"])["facts"]
-    for fid in sorted(set(old["facts"]) | set(new_facts), key=lambda x: int(x[1:])):
+    for fid in sorted(set(old["facts"]) | set(new_facts), key=lambda x: (len(x), x)):
         a, b = old["facts"].get(fid), new_facts.get(fid)
         if a != b:
             v.problems.append(_fact_change(fid, a, b))

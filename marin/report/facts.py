@@ -139,8 +139,17 @@ def gather(root: Path, model: str = "models/final") -> tuple[Facts, dict[str, An
     ledger = Ledger(root)
     target = ledger.resolve(model)
     node = ledger.node(target)
+    if target.note:
+        raise ReportError(f"{target.note}; the report describes recorded bytes only: restore the model "
+                          "(dvc checkout) or name the train run")
     steps = upstream(node)
+    for s in steps:
+        if s.status != "succeeded":
+            raise ReportError(f"run {s.run_id} ({s.stage}) in the model's lineage is {s.status}; a report "
+                              "describes succeeded runs only")
     train = _one(steps, "train")
+    for stage in ("fetch", "curate", "tokenize"):
+        _one(steps, stage)
     logs = {s.stage: ledger.runs[s.run_id] for s in steps}
     evals = [log for log in ledger.runs.values() if log.started.body["stage"] == "evaluate"
              and log.status == "succeeded" and any(r.body["name"] == "model" and r.body["digest"] in
@@ -290,8 +299,13 @@ def _verification(f: Facts, ledger: Ledger, run_ids: list[str]) -> list[dict[str
         if not vs:
             out.append({"run_id": run_id, "stage": log.started.body["stage"], "result": None})
             continue
-        v = vs[-1]
-        out.append({"run_id": run_id, "stage": log.started.body["stage"],
+        full = [v for v in vs if v.body["mode"] == "full"]
+        v = (full or vs)[-1]  # a full replay says more than segments; the latest of the strongest kind
+        row = {"run_id": run_id, "stage": log.started.body["stage"], "verifications": len(vs)}
+        if v.body["mode"] == "segments":
+            row["segments"] = {k: f.cite(f"segments {k}", log, v, f"/body/segments/{k}").id
+                               for k in ("k", "n", "seed_source") if k in v.body["segments"]}
+        out.append({**row,
                     "result": f.cite(f"verification of {run_id}", log, v, "/body/result").id,
                     "mode": f.cite("verification mode", log, v, "/body/mode").id,
                     "when": f.cite("verified at", log, v, "/time").id,

@@ -142,11 +142,13 @@ def markdown(facts: dict[str, Fact], doc: dict[str, Any], meta: dict[str, Any]) 
             + [["determinism class digest", d.v(doc["environment"]["determinism_digest"])]])
     d.table(["package", "version"], [[k, d.v(fid)] for k, fid in doc["environment"]["packages"].items()])
 
-    d.add("## Verification status", "", "The latest `marin verify` of each run in the model's lineage.", "")
-    d.table(["stage", "run", "result", "mode", "when", "verifier CPU", "verifier cores"],
-            [[v["stage"], f"`{v['run_id']}`", d.v(v["result"]), d.v(v.get("mode")), d.v(v.get("when")),
-              d.v(v.get("where")), d.v(v.get("cores"))] if v["result"] else
-             [v["stage"], f"`{v['run_id']}`", "not verified", "", "", "", ""] for v in doc["verification"]])
+    d.add("## Verification status", "", "For each run in the model's lineage, the latest full replay by "
+          "`marin verify` (else the latest segment replay: K of N checkpoint intervals, which catches one "
+          "forged interval with probability K/N), and how many verifications the ledger holds.", "")
+    d.table(["stage", "run", "result", "mode", "when", "verifier CPU", "verifier cores", "verifications"],
+            [[v["stage"], f"`{v['run_id']}`", d.v(v["result"]), _mode(d, v), d.v(v.get("when")),
+              d.v(v.get("where")), d.v(v.get("cores")), str(v.get("verifications", 0))] if v["result"] else
+             [v["stage"], f"`{v['run_id']}`", "not verified", "", "", "", "", "0"] for v in doc["verification"]])
 
     d.add("## Lineage", "", "Runs behind this model (W3C PROV-JSON: `lineage.prov.json`).", "")
     d.table(["stage", "run", "status", "recipe digest", "git commit"],
@@ -175,6 +177,13 @@ def markdown(facts: dict[str, Fact], doc: dict[str, Any], meta: dict[str, Any]) 
               f"{c['records'][0]['seq']}–{c['records'][-1]['seq']}" if c["records"] else "none",
               f"`{figure_source(c)}`"] for key, _ in CURVES])
     return d.text()
+
+
+def _mode(d: Doc, v: dict[str, Any]) -> str:
+    seg = v.get("segments")
+    if not seg:
+        return d.v(v.get("mode"))
+    return f"{d.v(v['mode'])} {d.v(seg['k'])} of {d.v(seg['n'])} (seed {d.v(seg.get('seed_source'))})"
 
 
 def _license(data: dict[str, Any], corpus: str) -> str | None:

@@ -35,9 +35,9 @@ class Checkpoints:
     """Every committed checkpoint of one training run (none are deleted: verification
     replays intervals between them)."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, create: bool = True):
         self.directory = Path(directory).resolve()
-        options = ocp.CheckpointManagerOptions(max_to_keep=None, create=True,
+        options = ocp.CheckpointManagerOptions(max_to_keep=None, create=create,
                                                enable_async_checkpointing=True)
         self.manager = ocp.CheckpointManager(os.fspath(self.directory), options=options,
                                              item_names=("state", "meta"))

@@ -68,7 +68,7 @@ def segments(root: Path, ckpt_dir: Path, intervals: list[tuple[int, int]]) -> di
     from marin import env
     from marin.train import checkpoint, loop
 
-    ckpts = checkpoint.Checkpoints(ckpt_dir)
+    ckpts = checkpoint.Checkpoints(ckpt_dir, create=False)
     on_disk = set(ckpts.steps())
     results = []
     for start, end in intervals:
@@ -93,15 +93,17 @@ def segments(root: Path, ckpt_dir: Path, intervals: list[tuple[int, int]]) -> di
             res["distances"] = distances(tensors(recorded), tensors(state))
         results.append(res)
     ckpts.close()
-    return {"determinism_class": runtime.determinism_class(params.runtime, env.fingerprint()),
-            "intervals": results}
+    fp = env.fingerprint()
+    return {"determinism_class": runtime.determinism_class(params.runtime, fp), "env": fp,
+            "code_digest": env.code_state(root)["code_digest"],
+            "params": params.section("seed", "model", "train", "runtime"), "intervals": results}
 
 
 def compare(root: Path, dir_a: Path, dir_b: Path, steps: list[int]) -> dict[str, Any]:
     _, su = _load(root)
     from marin.train import checkpoint
 
-    a, b = checkpoint.Checkpoints(dir_a), checkpoint.Checkpoints(dir_b)
+    a, b = checkpoint.Checkpoints(dir_a, create=False), checkpoint.Checkpoints(dir_b, create=False)
     have_a, have_b = set(a.steps()), set(b.steps())
     out: dict[str, Any] = {}
     for s in steps:

@@ -24,61 +24,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import random
-import secrets
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marin import env
+from marin import env, hashing
 from marin.errors import IntegrityError, MarinError
 from marin.ledger.check import check_run
 from marin.ledger.run import recipe_digest
 from marin.ledger.store import RunFile, RunLog, read_all, read_run
 from marin.paths import ledger_dir
 from marin.verify.compare import Divergence, class_differences, compare, metric_distances
+from marin.verify.outcome import Outcome, Say, counts, json_run
+from marin.verify.segments import check_segments, draw, replay_segments
 from marin.verify.workspace import CannotVerify, InputUnavailable, Workspace
 
-EXIT = {"bit-exact": 0, "mismatch": 1, "class-differs": 3}
-
-
-@dataclass
-class Outcome:
-    """What a verification found; ``body`` is the verification record appended to the run."""
-
-    run_id: str
-    stage: str
-    mode: str = "full"
-    divergences: list[Divergence] = field(default_factory=list)
-    class_diffs: list[dict[str, Any]] = field(default_factory=list)
-    compared: dict[str, int] = field(default_factory=dict)
-    distances: dict[str, Any] | None = None
-    segments: dict[str, Any] | None = None
-    verifier: dict[str, Any] = field(default_factory=dict)
-    replay_run_id: str | None = None
-    seconds: dict[str, float] = field(default_factory=dict)
-    record_seq: int | None = None
-
-    @property
-    def result(self) -> str:
-        if self.class_diffs:
-            return "class-differs"
-        return "mismatch" if self.divergences else "bit-exact"
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT[self.result]
-
-    @property
-    def first(self) -> Divergence | None:
-        return min(self.divergences, key=lambda d: d.seq) if self.divergences else None
-
-
-Say = Callable[[str], None]
-
+__all__ = ["CannotVerify", "Outcome", "add_parser", "draw", "verify", "verify_upstream"]
 
 def _load(root: Path, run_id: str) -> RunLog:
     path = ledger_dir(root) / f"{run_id}.jsonl"
@@ -98,6 +59,8 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
                              "see `marin ledger check`")
     if log.status != "succeeded":
         raise CannotVerify(f"step 1: run {run_id} is {log.status}; only a succeeded run claims outputs to verify")
+    if segments is not None:
+        check_segments(root, log, segments)
     started = log.started.body
     out = Outcome(run_id, started["stage"], "segments" if segments else "full")
     say(f"verify {run_id} ({out.stage}, {out.mode})")
@@ -119,10 +82,15 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
                 source = ws.restore_input(rec.body, _entries(root, rec.body["digest"]))
                 say(f"  4. input {i['name']}: restored from {source}")
             except InputUnavailable as e:
-                if not (root / rec.body["path"]).exists():
+                here = root / rec.body["path"]
+                if not here.exists():
                     raise CannotVerify(f"step 4: {e}; restore it (dvc pull / dvc checkout) and retry") from None
-                out.divergences = [Divergence(rec.seq, "input", str(e), name=i["name"],
-                                              recorded=rec.body["digest"])]
+                later = _producer_of(root, hashing.path_digest(here))
+                if later is not None:  # another recorded version, not a forgery: restore the recorded one
+                    raise CannotVerify(f"step 4: {e}; the project holds the version run {later} produced: restore "
+                                       "the recorded one (dvc checkout, or keep a DVC cache) and retry") from None
+                out.divergences = [Divergence(rec.seq, "input", f"{e}; no run recorded that content",
+                                              name=i["name"], recorded=rec.body["digest"], independent=True)]
                 say(f"  4. input {i['name']}: MISMATCH {e}")
                 return _finish(root, log, out, t0, say)
         replay_env = ws.env(started, list(xla_flags))  # 5
@@ -132,7 +100,7 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
             f"NPROC={replay_env.get('NPROC', '(unset)')}")
         t1 = time.perf_counter()
         if segments:  # 6, 7
-            _replay_segments(root, log, ws, replay_env, segments, seed, out, say)
+            replay_segments(root, log, ws, replay_env, segments, seed, out, say)
         else:
             _replay_full(root, log, ws, replay_env, out, say)
         out.seconds["replay_s"] = round(time.perf_counter() - t1, 3)
@@ -149,15 +117,25 @@ def _check_recipe(log: RunLog) -> list[Divergence]:
     if again != s["recipe_digest"]:
         return [Divergence(seq, "run.started", f"recipe digest {s['recipe_digest']} is not the digest of the "
                            f"recorded stage, command, params, code, inputs and class ({again}): run.started was "
-                           "edited", recorded=s["recipe_digest"], replayed=again)]
+                           "edited", recorded=s["recipe_digest"], replayed=again, independent=True)]
+    if env.class_digest(s["determinism_class"]) != s["determinism_digest"]:
+        return [Divergence(seq, "run.started", "determinism_digest is not the digest of the recorded class: "
+                           "run.started was edited", recorded=s["determinism_digest"], independent=True)]
     by_name = {r.body["name"]: r for r in log.of_kind("input")}
     out = []
     for i in s["inputs"]:
         r = by_name.get(i["name"])
         if r is None or r.body["digest"] != i["digest"]:
             out.append(Divergence(r.seq if r else seq, "input", f"the input record does not match the recipe's "
-                                  f"input {i['digest']}", name=i["name"], recorded=i["digest"]))
+                                  f"input {i['digest']}", name=i["name"], recorded=i["digest"], independent=True))
     return out
+
+
+def _producer_of(root: Path, digest: str) -> str | None:
+    """The latest run that recorded an output with this digest."""
+    found = [log.run_id for log in read_all(ledger_dir(root)) for r in log.of_kind("output")
+             if r.body["digest"] == digest]
+    return found[-1] if found else None
 
 
 def _entries(root: Path, digest: str) -> list[dict[str, Any]] | None:
@@ -198,25 +176,50 @@ def _replay_full(root: Path, log: RunLog, ws: Workspace, replay_env: dict[str, s
                            f"{started['code']['git_commit'][:12]} lacks a recorded section")
     out.class_diffs = class_differences(started["determinism_class"], rs["determinism_class"])
     out.compared, out.divergences = compare(log, replay)
+    out.divergences = _started_fields(log, rs) + out.divergences
     if out.stage == "train":
         _checkpoint_tensors(root, log, replay, ws, replay_env, out)
     if out.class_diffs:
         out.distances = {"metrics": metric_distances(log, replay), **(out.distances or {})}
-    say(f"  7. compared {sum(out.compared.values())} records ({_counts(out.compared)})")
+    say(f"  7. compared {sum(out.compared.values())} records ({counts(out.compared)})")
+
+
+def _started_fields(log: RunLog, replayed: dict[str, Any]) -> list[Divergence]:
+    """What run.started claims beyond the recipe digest, against what the replay recorded: the
+    derived seeds and the code state (commit, tree, lock file)."""
+    s, out = log.started.body, []
+    if replayed["seeds"] != s["seeds"]:
+        out.append(Divergence(log.started.seq, "run.started", "the recorded seeds are not those the recorded "
+                              "params derive", name="seeds", independent=True))
+    keys = ("git_commit", "tree_digest", "code_digest", "lock_digest")
+    bad = [k for k in keys if replayed["code"].get(k) != s["code"].get(k)]
+    if bad:
+        recorded, found = [s["code"].get(k) for k in bad], [replayed["code"].get(k) for k in bad]
+        out.append(Divergence(log.started.seq, "run.started", f"code {', '.join(bad)} recorded {recorded}, the "
+                              f"commit has {found}", name="code", independent=True))
+    return out
 
 
 def _checkpoint_tensors(root: Path, log: RunLog, replay: RunLog, ws: Workspace, replay_env: dict[str, str],
                         out: Outcome) -> None:
     """Tensor by tensor: the recorded run's checkpoints on disk against the replay's. Catches a
     checkpoint changed on disk, and names the tensor where digests diverge."""
-    recs = log.of_kind("checkpoint")
-    if not recs:
+    recs, replayed = log.of_kind("checkpoint"), replay.of_kind("checkpoint")
+    if not recs or not replayed:
         return
     on_disk = root / Path(recs[0].body["path"]).parent
-    replay_dir = ws.root / Path(replay.of_kind("checkpoint")[0].body["path"]).parent
-    result = _json_run(ws, replay_env, ["compare", "--a", str(on_disk), "--b", str(replay_dir),
+    replay_dir = ws.root / Path(replayed[0].body["path"]).parent
+    if not on_disk.is_dir():
+        out.verifier["tensor_pass"] = f"skipped: the recorded checkpoints ({on_disk}) are not on this machine"
+        return
+    result = json_run(ws, replay_env, ["compare", "--a", str(on_disk), "--b", str(replay_dir),
                                         "--steps", ",".join(str(r.body["step"]) for r in recs)], out)
     by_step = {d.step: d for d in out.divergences if d.kind == "checkpoint"}
+    own = {r.body["step"]: r.body["digest"] for r in replayed}
+    for s, res in result.items():  # the tool must see the replay's checkpoints as the replay recorded them
+        if own.get(int(s)) is not None and res["b_digest"] != own[int(s)]:
+            raise CannotVerify(f"step 7: the tensor pass restores the replay's checkpoint {s} as {res['b_digest']}, "
+                               f"but the replay recorded {own[int(s)]}; the comparison tool is not trustworthy here")
     tensor_max: dict[str, dict[str, float]] = {}
     missing = []
     for r in recs:
@@ -235,7 +238,7 @@ def _checkpoint_tensors(root: Path, log: RunLog, replay: RunLog, ws: Workspace, 
             out.divergences.append(Divergence(
                 r.seq, "checkpoint", f"the checkpoint files at {r.body['path']} restore to {res['a_digest']}, not "
                 f"the recorded {rec_digest} (changed on disk)", step=s, tensor=first,
-                recorded=rec_digest, replayed=res["a_digest"]))
+                recorded=rec_digest, replayed=res["a_digest"], independent=True))
         elif s in by_step and first is not None:
             by_step[s].tensor = first
             by_step[s].what += f"; first differing tensor {first}: max |diff| {dist[first]['max_abs']:.3g}"
@@ -243,94 +246,6 @@ def _checkpoint_tensors(root: Path, log: RunLog, replay: RunLog, ws: Workspace, 
     if out.class_diffs:
         out.distances = {"tensors": tensor_max,
                          "note": f"recorded checkpoints missing on disk at steps {missing}" if missing else ""}
-
-
-def _json_run(ws: Workspace, replay_env: dict[str, str], args: list[str], out: Outcome) -> dict[str, Any]:
-    """Run ``python -m marin.train.replay`` in the workspace. A commit older than that module can
-    still have its checkpoints compared (restoring and digesting tensors is not the claim under
-    test) with the verifier's own code; it cannot have segments replayed."""
-    dest = ws.root.parent / f"replay-{secrets.token_hex(4)}.json"
-    cwd, env = None, replay_env
-    if not (ws.root / "marin" / "train" / "replay.py").is_file():
-        if args[0] == "segments":
-            raise CannotVerify(f"commit {ws.commit[:12]} predates segment replay (marin/train/replay.py); "
-                               "verify this run with a full replay (without --segments)")
-        cwd = Path(__file__).resolve().parents[2]  # the verifier's code first on the path
-        env = {**replay_env, "PYTHONPATH": os.pathsep.join([str(cwd), replay_env["PYTHONPATH"]])}
-        out.verifier["tensor_pass"] = f"verifier's code at {cwd} (the recorded commit predates it)"
-    ws.run(["-m", "marin.train.replay", *args, "--out", str(dest)], env, f"replay {args[0]}", cwd)
-    return json.loads(dest.read_text())
-
-
-def draw(seed: int, n: int, k: int) -> list[int]:
-    """The intervals (0-based) a seeded draw picks: k of n without replacement."""
-    return sorted(random.Random(seed).sample(range(n), k))
-
-
-def _replay_segments(root: Path, log: RunLog, ws: Workspace, replay_env: dict[str, str], k: int,
-                     seed: int | None, out: Outcome, say: Say) -> None:
-    if out.stage != "train":
-        raise CannotVerify(f"--segments replays checkpoint intervals of a train run; {log.run_id} is {out.stage}")
-    ckpts = sorted(log.of_kind("checkpoint"), key=lambda r: r.body["step"])
-    n = len(ckpts)
-    if not 1 <= k <= n:
-        raise CannotVerify(f"--segments {k}: run {log.run_id} has {n} checkpoint intervals; choose 1..{n}")
-    seed = secrets.randbits(32) if seed is None else seed
-    picked = draw(seed, n, k)
-    bounds = [(ckpts[i - 1].body["step"] if i else 0, ckpts[i].body["step"]) for i in picked]
-    out.segments = {"seed": seed, "k": k, "n": n, "drawn": [list(b) for b in bounds],
-                    "detection_probability": round(k / n, 6)}
-    say(f"  6. replay: {k} of {n} checkpoint intervals, seed {seed}: {bounds}")
-    metrics = {r.body["step"]: r for r in log.of_kind("metric")}
-    at = {r.body["step"]: r for r in ckpts}
-    ckpt_dir = root / Path(ckpts[0].body["path"]).parent
-    res_all = _json_run(ws, replay_env, ["segments", "--checkpoints", str(ckpt_dir), "--intervals",
-                                         ",".join(f"{a}:{b}" for a, b in bounds)], out)
-    det = res_all["determinism_class"]
-    for res in res_all["intervals"]:
-        start, end = res["start"], res["end"]
-        if start and res["start_digest"] != at[start].body["digest"]:
-            r = at[start]
-            found = "are missing" if res["start_digest"] is None else f"restore to {res['start_digest']}"
-            out.divergences.append(Divergence(r.seq, "checkpoint", f"the checkpoint files at {r.body['path']} "
-                                   f"{found}, not the recorded {r.body['digest']}: the interval cannot start",
-                                   step=start, recorded=r.body["digest"], replayed=res["start_digest"]))
-            say(f"     interval ({start}, {end}]: MISMATCH at its start")
-            continue
-        for s, values in res["metrics"].items():
-            r = metrics.get(int(s))
-            got = {kk: v["hex"] for kk, v in values.items()}
-            out.compared["metric"] = out.compared.get("metric", 0) + 1
-            if r is None:
-                out.divergences.append(Divergence(at[end].seq, "metric", "the replay logs this step; the run "
-                                                  "recorded no metric for it", step=int(s), replayed=got))
-                continue
-            want = {kk: v["hex"] for kk, v in r.body["values"].items()}
-            bad = [kk for kk in want if want[kk] != got.get(kk)]
-            if bad:
-                out.divergences.append(Divergence(r.seq, "metric", ", ".join(
-                    f"{kk} recorded {float.fromhex(want[kk])!r} replayed {float.fromhex(got[kk])!r}" for kk in bad),
-                    step=int(s), name=bad[0], recorded={kk: want[kk] for kk in bad},
-                    replayed={kk: got.get(kk) for kk in bad}))
-        r = at[end]
-        out.compared["checkpoint"] = out.compared.get("checkpoint", 0) + 1
-        if res["end_digest"] != r.body["digest"]:
-            dist = res["distances"] or {}
-            first = next(iter(sorted(dist)), None)
-            what = f"replaying steps {start}..{end} gives {res['end_digest']}, recorded {r.body['digest']}"
-            if first is not None:
-                what += f"; first tensor differing from the files on disk: {first}"
-            out.divergences.append(Divergence(r.seq, "checkpoint", what, step=end, tensor=first,
-                                              recorded=r.body["digest"], replayed=res["end_digest"]))
-        say(f"     interval ({start}, {end}]: {'ok' if res['end_digest'] == r.body['digest'] else 'MISMATCH'}")
-    started = log.started.body
-    out.verifier.update(env=env.fingerprint(), code=started["code"], determinism_class=det or {})
-    out.class_diffs = class_differences(started["determinism_class"], det) if det else []
-    say(f"  7. compared {sum(out.compared.values())} records ({_counts(out.compared)})")
-
-
-def _counts(c: dict[str, int]) -> str:
-    return ", ".join(f"{v} {k}" for k, v in sorted(c.items())) or "nothing"
 
 
 def _finish(root: Path, log: RunLog, out: Outcome, t0: float, say: Say) -> Outcome:
@@ -386,32 +301,44 @@ def render(out: Outcome) -> list[str]:
     return lines
 
 
-def verify_upstream(root: Path, target: str, say: Say = print, **kw: Any) -> list[tuple[str, str, Outcome | str]]:
-    """Verify TARGET's run and every run in its lineage, upstream first; rows of (stage, run, outcome)."""
-    from marin.lineage import Ledger, upstream
+Row = tuple[str, str, Outcome | MarinError]  # stage, run id, what verifying it gave
+
+
+def verify_upstream(root: Path, target: str, say: Say = print, **kw: Any) -> list[Row]:
+    """Verify TARGET's run and every run in its lineage, upstream first, then print one table."""
+    from marin.lineage import Ledger, LineageError, upstream
 
     ledger = Ledger(root)
-    steps = upstream(ledger.node(ledger.resolve(target)))
-    rows: list[tuple[str, str, Outcome | str]] = []
+    try:
+        resolved = ledger.resolve(target)
+    except LineageError as e:
+        raise CannotVerify(str(e)) from None
+    if resolved.note:  # a path whose bytes no run recorded: verifying its last writer proves nothing about it
+        raise CannotVerify(f"{resolved.note}; verify the run id instead, or restore the file (dvc checkout)")
+    steps = upstream(ledger.node(resolved))
+    if not steps:
+        raise CannotVerify(f"{target}: no run in the ledger produced it; nothing to verify")
+    rows: list[Row] = []
     for s in steps:
         try:
             opts = kw if s.stage == "train" else {k: v for k, v in kw.items() if k not in ("segments", "seed")}
             rows.append((s.stage, s.run_id, verify(root, s.run_id, say=say, **opts)))
         except MarinError as e:
-            say(f"verify {s.run_id}: cannot verify: {e}")
-            rows.append((s.stage, s.run_id, f"cannot verify: {e}"))
+            say(f"verify {s.run_id}: {e}")
+            rows.append((s.stage, s.run_id, e))
     say("")
     say(f"{'stage':9} {'run id':38} {'result':14} {'compared':>8}  first divergence")
     for stage, run_id, o in rows:
         if isinstance(o, Outcome):
             say(f"{stage:9} {run_id:38} {o.result:14} {sum(o.compared.values()):8}  {o.first or ''}")
         else:
-            say(f"{stage:9} {run_id:38} {'error':14} {'':8}  {o}")
+            say(f"{stage:9} {run_id:38} {'error ' + str(o.exit_code):14} {'':8}  {str(o)[:200]}")
     return rows
 
 
-def upstream_exit(rows: list[tuple[str, str, Outcome | str]]) -> int:
-    codes = [o.exit_code if isinstance(o, Outcome) else CannotVerify.exit_code for _, _, o in rows]
+def upstream_exit(rows: list[Row]) -> int:
+    """The most serious exit code of the rows: 1 (mismatch or broken ledger), then 4, then 3."""
+    codes = [o.exit_code for _, _, o in rows]
     for c in (1, 4, 3):
         if c in codes:
             return c

@@ -27,6 +27,7 @@ class Divergence:
     tensor: str | None = None
     recorded: Any = None
     replayed: Any = None
+    independent: bool | None = None  # True: not explained by a determinism class difference
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -39,67 +40,105 @@ class Divergence:
         return f"{where}: {self.what}"
 
 
-def _exact(values: dict[str, Any]) -> dict[str, Any]:
-    """The comparable part of a values mapping: hex for exact floats, the value otherwise."""
-    return {k: v["hex"] if isinstance(v, dict) and "hex" in v else v for k, v in values.items()}
+# Fields that legitimately differ between a run and its replay: wall-clock timings, and the
+# checkpoint directory (it is named after the run id). Everything else in a body must repeat.
+UNCOMPARED = {"metric": ("timing",), "checkpoint": ("path",)}
 
 
-def key_and_value(r: Record) -> tuple[tuple[Any, ...], Any] | None:
-    """The comparison key and value of a record, or None for records that never compare."""
+def key_of(r: Record) -> tuple[Any, ...] | None:
+    """The comparison key of a record (its counterpart in the replay has the same key), or None
+    for records that never compare (run.started, run.resumed, run.finished, verification)."""
     b = r.body
     if r.kind in ("input", "output"):
-        return (r.kind, b["name"]), b["digest"]
-    if r.kind == "checkpoint":
-        return ("checkpoint", b["step"]), b["digest"]
-    if r.kind == "metric":
-        return ("metric", b["step"]), _exact(b["values"])
+        return (r.kind, b["name"])
+    if r.kind in ("checkpoint", "metric"):
+        return (r.kind, b["step"])
     if r.kind == "eval":
-        return ("eval", b["name"], b["split"], b.get("corpus")), {
-            "values": _exact(b["values"]), "samples": [s["token_ids"] for s in b.get("samples", [])]}
+        return ("eval", b["name"], b["split"], b.get("corpus"))
     return None
 
 
-def comparable(log: RunLog) -> dict[tuple[Any, ...], tuple[Record, Any]]:
-    out = {}
+def value_of(r: Record) -> dict[str, Any]:
+    """The whole body but the uncompared fields: every value a report may cite is compared."""
+    return {k: v for k, v in r.body.items() if k not in UNCOMPARED.get(r.kind, ())}
+
+
+def comparable(log: RunLog) -> tuple[dict[tuple[Any, ...], Record], list[Divergence]]:
+    """Records by key, and a divergence for each second record under one key (a duplicate
+    would otherwise go uncompared)."""
+    out: dict[tuple[Any, ...], Record] = {}
+    dups = []
     for r in log.records:
-        kv = key_and_value(r)
-        if kv is not None:
-            out[kv[0]] = (r, kv[1])
+        key = key_of(r)
+        if key is None:
+            continue
+        if key in out:
+            dups.append(Divergence(r.seq, r.kind, f"a second {r.kind} record for {key[1:]} (first at seq "
+                                   f"{out[key].seq})", step=r.body.get("step"), name=r.body.get("name"),
+                                   independent=True))
+            continue
+        out[key] = r
+    return out, dups
+
+
+def inexact(r: Record) -> list[Divergence]:
+    """Exact floats whose decimal and ``float.hex()`` disagree (one of them was edited)."""
+    out = []
+
+    def walk(x: Any, path: str) -> None:
+        if isinstance(x, dict):
+            if set(x) == {"value", "hex"} and isinstance(x["value"], int | float):
+                if float(x["value"]).hex() != x["hex"] and x["hex"] not in ("nan", "inf", "-inf"):
+                    out.append(Divergence(r.seq, r.kind, f"{path}: decimal {x['value']!r} is not hex {x['hex']}",
+                                          step=r.body.get("step"), name=path.rsplit("/", 1)[-1], independent=True))
+                return
+            for k, v in x.items():
+                walk(v, f"{path}/{k}")
+        elif isinstance(x, list):
+            for i, v in enumerate(x):
+                walk(v, f"{path}/{i}")
+
+    walk(r.body, "")
     return out
 
 
-def _describe(key: tuple[Any, ...], rec: Record, recorded: Any, replayed: Any) -> Divergence:
-    kind = key[0]
-    step = rec.body.get("step") if kind in ("metric", "checkpoint") else None
+def _describe(rec: Record, replayed: Record | None) -> Divergence:
+    kind, step = rec.kind, rec.body.get("step")
     name = rec.body.get("name") if kind in ("input", "output", "eval") else None
-    if kind == "metric" and isinstance(replayed, dict):
-        bad = [k for k in recorded if recorded.get(k) != replayed.get(k)]
-        what = ", ".join(f"{k} recorded {_f(recorded[k])} replayed {_f(replayed.get(k))}" for k in bad)
-        return Divergence(rec.seq, kind, what, step=step, name=bad[0] if bad else None,
-                          recorded={k: recorded[k] for k in bad}, replayed={k: replayed.get(k) for k in bad})
     if replayed is None:
         return Divergence(rec.seq, kind, "recorded, but the replay did not produce it", step=step, name=name,
-                          recorded=recorded)
-    return Divergence(rec.seq, kind, f"recorded {_short(recorded)}, replayed {_short(replayed)}", step=step,
-                      name=name, recorded=recorded, replayed=replayed)
+                          independent=True)
+    a, b = value_of(rec), value_of(replayed)
+    if kind in ("metric", "eval") and a.get("values") != b.get("values"):
+        va, vb = a["values"], b.get("values", {})
+        bad = [k for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k)]
+        what = ", ".join(f"{k} recorded {_f(va.get(k))} replayed {_f(vb.get(k))}" for k in bad)
+        return Divergence(rec.seq, kind, what, step=step, name=bad[0] if kind == "metric" else name,
+                          recorded={k: va.get(k) for k in bad}, replayed={k: vb.get(k) for k in bad})
+    bad = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    what = "; ".join(f"{k} recorded {_short(a.get(k))}, replayed {_short(b.get(k))}" for k in bad)
+    return Divergence(rec.seq, kind, what, step=step, name=name, recorded={k: a.get(k) for k in bad},
+                      replayed={k: b.get(k) for k in bad})
 
 
 def compare(recorded: RunLog, replay: RunLog) -> tuple[dict[str, int], list[Divergence]]:
     """Counts of compared records by kind, and every divergence in recorded order."""
-    mine, theirs = comparable(recorded), comparable(replay)
+    mine, out = comparable(recorded)
+    theirs, _ = comparable(replay)
     counts: dict[str, int] = {}
-    out = []
-    for key, (rec, value) in sorted(mine.items(), key=lambda kv: kv[1][0].seq):
+    for key, rec in sorted(mine.items(), key=lambda kv: kv[1].seq):
         counts[key[0]] = counts.get(key[0], 0) + 1
+        out.extend(inexact(rec))
         other = theirs.get(key)
-        if other is None or other[1] != value:
-            out.append(_describe(key, rec, value, None if other is None else other[1]))
-    for key, (rec, value) in theirs.items():
+        if other is None or value_of(other) != value_of(rec):
+            out.append(_describe(rec, other))
+    end = recorded.finished.seq if recorded.finished else -1
+    for key, rec in theirs.items():
         if key not in mine:
-            out.append(Divergence(recorded.finished.seq if recorded.finished else -1, key[0],
-                                  f"the replay produced {key} = {_short(value)}, which the run does not record "
-                                  "(a record was removed)", step=rec.body.get("step"), replayed=value))
-    return counts, out
+            out.append(Divergence(end, key[0], f"the replay produced {key[0]} {key[1:]}, which the run does not "
+                                  "record (a record was removed)", step=rec.body.get("step"),
+                                  replayed=value_of(rec), independent=True))
+    return counts, sorted(out, key=lambda d: d.seq)
 
 
 def class_differences(recorded: dict[str, Any], replayed: dict[str, Any]) -> list[dict[str, Any]]:
@@ -115,30 +154,29 @@ def _dist(x: float, y: float) -> dict[str, float]:
 
 def metric_distances(recorded: RunLog, replay: RunLog) -> dict[str, Any]:
     """Per metric and eval value: the largest absolute and relative difference over all records."""
-    mine, theirs = comparable(recorded), comparable(replay)
+    mine, _ = comparable(recorded)
+    theirs, _ = comparable(replay)
     out: dict[str, dict[str, Any]] = {}
-    for key, (rec, value) in mine.items():
+    for key, rec in mine.items():
         other = theirs.get(key)
         if key[0] not in ("metric", "eval") or other is None:
             continue
-        vals = value if key[0] == "metric" else value["values"]
-        ovals = other[1] if key[0] == "metric" else other[1]["values"]
-        for k, hx in vals.items():
-            if not isinstance(hx, str) or not isinstance(ovals.get(k), str):
+        for k, v in rec.body["values"].items():
+            w = other.body["values"].get(k)
+            if not (isinstance(v, dict) and isinstance(w, dict)):
                 continue
             name = k if key[0] == "metric" else "/".join(str(p) for p in (*key[1:], k) if p is not None)
-            x, y = float.fromhex(hx), float.fromhex(ovals[k])
-            d = _dist(x, y)
+            d = _dist(float.fromhex(v["hex"]), float.fromhex(w["hex"]))
             cur = out.setdefault(name, {"max_abs": 0.0, "max_rel": 0.0, "compared": 0})
             cur["compared"] += 1
             if d["abs"] > cur["max_abs"]:
-                cur.update(max_abs=d["abs"], at=rec.body.get("step", key[1]) if key[0] == "metric" else None)
+                cur.update(max_abs=d["abs"], at=rec.body["step"] if key[0] == "metric" else None)
             cur["max_rel"] = max(cur["max_rel"], d["rel"])
     return {k: {kk: vv for kk, vv in v.items() if vv is not None} for k, v in sorted(out.items())}
 
 
-def _f(hx: Any) -> str:
-    return f"{float.fromhex(hx)!r} ({hx})" if isinstance(hx, str) else repr(hx)
+def _f(v: Any) -> str:
+    return f"{v['value']!r} ({v['hex']})" if isinstance(v, dict) and "hex" in v else repr(v)
 
 
 def _short(v: Any) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from marin import hashing
+from marin.env import recorded_env_vars
 from marin.errors import MarinError
 from marin.paths import ledger_dir
 
@@ -71,13 +72,16 @@ class Workspace:
         if p.returncode != 0:
             raise CannotVerify(f"run {run_id} was recorded at commit {commit[:12]}, which this repository does "
                                "not have; fetch it (git fetch) and retry")
-        subprocess.run(["git", "worktree", "prune"], cwd=project, capture_output=True)  # after a killed verify
         base = Path(tempfile.mkdtemp(prefix=f"marin-verify-{run_id}-"))
         ws = cls(project, base / "ws", commit, keep)
         _git(project, "worktree", "add", "--detach", "--force", str(ws.root), commit)
-        shutil.rmtree(ledger_dir(ws.root), ignore_errors=True)  # the replay's ledger starts empty
-        ledger_dir(ws.root).mkdir(parents=True)
-        ws._restore_params(started["params"])
+        try:
+            shutil.rmtree(ledger_dir(ws.root), ignore_errors=True)  # the replay's ledger starts empty
+            ledger_dir(ws.root).mkdir(parents=True)
+            ws._restore_params(started["params"])
+        except BaseException:
+            ws.close()
+            raise
         return ws
 
     def _restore_params(self, recorded: dict[str, Any]) -> None:
@@ -135,9 +139,10 @@ class Workspace:
 
     def env(self, started: dict[str, Any], forced_flags: list[str]) -> dict[str, str]:
         """The replay's environment: the verifier's, with the recorded determinism settings put back."""
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("NPROC", "XLA_FLAGS") and not k.startswith(("JAX_", "MARIN_"))}
-        env.update({k: v for k, v in started["env"]["env_vars"].items() if not k.startswith("MARIN_")})
+        mine = recorded_env_vars()  # the verifier's own allow-listed variables: none of them carry over
+        env = {k: v for k, v in os.environ.items() if k not in mine}
+        recorded = recorded_env_vars(started["env"]["env_vars"])  # re-filtered: never PYTHONPATH, LD_PRELOAD...
+        env.update({k: v for k, v in recorded.items() if not k.startswith("MARIN_")})
         det = started["determinism_class"]
         if det.get("kind") == "jax":
             env["XLA_FLAGS"] = " ".join([*det["xla_flags"], *forced_flags])
@@ -165,7 +170,6 @@ class Workspace:
         subprocess.run(["git", "worktree", "remove", "--force", str(self.root)], cwd=self.project,
                        capture_output=True)
         shutil.rmtree(self.root.parent, ignore_errors=True)
-        subprocess.run(["git", "worktree", "prune"], cwd=self.project, capture_output=True)
 
 
 class InputUnavailable(MarinError):

@@ -1,0 +1,78 @@
+"""What a verification found, and running the replay tool in a workspace."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marin.verify.compare import Divergence
+from marin.verify.workspace import CannotVerify, Workspace
+
+EXIT = {"bit-exact": 0, "mismatch": 1, "class-differs": 3}
+
+
+@dataclass
+class Outcome:
+    """What a verification found; ``body`` is the verification record appended to the run."""
+
+    run_id: str
+    stage: str
+    mode: str = "full"
+    divergences: list[Divergence] = field(default_factory=list)
+    class_diffs: list[dict[str, Any]] = field(default_factory=list)
+    compared: dict[str, int] = field(default_factory=dict)
+    distances: dict[str, Any] | None = None
+    segments: dict[str, Any] | None = None
+    verifier: dict[str, Any] = field(default_factory=dict)
+    replay_run_id: str | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+    record_seq: int | None = None
+
+    @property
+    def result(self) -> str:
+        """A divergence that no class difference explains (an edited, missing or extra record, a
+        checkpoint changed on disk) is a mismatch in any class."""
+        if any(d.independent for d in self.divergences):
+            return "mismatch"
+        if self.class_diffs:
+            return "class-differs"
+        return "mismatch" if self.divergences else "bit-exact"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT[self.result]
+
+    @property
+    def first(self) -> Divergence | None:
+        return min(self.divergences, key=lambda d: d.seq) if self.divergences else None
+
+
+Say = Callable[[str], None]
+
+
+def json_run(ws: Workspace, replay_env: dict[str, str], args: list[str], out: Outcome) -> dict[str, Any]:
+    """Run ``python -m marin.train.replay`` in the workspace. A commit older than that module can
+    still have its checkpoints compared (restoring and digesting tensors is not the claim under
+    test) with the verifier's own code; it cannot have segments replayed."""
+    dest = ws.root.parent / f"replay-{secrets.token_hex(4)}.json"
+    cwd, env = None, replay_env
+    if not (ws.root / "marin" / "train" / "replay.py").is_file():
+        if args[0] == "segments":
+            raise CannotVerify(f"commit {ws.commit[:12]} predates segment replay (marin/train/replay.py); "
+                               "verify this run with a full replay (without --segments)")
+        cwd = Path(__file__).resolve().parents[2]  # the verifier's code first on the path
+        env = {**replay_env, "PYTHONPATH": os.pathsep.join([str(cwd), replay_env["PYTHONPATH"]])}
+        out.verifier["tensor_pass"] = f"verifier's code at {cwd} (the recorded commit predates it)"
+    ws.run(["-m", "marin.train.replay", *args, "--out", str(dest)], env, f"replay {args[0]}", cwd)
+    return json.loads(dest.read_text())
+
+
+def counts(c: dict[str, int]) -> str:
+    return ", ".join(f"{v} {k}" for k, v in sorted(c.items())) or "nothing"
+
+

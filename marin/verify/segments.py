@@ -1,0 +1,110 @@
+"""``marin verify --segments K``: the Proof-of-Learning idea with exact equality.
+
+The N checkpoint intervals of a train run are (0, c1], (c1, c2], ...; K of them are drawn
+without replacement by a seeded draw (the seed from ``secrets`` unless the verifier chooses
+one; either way it is recorded, with its source). Each drawn interval is replayed from its
+starting checkpoint on disk, all in one process, and the exact metrics inside it and the
+state digest at its end are compared with the record. One forged interval among N is
+caught with probability K/N per verification.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from pathlib import Path
+from typing import Any
+
+from marin.ledger.store import RunLog
+from marin.verify.compare import Divergence, class_differences
+from marin.verify.outcome import Outcome, Say, counts, json_run
+from marin.verify.workspace import CannotVerify, Workspace
+
+
+def check_segments(root: Path, log: RunLog, k: int) -> None:
+    """Before any work: a train run, 1 <= K <= N, and its checkpoints on this machine."""
+    stage = log.started.body["stage"]
+    if stage != "train":
+        raise CannotVerify(f"--segments replays checkpoint intervals of a train run; {log.run_id} is {stage}")
+    ckpts = log.of_kind("checkpoint")
+    if not 1 <= k <= len(ckpts):
+        raise CannotVerify(f"--segments {k}: run {log.run_id} has {len(ckpts)} checkpoint intervals; "
+                           f"choose 1..{len(ckpts)}")
+    where = root / Path(ckpts[0].body["path"]).parent
+    if not where.is_dir():
+        raise CannotVerify(f"--segments needs the run's checkpoints, and {where} is not on this machine "
+                           "(checkpoints are not DVC outputs); copy them here, or verify with a full replay")
+
+
+def draw(seed: int, n: int, k: int) -> list[int]:
+    """The intervals (0-based) a seeded draw picks: k of n without replacement."""
+    return sorted(random.Random(seed).sample(range(n), k))
+
+
+def replay_segments(root: Path, log: RunLog, ws: Workspace, replay_env: dict[str, str], k: int,
+                    seed: int | None, out: Outcome, say: Say) -> None:
+    """Steps 6-7 with --segments: draw, replay in the workspace, compare (see the module docstring)."""
+    started = log.started.body
+    ckpts = sorted(log.of_kind("checkpoint"), key=lambda r: r.body["step"])
+    n = len(ckpts)
+    source = "random" if seed is None else "chosen by the verifier"
+    seed = secrets.randbits(32) if seed is None else seed
+    bounds = [(ckpts[i - 1].body["step"] if i else 0, ckpts[i].body["step"]) for i in draw(seed, n, k)]
+    out.segments = {"seed": seed, "seed_source": source, "k": k, "n": n, "drawn": [list(b) for b in bounds],
+                    "detection_probability": round(k / n, 6)}
+    say(f"  6. replay: {k} of {n} checkpoint intervals, seed {seed} ({source}): {bounds}")
+    ckpt_dir = root / Path(ckpts[0].body["path"]).parent
+    res_all = json_run(ws, replay_env, ["segments", "--checkpoints", str(ckpt_dir), "--intervals",
+                                        ",".join(f"{a}:{b}" for a, b in bounds)], out)
+    # What ran: the recorded code and params (as the full replay's own run.started shows them).
+    if res_all["code_digest"] != started["code"]["code_digest"] or res_all["params"] != started["params"]:
+        raise CannotVerify("step 6: the segment replay did not run the recorded code and params "
+                           f"(code {res_all['code_digest']}, recorded {started['code']['code_digest']})")
+    metrics = {r.body["step"]: r for r in log.of_kind("metric")}
+    at = {r.body["step"]: r for r in ckpts}
+    for res in res_all["intervals"]:
+        _compare_interval(res, at, metrics, out)
+        ok = res.get("end_digest") == at[res["end"]].body["digest"]
+        say(f"     interval ({res['start']}, {res['end']}]: {'ok' if ok else 'MISMATCH'}")
+    det = res_all["determinism_class"]
+    out.verifier.update(env=res_all["env"], code=started["code"], determinism_class=det)
+    out.class_diffs = class_differences(started["determinism_class"], det)
+    say(f"  7. compared {sum(out.compared.values())} records ({counts(out.compared)})")
+
+
+def _compare_interval(res: dict[str, Any], at: dict[int, Any], metrics: dict[int, Any], out: Outcome) -> None:
+    start, end = res["start"], res["end"]
+    if res.get("missing") is not None:
+        raise CannotVerify(f"step 6: the recorded checkpoint at step {start} is not on disk "
+                           f"({at[start].body['path']}); copy the run's checkpoints here or use a full replay")
+    if start and res["start_digest"] != at[start].body["digest"]:
+        r = at[start]
+        out.divergences.append(Divergence(r.seq, "checkpoint", f"the checkpoint files at {r.body['path']} restore "
+                               f"to {res['start_digest']}, not the recorded {r.body['digest']}: the interval "
+                               "cannot start", step=start, recorded=r.body["digest"],
+                               replayed=res["start_digest"], independent=True))
+        return
+    for s, values in res["metrics"].items():
+        r = metrics.get(int(s))
+        out.compared["metric"] = out.compared.get("metric", 0) + 1
+        if r is None:
+            out.divergences.append(Divergence(at[end].seq, "metric", "the replay logs this step; the run "
+                                              "recorded no metric for it", step=int(s), replayed=values,
+                                              independent=True))
+            continue
+        bad = [kk for kk in sorted(set(r.body["values"]) | set(values)) if r.body["values"].get(kk) != values.get(kk)]
+        if bad:
+            out.divergences.append(Divergence(r.seq, "metric", ", ".join(
+                f"{kk} recorded {r.body['values'].get(kk)} replayed {values.get(kk)}" for kk in bad),
+                step=int(s), name=bad[0], recorded={kk: r.body["values"].get(kk) for kk in bad},
+                replayed={kk: values.get(kk) for kk in bad}))
+    r = at[end]
+    out.compared["checkpoint"] = out.compared.get("checkpoint", 0) + 1
+    if res["end_digest"] != r.body["digest"]:
+        dist = res["distances"] or {}
+        first = next(iter(sorted(dist)), None)
+        what = f"replaying steps {start}..{end} gives {res['end_digest']}, recorded {r.body['digest']}"
+        if first is not None:
+            what += f"; first tensor differing from the files on disk: {first}"
+        out.divergences.append(Divergence(r.seq, "checkpoint", what, step=end, tensor=first,
+                                          recorded=r.body["digest"], replayed=res["end_digest"]))
