@@ -33,6 +33,7 @@ BUILDER = "https://marin.local/builder/marin-report@v1"
 
 
 def meta_for(p: ReportParams, model_digest: str) -> dict[str, Any]:
+    """What the report says about itself (from params.yaml: report) and which model it is about."""
     return {"model_name": p.model_name, "version": p.version, "license": p.license, "model_license": p.license,
             "code_license": p.code_license, "model": model_digest, "report_dir": f"reports/{p.model_name}"}
 
@@ -276,6 +277,7 @@ def _cmd_keygen(args: Any) -> int:
 
 
 def add_parser(sub: Any) -> None:
+    """Register ``marin report [verify]`` and ``marin keygen``."""
     rep = sub.add_parser("report", help="build, or verify, the signed transparency report of a model")
     rep.add_argument("--model", default="models/final", help="the model: a path, digest or train run id")
     rep.set_defaults(fn=_cmd_report)

@@ -68,6 +68,7 @@ def figure_source(curve: dict[str, Any]) -> str:
 
 
 def markdown(facts: dict[str, Fact], doc: dict[str, Any], meta: dict[str, Any]) -> str:
+    """report.md: what was trained, data, training, evaluation, environment, verification, lineage, sources."""
     d = Doc(facts)
     m, data, tr, ev = doc["model"], doc["data"], doc["training"], doc["evaluation"]
     d.add(f"# Transparency report: {meta['model_name']} {meta['version']}", "",
@@ -163,11 +164,11 @@ def markdown(facts: dict[str, Fact], doc: dict[str, Any], meta: dict[str, Any]) 
         src = f.source
         if "formula" in src:
             where = f"{src['formula']} of " + ", ".join(f"[{i}](#{i})" for i in src["inputs"])
-            rows.append([f'<a id="{f.id}"></a>{f.id}', f.label, "derived", "", "", where])
+            rows.append([f'<a id="{f.id}"></a>{f.id}', md_escape(f.label), "derived", "", "", where])
         else:
             ptr = f"`{src['file']}` ({src['file_digest']}) `{src['pointer']}`" if "file" in src \
                 else f"`{src['pointer']}`"
-            rows.append([f'<a id="{f.id}"></a>{f.id}', f.label, f"`{src['run_id']}`", str(src["seq"]),
+            rows.append([f'<a id="{f.id}"></a>{f.id}', md_escape(f.label), f"`{src['run_id']}`", str(src["seq"]),
                          f"`{src['record']}`", ptr])
     d.table(["fact", "what", "run", "seq", "record digest", "value at"], rows)
     c = tr["curve"]

@@ -278,6 +278,7 @@ def _finish(root: Path, log: RunLog, out: Outcome, t0: float, say: Say) -> Outco
 
 
 def render(out: Outcome) -> list[str]:
+    """The verdict in a few lines: class differences and distances, or the first divergence."""
     lines = []
     if out.class_diffs:
         lines.append("  determinism class differs from the recorded one: "
@@ -353,6 +354,7 @@ def _cmd(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
+    """Register ``marin verify``."""
     p = sub.add_parser("verify", help="replay a recorded run and compare it bit for bit",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", help="a run id; with --upstream, also a digest or a path (models/final)")
