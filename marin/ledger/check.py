@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -146,20 +147,26 @@ def check_outputs(root: Path, logs: list[RunLog], report: Report) -> list[Proble
     return problems
 
 
+def entry_changes(p: Path, entries: list[dict[str, Any]]) -> list[tuple[str, str | None, str | None]]:
+    """Files inside directory ``p`` that differ from recorded ``entries``: (path, recorded, on disk)."""
+    recorded = {e["path"]: e["digest"] for e in entries}
+    now = {rel: d for rel, d, _ in hashing.dir_entries(p)}
+    return [(rel, recorded.get(rel), now.get(rel)) for rel in sorted(set(recorded) | set(now))
+            if recorded.get(rel) != now.get(rel)]
+
+
 def _entry_diff(p: Path, path: str, log: RunLog, rec: Record) -> list[Problem]:
     """Name the files inside a directory output that differ from its recorded entries."""
-    recorded = {e["path"]: e["digest"] for e in rec.body["entries"]}
-    now = {rel: d for rel, d, _ in hashing.dir_entries(p)}
     out = []
-    for rel in sorted(set(recorded) | set(now)):
+    for rel, recorded, now in entry_changes(p, rec.body["entries"]):
         where = f"{path}/{rel}"
-        if rel not in now:
+        if now is None:
             out.append(Problem(where, f"missing; recorded by {log.path.name} seq {rec.seq}"))
-        elif rel not in recorded:
+        elif recorded is None:
             out.append(Problem(where, f"not recorded by {log.path.name} seq {rec.seq} (file added)"))
-        elif now[rel] != recorded[rel]:
-            out.append(Problem(where, f"on disk it hashes to {now[rel]}; {log.path.name} seq {rec.seq} "
-                                      f"recorded {recorded[rel]} (file changed)"))
+        else:
+            out.append(Problem(where, f"on disk it hashes to {now}; {log.path.name} seq {rec.seq} "
+                                      f"recorded {recorded} (file changed)"))
     return out
 
 

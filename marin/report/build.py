@@ -108,19 +108,23 @@ def statement(root: Path, files: dict[str, bytes], doc: dict[str, Any], facts: d
     return attest.statement(subjects, predicate)
 
 
+def signing_key(root: Path, p: ReportParams | None) -> Path:
+    """The private key: $MARIN_SIGNING_KEY, else report.signing_key (its public half is ``<key>.pub``)."""
+    return attest.key_path(os.environ.get(attest.KEY_ENV) or (p.signing_key if p else None), root)
+
+
 def write(root: Path, p: ReportParams, model: str = "models/final") -> Path:
     """Build and sign reports/<model_name>/ (replaced whole, only once everything is ready)."""
-    key = attest.key_path(os.environ.get(attest.KEY_ENV) or p.signing_key, root)
+    key = signing_key(root, p)
     attest.load_private_key(key)  # a missing key fails before anything is built
     ledger = Ledger(root)
     target = ledger.resolve(model)
     meta = meta_for(p, target.key if target.kind == "digest" else model)
-    _, doc = gather(root, meta["model"])
+    files, doc = render_files(root, meta, p)
     for r in doc["lineage"]:  # sign nothing over a ledger that does not check
         problems = check_run(ledger.runs[r["run_id"]])
         if problems:
             raise ReportError(f"the ledger behind the report is not intact: {problems[0]}; see `marin ledger check`")
-    files, doc = render_files(root, meta, p)
     facts = json.loads(files["report.json"])["facts"]
     envelope = attest.sign(statement(root, files, doc, facts), key)
     out = root / "reports" / p.model_name
@@ -159,8 +163,7 @@ def verify(root: Path, directory: Path, public_key: Path | None = None) -> Verdi
     if public_key is None:  # the public half of the configured signing key
         from marin import config
 
-        rp = config.load(root / "params.yaml").report
-        private = attest.key_path(os.environ.get(attest.KEY_ENV) or (rp.signing_key if rp else None), root)
+        private = signing_key(root, config.load(root / "params.yaml").report)
         public_key = private.with_name(private.name + ".pub")
     stmt = attest.verify(envelope, public_key)  # 1
     signed = {s["name"]: "sha256:" + s["digest"]["sha256"] for s in stmt["subject"]}
@@ -262,12 +265,7 @@ def _cmd_verify(args: Any) -> int:
 def _cmd_keygen(args: Any) -> int:
     from marin import config
 
-    if args.path is None:
-        p = config.load(args.root / "params.yaml").report
-        explicit = os.environ.get(attest.KEY_ENV) or (p.signing_key if p else None)
-        path = attest.key_path(explicit, args.root)
-    else:
-        path = args.path
+    path = args.path or signing_key(args.root, config.load(args.root / "params.yaml").report)
     if args.if_missing and path.exists():
         print(f"keygen: {path} exists; kept")
         return 0

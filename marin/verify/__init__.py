@@ -33,6 +33,7 @@ from marin.errors import IntegrityError, MarinError
 from marin.ledger.check import check_run
 from marin.ledger.run import recipe_digest
 from marin.ledger.store import RunFile, RunLog, read_all, read_run
+from marin.lineage import Ledger
 from marin.paths import ledger_dir
 from marin.verify.compare import Divergence, class_differences, compare, metric_distances
 from marin.verify.outcome import Outcome, Say, counts, json_run
@@ -76,19 +77,21 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
     try:
         say(f"  3. workspace: git worktree at {ws.commit[:12]} with the recorded params")
         by_name = {r.body["name"]: r for r in log.of_kind("input")}
+        producers = Ledger(root).producers  # digest -> the runs that output it
         for i in started["inputs"]:  # 4
             rec = by_name[i["name"]]
             try:
-                source = ws.restore_input(rec.body, _entries(root, rec.body["digest"]))
+                source = ws.restore_input(rec.body, _entries(producers, rec.body["digest"]))
                 say(f"  4. input {i['name']}: restored from {source}")
             except InputUnavailable as e:
                 here = root / rec.body["path"]
                 if not here.exists():
                     raise CannotVerify(f"step 4: {e}; restore it (dvc pull / dvc checkout) and retry") from None
-                later = _producer_of(root, hashing.path_digest(here))
-                if later is not None:  # another recorded version, not a forgery: restore the recorded one
-                    raise CannotVerify(f"step 4: {e}; the project holds the version run {later} produced: restore "
-                                       "the recorded one (dvc checkout, or keep a DVC cache) and retry") from None
+                later = producers.get(hashing.path_digest(here))
+                if later:  # another recorded version, not a forgery: restore the recorded one
+                    raise CannotVerify(f"step 4: {e}; the project holds the version run {later[-1][0].run_id} "
+                                       "produced: restore the recorded one (dvc checkout, or keep a DVC cache) "
+                                       "and retry") from None
                 out.divergences = [Divergence(rec.seq, "input", f"{e}; no run recorded that content",
                                               name=i["name"], recorded=rec.body["digest"], independent=True)]
                 say(f"  4. input {i['name']}: MISMATCH {e}")
@@ -131,20 +134,9 @@ def _check_recipe(log: RunLog) -> list[Divergence]:
     return out
 
 
-def _producer_of(root: Path, digest: str) -> str | None:
-    """The latest run that recorded an output with this digest."""
-    found = [log.run_id for log in read_all(ledger_dir(root)) for r in log.of_kind("output")
-             if r.body["digest"] == digest]
-    return found[-1] if found else None
-
-
-def _entries(root: Path, digest: str) -> list[dict[str, Any]] | None:
+def _entries(producers: dict[str, list[Any]], digest: str) -> list[dict[str, Any]] | None:
     """The file list a producing run recorded for a directory with this digest."""
-    for log in read_all(ledger_dir(root)):
-        for r in log.of_kind("output"):
-            if r.body["digest"] == digest and "entries" in r.body:
-                return r.body["entries"]
-    return None
+    return next((body["entries"] for _, body in producers.get(digest, []) if "entries" in body), None)
 
 
 def _module(command: list[str]) -> str:
@@ -307,7 +299,7 @@ Row = tuple[str, str, Outcome | MarinError]  # stage, run id, what verifying it 
 
 def verify_upstream(root: Path, target: str, say: Say = print, **kw: Any) -> list[Row]:
     """Verify TARGET's run and every run in its lineage, upstream first, then print one table."""
-    from marin.lineage import Ledger, LineageError, upstream
+    from marin.lineage import LineageError, upstream
 
     ledger = Ledger(root)
     try:

@@ -110,15 +110,22 @@ def _describe(rec: Record, replayed: Record | None) -> Divergence:
                           independent=True)
     a, b = value_of(rec), value_of(replayed)
     if kind in ("metric", "eval") and a.get("values") != b.get("values"):
-        va, vb = a["values"], b.get("values", {})
-        bad = [k for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k)]
-        what = ", ".join(f"{k} recorded {_f(va.get(k))} replayed {_f(vb.get(k))}" for k in bad)
-        return Divergence(rec.seq, kind, what, step=step, name=bad[0] if kind == "metric" else name,
-                          recorded={k: va.get(k) for k in bad}, replayed={k: vb.get(k) for k in bad})
+        d = values_divergence(rec, b.get("values", {}))
+        d.name = d.name if kind == "metric" else name
+        return d
     bad = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     what = "; ".join(f"{k} recorded {_short(a.get(k))}, replayed {_short(b.get(k))}" for k in bad)
     return Divergence(rec.seq, kind, what, step=step, name=name, recorded={k: a.get(k) for k in bad},
                       replayed={k: b.get(k) for k in bad})
+
+
+def values_divergence(rec: Record, replayed: dict[str, Any]) -> Divergence:
+    """A metric or eval record whose values differ from ``replayed``: which values, both ways."""
+    va = rec.body["values"]
+    bad = [k for k in sorted(set(va) | set(replayed)) if va.get(k) != replayed.get(k)]
+    what = ", ".join(f"{k} recorded {_f(va.get(k))} replayed {_f(replayed.get(k))}" for k in bad)
+    return Divergence(rec.seq, rec.kind, what, step=rec.body.get("step"), name=bad[0] if bad else None,
+                      recorded={k: va.get(k) for k in bad}, replayed={k: replayed.get(k) for k in bad})
 
 
 def compare(recorded: RunLog, replay: RunLog) -> tuple[dict[str, int], list[Divergence]]:

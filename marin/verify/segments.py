@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from marin.ledger.store import RunLog
-from marin.verify.compare import Divergence, class_differences
+from marin.verify.compare import Divergence, class_differences, values_divergence
 from marin.verify.outcome import Outcome, Say, counts, json_run
 from marin.verify.workspace import CannotVerify, Workspace
 
@@ -92,12 +92,8 @@ def _compare_interval(res: dict[str, Any], at: dict[int, Any], metrics: dict[int
                                               "recorded no metric for it", step=int(s), replayed=values,
                                               independent=True))
             continue
-        bad = [kk for kk in sorted(set(r.body["values"]) | set(values)) if r.body["values"].get(kk) != values.get(kk)]
-        if bad:
-            out.divergences.append(Divergence(r.seq, "metric", ", ".join(
-                f"{kk} recorded {r.body['values'].get(kk)} replayed {values.get(kk)}" for kk in bad),
-                step=int(s), name=bad[0], recorded={kk: r.body["values"].get(kk) for kk in bad},
-                replayed={kk: values.get(kk) for kk in bad}))
+        if r.body["values"] != values:
+            out.divergences.append(values_divergence(r, values))
     r = at[end]
     out.compared["checkpoint"] = out.compared.get("checkpoint", 0) + 1
     if res["end_digest"] != r.body["digest"]:

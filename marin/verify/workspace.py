@@ -24,6 +24,7 @@ import yaml
 from marin import hashing
 from marin.env import recorded_env_vars
 from marin.errors import MarinError
+from marin.ledger.check import entry_changes
 from marin.paths import ledger_dir
 
 
@@ -185,9 +186,7 @@ def _changed_files(src: Path, entries: list[dict[str, Any]] | None) -> str:
     """For a directory input, name the files that differ from the producing run's entries."""
     if not src.is_dir() or not entries:
         return ""
-    recorded = {e["path"]: e["digest"] for e in entries}
-    now = {rel: d for rel, d, _ in hashing.dir_entries(src)}
-    changed = sorted(r for r in set(recorded) | set(now) if recorded.get(r) != now.get(r))
+    changed = [rel for rel, _, _ in entry_changes(src, entries)]
     return f" (files differing from the record: {', '.join(changed[:5])})" if changed else ""
 
 
