@@ -13,20 +13,39 @@ from marin.paths import ledger_dir, project_root
 
 
 def _cmd_ledger_check(args: argparse.Namespace) -> int:
+    from marin.ledger import head
     from marin.ledger.check import check
 
-    report = check(args.root)
+    since = head.load_snapshot(args.since) if args.since else None
+    report = check(args.root, since)
     for p in report.problems:
         print(f"FAIL {p}", file=sys.stderr)
+    for m in report.missing:
+        print(f"{'FAIL' if args.require_outputs else 'MISSING'} {m}", file=sys.stderr)
     if args.verbose:
         for n in report.notes:
             print(f"note {n}")
-    status = "ok" if report.ok else f"{len(report.problems)} problem(s)"
-    print(
-        f"ledger check: {report.runs} runs, {report.records} records, "
-        f"{report.outputs_checked} outputs on disk checked: {status}"
-    )
-    return 0 if report.ok else 1
+    failed = len(report.problems) + (len(report.missing) if args.require_outputs else 0)
+    status = "ok" if not failed else f"{failed} problem(s)"
+    missing = f", {len(report.missing)} recorded outputs not on disk" if report.missing else ""
+    grown = f", every run of snapshot {since.root[:19]}… ({since.runs} runs) intact or extended" \
+        if since is not None and not failed else ""
+    print(f"ledger check: {report.runs} runs, {report.records} records, "
+          f"{report.outputs_checked} outputs on disk checked{missing}{grown}: {status}")
+    return 0 if not failed else 1
+
+
+def _cmd_ledger_head(args: argparse.Namespace) -> int:
+    import json
+
+    from marin.ledger import head
+
+    h = head.head(ledger_dir(args.root))
+    if args.json:
+        print(json.dumps(h.to_dict(), indent=1))
+    else:
+        print(f"{h.root} {h.runs} runs")
+    return 0
 
 
 def _cmd_ledger_log(args: argparse.Namespace) -> int:
@@ -84,9 +103,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     led = sub.add_parser("ledger", help="inspect and check the ledger")
     lsub = led.add_subparsers(dest="ledger_command", required=True)
-    lsub.add_parser("check", help="verify schemas, chains, Merkle roots, outputs").set_defaults(
-        fn=_cmd_ledger_check
-    )
+    chk = lsub.add_parser("check", help="verify schemas, chains, Merkle roots, outputs")
+    chk.add_argument("--since", type=Path, metavar="HEAD_OR_REPORT",
+                     help="a snapshot (`marin ledger head --json` file, or a report directory): prove "
+                          "that each of its runs is still there, unchanged or only extended")
+    chk.add_argument("--require-outputs", action="store_true",
+                     help="fail when a recorded output of the latest runs is not on disk")
+    chk.set_defaults(fn=_cmd_ledger_check)
+    hd = lsub.add_parser("head", help="RFC 6962 root over every run's last record: a snapshot to keep or sign")
+    hd.add_argument("--json", action="store_true", help="the whole snapshot (root, runs, leaves) for --since")
+    hd.set_defaults(fn=_cmd_ledger_head)
     log = lsub.add_parser("log", help="list runs")
     log.add_argument("--stage")
     log.set_defaults(fn=_cmd_ledger_log)

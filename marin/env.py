@@ -29,7 +29,11 @@ ENV_ALLOW = (
 ENV_DENY = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*", "*CREDENTIAL*")
 
 # Paths whose content is the "code" of the pipeline: a change here changes the recipe.
-CODE_GLOBS = ("marin/**/*.py", "pipeline/**/*.py", "schemas/**/*.json", "pyproject.toml", "uv.lock")
+CODE_GLOBS = ("marin/**/*.py", "marin/**/*.json", "marin/**/*.csv", "pipeline/**/*.py", "schemas/**/*.json",
+              "pyproject.toml", "uv.lock")
+# Beside the code, files whose change can change a run's result: uncommitted, they make it dirty.
+RECIPE_FILES = ("dvc.yaml",)
+MAX_NAMES = 200  # changed/stray file names listed in a record (the count is kept in full)
 LOCK_FILE = "uv.lock"
 # Paths that change while the pipeline runs, or whose content each run records in full
 # (params.yaml: the sections a stage reads are in its run.started); not part of the code state.
@@ -107,25 +111,47 @@ def code_paths(root: Path) -> list[str]:
     return sorted(p for p in found if "__pycache__" not in p)
 
 
-def code_state(root: Path) -> dict[str, Any]:
-    """Git commit, tree digest, uncommitted-diff digest, and the digest of the code files."""
+def code_state(root: Path, inputs: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
+    """Git commit, tree digest, uncommitted-diff digest, and the digest of the code files.
+
+    A run is ``dirty`` only when something that can change its result differs from the
+    commit: the code (``CODE_GLOBS``), ``dvc.yaml``, and the run's own ``inputs`` where git
+    tracks them. Other changed or untracked files are listed by name (``stray``), never by
+    content: a ``notes.txt`` beside the project must not make every run unverifiable.
+    """
     commit = _git(root, "rev-parse", "--verify", "-q", "HEAD")
     tree = _git(root, "rev-parse", "--verify", "-q", "HEAD^{tree}")
+    code = [f":(glob){g}" for g in (*CODE_GLOBS, *RECIPE_FILES)]
+    relevant = code + [f":(literal){p}" for p in inputs]  # an untracked input is recorded by digest
+    diff = _git(root, "diff", "HEAD", "--binary", "--", *relevant) if commit else None
+    untracked = _lines(_git(root, "ls-files", "--others", "--exclude-standard", "--", *code))
+    changed = sorted(set(_lines(_git(root, "diff", "HEAD", "--name-only", "--", *relevant)) if commit else [])
+                     | set(untracked))
+    dirty_text = (diff or "") + "".join(f"untracked {p}\n" for p in untracked)
     excludes = [f":(exclude){p}" for p in DIFF_EXCLUDE]
-    diff = _git(root, "diff", "HEAD", "--binary", "--", ".", *excludes) if commit else None
-    untracked = _git(root, "ls-files", "--others", "--exclude-standard", "--", ".", *excludes)
-    dirty_text = (diff or "") + "".join(f"untracked {p}\n" for p in (untracked or "").splitlines())
+    others = set(_lines(_git(root, "ls-files", "--others", "--exclude-standard", "--", ".", *excludes)))
+    if commit:
+        others |= set(_lines(_git(root, "diff", "HEAD", "--name-only", "--", ".", *excludes)))
+    stray = sorted(others - set(changed))
     lock = root / LOCK_FILE
-    return {
+    state: dict[str, Any] = {
         "git_commit": commit.strip() if commit else None,
         "tree_digest": f"git-tree:{tree.strip()}" if tree else None,
         "dirty": bool(dirty_text),
-        "diff_digest": hashing.bytes_digest(dirty_text.encode("utf-8", "surrogateescape"))
-        if dirty_text
-        else None,
+        "diff_digest": hashing.bytes_digest(dirty_text.encode("utf-8", "surrogateescape")) if dirty_text else None,
         "code_digest": hashing.files_digest(root, code_paths(root)),
         "lock_digest": hashing.file_digest(lock) if lock.is_file() else None,
     }
+    if changed:
+        state["changed"] = changed[:MAX_NAMES]
+    if stray:
+        state["stray"] = stray[:MAX_NAMES]
+        state["stray_count"] = len(stray)
+    return state
+
+
+def _lines(out: str | None) -> list[str]:
+    return [x for x in (out or "").splitlines() if x]
 
 
 def fingerprint() -> dict[str, Any]:

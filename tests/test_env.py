@@ -2,6 +2,8 @@
 
 import subprocess
 
+import pytest
+
 from marin import env
 
 
@@ -43,6 +45,49 @@ def test_code_state_sees_commit_and_dirty_diff(tmp_path) -> None:
     dirty = env.code_state(tmp_path)
     assert dirty["dirty"] and dirty["diff_digest"].startswith("sha256:")
     assert dirty["code_digest"] != clean["code_digest"] and dirty["git_commit"] == clean["git_commit"]
+
+
+def _repo(tmp_path):
+    def git(*a):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    for rel, text in {"marin/x.py": "A = 1\n", "dvc.yaml": "stages: {}\n", "README.md": "# r\n",
+                      "corpus/a.txt": "a\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    git("add", "-A")
+    git("commit", "-qm", "c")
+    return env.code_state(tmp_path)
+
+
+def test_stray_files_are_listed_by_name_and_do_not_make_a_run_dirty(tmp_path) -> None:
+    clean = _repo(tmp_path)
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    (tmp_path / "README.md").write_text("# edited\n")
+    (tmp_path / "marin" / "scratch.txt").write_text("not code\n")
+    state = env.code_state(tmp_path)
+    assert not state["dirty"] and state["diff_digest"] is None and "changed" not in state
+    assert state["stray"] == ["README.md", "marin/scratch.txt", "notes.txt"] and state["stray_count"] == 3
+    assert state["code_digest"] == clean["code_digest"]
+
+
+@pytest.mark.parametrize("rel", ["marin/x.py", "dvc.yaml", "marin/new_module.py", "corpus/a.txt"])
+def test_code_dvc_yaml_and_tracked_inputs_make_a_run_dirty_and_are_named(tmp_path, rel) -> None:
+    _repo(tmp_path)
+    (tmp_path / rel).write_text("changed\n")
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    state = env.code_state(tmp_path, inputs=["corpus/a.txt"])
+    assert state["dirty"] and state["diff_digest"].startswith("sha256:")
+    assert state["changed"] == [rel] and state["stray"] == ["notes.txt"]
+
+
+def test_an_input_is_relevant_only_to_the_run_that_reads_it(tmp_path) -> None:
+    _repo(tmp_path)
+    (tmp_path / "corpus" / "a.txt").write_text("changed\n")
+    assert not env.code_state(tmp_path)["dirty"]
+    assert env.code_state(tmp_path, inputs=["corpus/a.txt"])["dirty"]
 
 
 def test_data_class_has_no_machine_noise() -> None:

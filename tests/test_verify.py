@@ -255,6 +255,31 @@ def test_a_run_with_uncommitted_code_is_refused(trained: Project) -> None:
     assert verifications(path) == [] and trained.marin("ledger", "check").returncode == 0
 
 
+def test_stray_files_do_not_block_verification_and_are_listed(trained: Project) -> None:
+    (trained.root / "README.md").write_text("# a project\n")
+    trained.git("add", "README.md")
+    trained.git("commit", "-qm", "readme")
+    (trained.root / "README.md").write_text("# a project, with local notes\n")
+    (trained.root / "notes.txt").write_text("what I tried today\n")
+    trained.stage("tokenize")
+    path = sorted((trained.root / "ledger" / "runs").glob("tokenize-*.jsonl"))[-1]
+    code = records(path)[0]["body"]["code"]
+    assert code["dirty"] is False and code["stray"] == ["README.md", "notes.txt"]
+    p = verify(trained, run_id(path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert verifications(path)[-1]["result"] == "bit-exact"
+
+
+@pytest.mark.parametrize("rel", ["dvc.yaml", "marin/data/tokenize.py"])
+def test_a_run_with_changed_code_or_dvc_yaml_is_refused_naming_the_file(trained: Project, rel: str) -> None:
+    (trained.root / rel).write_text((trained.root / rel).read_text() + "\n# local edit\n")
+    trained.stage("tokenize")
+    path = sorted((trained.root / "ledger" / "runs").glob("tokenize-*.jsonl"))[-1]
+    assert records(path)[0]["body"]["code"]["changed"] == [rel]
+    p = verify(trained, run_id(path))
+    assert p.returncode == 4 and f"uncommitted changes to {rel}" in p.stderr
+
+
 def test_a_commit_older_than_the_replay_tool_verifies_fully_but_not_by_segments(trained: Project) -> None:
     trained.git("rm", "-q", "marin/train/replay.py")
     trained.git("commit", "-qm", "a commit before segment replay existed")

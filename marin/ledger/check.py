@@ -6,6 +6,7 @@ the record seq and what differs.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,9 @@ from typing import Any
 import yaml
 
 from marin import hashing
-from marin.ledger import merkle
+from marin.errors import LedgerError, MarinError
+from marin.ledger import head, merkle
+from marin.ledger.head import Head
 from marin.ledger.records import AFTER_FINISH, Record
 from marin.ledger.store import RunLog, read_all
 from marin.paths import ledger_dir
@@ -36,6 +39,7 @@ class Report:
     outputs_checked: int = 0
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # recorded outputs the workspace lacks
 
     @property
     def ok(self) -> bool:
@@ -96,10 +100,14 @@ def check_run(log: RunLog) -> list[Problem]:
 
 
 def _dvc_lock_outs(root: Path) -> dict[str, str]:
+    """Output path -> md5 of every output ``dvc.lock`` lists."""
     lock = root / "dvc.lock"
     if not lock.is_file():
         return {}
-    data = yaml.safe_load(lock.read_text()) or {}
+    try:
+        data = yaml.safe_load(lock.read_text()) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise LedgerError(f"{lock}: not readable YAML ({e}); restore it from git") from None
     outs = {}
     for stage in (data.get("stages") or {}).values():
         for o in stage.get("outs") or []:
@@ -108,34 +116,81 @@ def _dvc_lock_outs(root: Path) -> dict[str, str]:
     return outs
 
 
+def _dvc_yaml_outs(root: Path) -> set[str]:
+    """Every output path ``dvc.yaml`` declares (outs, metrics, plots), ``${…}`` resolved from params."""
+    spec = root / "dvc.yaml"
+    if not spec.is_file():
+        return set()
+    try:
+        data = yaml.safe_load(spec.read_text()) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise LedgerError(f"{spec}: not readable YAML ({e}); restore it from git") from None
+    paths = set()
+    for stage in (data.get("stages") or {}).values():
+        for key in ("outs", "metrics", "plots"):
+            for o in stage.get(key) or []:
+                paths.add(next(iter(o)) if isinstance(o, dict) else str(o))
+    resolved = {_interpolate(root, p) for p in paths}
+    return {Path(p).as_posix() for p in resolved if p is not None}
+
+
+def _interpolate(root: Path, path: str) -> str | None:
+    """``reports/${report.model_name}`` with the value from the validated params (None if unknown)."""
+    if "${" not in path:
+        return path
+    from marin import config
+
+    try:
+        raw = config.load(root / "params.yaml").raw
+    except MarinError:
+        return None
+
+    def value(m: re.Match[str]) -> str:
+        v: Any = raw
+        for part in m.group(1).split("."):
+            v = v[part]
+        return str(v)
+
+    try:
+        return re.sub(r"\$\{([^}]+)\}", value, path)
+    except (KeyError, TypeError):
+        return None
+
+
+def _latest_per_stage(logs: list[RunLog]) -> set[str]:
+    """Run ids of the latest succeeded run of each stage: the outputs a workspace should hold."""
+    latest: dict[str, str] = {}
+    for log in logs:  # oldest first
+        if log.started is not None and log.status == "succeeded":
+            latest[log.started.body["stage"]] = log.run_id
+    return set(latest.values())
+
+
 def check_outputs(root: Path, logs: list[RunLog], report: Report) -> list[Problem]:
-    """Steps 5-6: every recorded output still on disk has a recorded digest (the latest
-    run's, or an older run's when DVC checked out an older version), and dvc.lock's md5
-    for it was recorded beside our sha256."""
+    """Steps 5-7: every output on disk that a run recorded has a recorded digest (the latest
+    run's, or an older run's that DVC checked out); every output dvc.lock or dvc.yaml names is
+    explained by a recorded run; dvc.lock's md5 for it was recorded beside our sha256."""
     by_path: dict[str, list[tuple[RunLog, Record]]] = defaultdict(list)
     for log in logs:
         for r in log.of_kind("output"):
             by_path[r.body["path"]].append((log, r))
+    locked, declared = _dvc_lock_outs(root), _dvc_yaml_outs(root)
+    latest = _latest_per_stage(logs)
     problems = []
     for path, recs in sorted(by_path.items()):
         p = root / path
-        if not p.exists():
-            continue
-        report.outputs_checked += 1
-        digest = hashing.path_digest(p)
-        matching = [(log, r) for log, r in recs if r.body["digest"] == digest]
-        log, last = recs[-1]
-        if not matching:
-            problems.append(Problem(
-                path,
-                f"on disk it hashes to {digest}, which no run recorded; last recorded by "
-                f"{log.path.name} seq {last.seq} as {last.body['digest']} (changed after it was recorded)",
-            ))
-            if "entries" in last.body:
-                problems.extend(_entry_diff(p, path, log, last))
-        elif matching[-1][1] is not last:
-            report.notes.append(f"{path}: an older version is on disk (from {matching[-1][0].run_id})")
-    for path, md5 in sorted(_dvc_lock_outs(root).items()):
+        if p.exists():
+            problems.extend(_on_disk(root, path, recs, report))
+        elif any(log.run_id in latest for log, _ in recs) and (path in locked or path in declared):
+            log, last = recs[-1]
+            report.missing.append(f"{path}: recorded by {log.path.name} seq {last.seq}, not on disk "
+                                  "(`dvc checkout` or `dvc pull` restores it)")
+    for path in sorted((set(locked) | declared) - set(by_path)):
+        if path in locked or (root / path).exists():
+            problems.append(Problem(path, f"{'listed in dvc.lock' if path in locked else 'on disk'} but no run in "
+                                          "the ledger produced it: was a run file deleted? restore "
+                                          "ledger/runs/ from git, or rerun its stage (`dvc repro -f`)"))
+    for path, md5 in sorted(locked.items()):
         recs = by_path.get(path)
         if recs and not any(r.body.get("dvc_md5") == md5 for _, r in recs):
             log, last = recs[-1]
@@ -145,6 +200,26 @@ def check_outputs(root: Path, logs: list[RunLog], report: Report) -> list[Proble
                 f"{last.seq} recorded dvc md5 {last.body.get('dvc_md5')})",
             ))
     return problems
+
+
+def _on_disk(root: Path, path: str, recs: list[tuple[RunLog, Record]], report: Report) -> list[Problem]:
+    """The bytes at ``path`` must be one of its recorded versions."""
+    report.outputs_checked += 1
+    digest = hashing.path_digest(root / path)
+    matching = [(log, r) for log, r in recs if r.body["digest"] == digest]
+    log, last = recs[-1]
+    if not matching:
+        problems = [Problem(
+            path,
+            f"on disk it hashes to {digest}, which no run recorded; last recorded by "
+            f"{log.path.name} seq {last.seq} as {last.body['digest']} (changed after it was recorded)",
+        )]
+        if "entries" in last.body:
+            problems.extend(_entry_diff(root / path, path, log, last))
+        return problems
+    if matching[-1][1] is not last:
+        report.notes.append(f"{path}: an older version is on disk (from {matching[-1][0].run_id})")
+    return []
 
 
 def entry_changes(p: Path, entries: list[dict[str, Any]]) -> list[tuple[str, str | None, str | None]]:
@@ -170,11 +245,14 @@ def _entry_diff(p: Path, path: str, log: RunLog, rec: Record) -> list[Problem]:
     return out
 
 
-def check(root: Path) -> Report:
-    """Check the whole ledger of the project at ``root``."""
+def check(root: Path, since: Head | None = None) -> Report:
+    """Check the whole ledger of the project at ``root`` (and that it only grew since ``since``)."""
     logs = read_all(ledger_dir(root))
     report = Report(runs=len(logs), records=sum(len(log.records) for log in logs))
     for log in logs:
         report.problems.extend(check_run(log))
     report.problems.extend(check_outputs(root, logs, report))
+    if since is not None:  # 8. nothing in the snapshot was deleted, rolled back or rewritten
+        gone = head.since(since, {log.run_id: log for log in logs})
+        report.problems.extend(Problem(where, what) for where, what in gone)
     return report

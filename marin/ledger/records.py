@@ -92,8 +92,53 @@ class Record:
 
     @classmethod
     def from_line(cls, line: bytes, where: str) -> Record:
+        """Parse one JSONL line; its bytes must be exactly the canonical form of its record.
+
+        Another reader must see the very record that was hashed: duplicate keys (Python keeps
+        the last, other parsers the first), non-finite numbers and any other serialization
+        of the same record are refused.
+        """
+        line = line.removesuffix(b"\n")
         try:
-            d = json.loads(line)
+            d = json.loads(line, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise SchemaError(f"{where}: not valid JSON ({e})") from None
-        return cls.from_dict(d, where)
+        except RecursionError:
+            raise SchemaError(f"{where}: nested too deeply to be a record") from None
+        except _LineError as e:
+            raise SchemaError(f"{where}{_seq_of(line)}: {e}; such a line reads differently in other "
+                              "JSON parsers, so it is refused (edited by hand?)") from None
+        rec = cls.from_dict(d, where)
+        try:
+            canonical = hashing.canonical_json(d)
+        except (ValueError, TypeError, OverflowError) as e:  # rfc8785: an integer out of range, ...
+            raise SchemaError(f"{where} (seq {rec.seq}): has no canonical JSON form ({e})") from None
+        if canonical != line:
+            raise SchemaError(f"{where} (seq {rec.seq}): the line is not in RFC 8785 canonical form "
+                              "(re-serialized or edited); only the canonical bytes are what was hashed")
+        return rec
+
+
+class _LineError(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in d:
+            raise _LineError(f"duplicate key {k!r}")
+        d[k] = v
+    return d
+
+
+def _seq_of(line: bytes) -> str:
+    """`` (seq N)`` of a line refused before it could be read strictly, for the message."""
+    try:
+        return f" (seq {json.loads(line)['seq']})"
+    except Exception:  # the line is refused anyway; this only labels the message
+        return ""
+
+
+def _no_constant(name: str) -> Any:
+    raise _LineError(f"{name} is not a JSON number")

@@ -74,7 +74,7 @@ class Plan:
         root = Path(root)
         fp = fingerprint or env.fingerprint()
         det = det_class or env.data_class(fp)
-        code = env.code_state(root)
+        code = env.code_state(root, [i.path for i in inputs])
         command = command or [_rel(root, sys.argv[0]), *sys.argv[1:]]
         digested = []
         for i in inputs:
@@ -212,7 +212,10 @@ class Run:
         if et is None:
             self.finish("succeeded")
         elif issubclass(et, Exception) or et is KeyboardInterrupt:
-            self.finish("failed", f"{et.__name__}: {ev}")
+            try:
+                self.finish("failed", f"{et.__name__}: {ev}")
+            except LedgerError:
+                pass  # the ledger's disk failed too: the run stays unfinished and the first error is the one to report
 
 
 def _rel(root: Path, p: str | os.PathLike[str]) -> str:

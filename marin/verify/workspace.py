@@ -64,8 +64,9 @@ class Workspace:
         if not code.get("git_commit"):
             raise CannotVerify(f"run {run_id} was recorded outside a git repository: its code cannot be restored")
         if code.get("dirty"):
+            names = ", ".join(code.get("changed") or []) or f"diff digest {code['diff_digest']}"
             raise CannotVerify(
-                f"run {run_id} was recorded with uncommitted changes (diff digest {code['diff_digest']}); "
+                f"run {run_id} was recorded with uncommitted changes to {names}; "
                 "their content is not in the ledger, so its code cannot be restored. Commit changes before "
                 "recording runs that others should verify")
         commit = code["git_commit"]

@@ -1,0 +1,118 @@
+"""The ledger head: a signed-able snapshot of every run, and the proof that history only grew.
+
+``marin ledger head`` is an RFC 6962 Merkle root over the runs sorted by run id, one leaf
+per run: the canonical JSON of ``{"run_id", "seq", "digest"}`` of its last record. A
+snapshot (the root, the run count and the leaves) kept by someone else, or signed inside a
+report, lets ``marin ledger check --since SNAPSHOT`` prove that every run it names is still
+there, unchanged or only extended: a deleted run file, a rolled-back tail or a rewritten
+record is named. A run created after the snapshot is allowed (history grows).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from marin import hashing
+from marin.errors import LedgerError
+from marin.ledger import merkle
+from marin.ledger.store import RunLog, read_run, run_files
+
+SNAPSHOT_KIND = "marin.ledger/head@1"
+
+
+@dataclass(frozen=True)
+class Leaf:
+    run_id: str
+    seq: int
+    digest: str
+
+    def encode(self) -> bytes:
+        return hashing.canonical_json({"run_id": self.run_id, "seq": self.seq, "digest": self.digest})
+
+
+@dataclass(frozen=True)
+class Head:
+    root: str
+    leaves: tuple[Leaf, ...]
+
+    @property
+    def runs(self) -> int:
+        return len(self.leaves)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": SNAPSHOT_KIND, "root": self.root, "runs": self.runs,
+                "leaves": [{"run_id": x.run_id, "seq": x.seq, "digest": x.digest} for x in self.leaves]}
+
+
+def root_of(leaves: tuple[Leaf, ...]) -> str:
+    return hashing.fmt(merkle.merkle_root([x.encode() for x in leaves]))
+
+
+def head_of(logs: list[RunLog], exclude: set[str] = frozenset()) -> Head:  # type: ignore[assignment]
+    """The head over the last complete record of each run (runs in ``exclude`` left out)."""
+    leaves = tuple(sorted(
+        (Leaf(log.run_id, log.records[-1].seq, log.records[-1].digest)
+         for log in logs if log.records and log.run_id not in exclude),
+        key=lambda x: x.run_id,
+    ))
+    return Head(root_of(leaves), leaves)
+
+
+def head(ledger_dir: Path, exclude: set[str] = frozenset()) -> Head:  # type: ignore[assignment]
+    """The head of the ledger in ``ledger_dir``."""
+    return head_of([read_run(p) for p in run_files(ledger_dir)], exclude)
+
+
+def parse_snapshot(data: Any, where: str) -> Head:
+    """A snapshot document (``Head.to_dict``) checked for shape and against its own root."""
+    try:
+        if data.get("kind") != SNAPSHOT_KIND:
+            raise ValueError(f"kind is {data.get('kind')!r}, expected {SNAPSHOT_KIND!r}")
+        leaves = tuple(Leaf(str(x["run_id"]), int(x["seq"]), str(x["digest"])) for x in data["leaves"])
+        root, runs = str(data["root"]), int(data["runs"])
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise LedgerError(f"{where}: not a ledger snapshot ({e}); make one with `marin ledger head --json`") from None
+    if runs != len(leaves) or [x.run_id for x in leaves] != sorted({x.run_id for x in leaves}):
+        raise LedgerError(f"{where}: the snapshot's runs are not {runs} distinct run ids in order")
+    if root_of(leaves) != root:
+        raise LedgerError(f"{where}: the snapshot's leaves hash to {root_of(leaves)}, not its root {root} "
+                          "(the snapshot was edited)")
+    return Head(root, leaves)
+
+
+def load_snapshot(path: Path) -> Head:
+    """A snapshot from a JSON file (``marin ledger head --json``) or a report directory."""
+    if path.is_dir():
+        path = path / "ledger_head.json"
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise LedgerError(f"{path}: no such snapshot; give a file from `marin ledger head --json` "
+                          "or a report directory") from None
+    except (OSError, ValueError) as e:
+        raise LedgerError(f"{path}: cannot read the snapshot ({e})") from None
+    return parse_snapshot(data, str(path))
+
+
+def since(snapshot: Head, logs: dict[str, RunLog]) -> list[tuple[str, str]]:
+    """(run file, what changed) for every run of ``snapshot`` that is gone, shorter or rewritten."""
+    out = []
+    for leaf in snapshot.leaves:
+        name = f"{leaf.run_id}.jsonl"
+        log = logs.get(leaf.run_id)
+        if log is None:
+            out.append((name, f"in the snapshot {snapshot.root[:19]}… (seq {leaf.seq}) but the run file is gone: "
+                              "was it deleted? restore it from git (`git checkout -- ledger/runs/`)"))
+            continue
+        at = next((r for r in log.records if r.seq == leaf.seq), None)
+        if at is None:
+            last = log.records[-1].seq if log.records else None
+            out.append((name, f"the snapshot has seq {leaf.seq}, the file ends at seq {last}: "
+                              "records were removed (rolled back)"))
+        elif at.digest != leaf.digest:
+            out.append((f"{name} seq {leaf.seq}", f"is now {at.digest}, the snapshot has {leaf.digest}: "
+                                                  "the history was rewritten"))
+    return out
