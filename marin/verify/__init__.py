@@ -60,6 +60,9 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
                              "see `marin ledger check`")
     if log.status != "succeeded":
         raise CannotVerify(f"step 1: run {run_id} is {log.status}; only a succeeded run claims outputs to verify")
+    if log.started.body["stage"] == "report":  # a view of the ledger at a snapshot, not a replayable recipe
+        raise CannotVerify(f"step 1: run {run_id} built a report; check it with `marin report verify "
+                           "reports/<model>` and `marin ledger check --since reports/<model>`")
     if segments is not None:
         check_segments(root, log, segments)
     started = log.started.body
