@@ -110,3 +110,33 @@ def test_exact_float_roundtrips() -> None:
 def test_schema_error_lines_name_the_key_path() -> None:
     lines = schemas.errors({"seed": "x"}, "params")
     assert any(line.startswith("seed:") for line in lines)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_content_digest_of_a_line_is_the_record_digest(kind: str) -> None:
+    from marin.ledger.records import content_digest
+
+    rec = Record.create("curate-20260101T000000Z-0123abcd", 3, D, kind, EXAMPLES[kind])
+    assert content_digest(rec.line()) == rec.digest == Record.compute_digest(rec.to_dict())
+    edited = rec.line().replace(b'"seq":3', b'"seq":4')
+    assert content_digest(edited) != rec.digest
+
+
+@pytest.mark.parametrize("text", [
+    '{"a":1.0}', '{"a":1e-07}', '{"a":1E5}', '{"a":-0}', '{"a":12345678901234567890}', '{"a": 1}',
+    '{"b":1,"a":2}', '{"a":"\\u00e9"}', '{"a":0.10}', '{"a":1,"a":1}', '{"\\ue000":1,"\\ud83d\\ude00":2}',
+])
+def test_the_fast_canonical_check_never_accepts_what_rfc8785_would_write_otherwise(text: str) -> None:
+    import rfc8785
+
+    from marin.ledger.records import _canonical_fast
+
+    line = text.encode()
+    d = _canonical_fast(line)
+    if d is not None:  # accepted only when the exact serializer agrees byte for byte
+        assert rfc8785.dumps(d) == line
+    try:
+        exact_ok = rfc8785.dumps(json.loads(line)) == line
+    except Exception:
+        exact_ok = False
+    assert d is None or exact_ok

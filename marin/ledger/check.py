@@ -14,12 +14,12 @@ from typing import Any
 
 import yaml
 
-from marin import hashing
-from marin.errors import LedgerError, MarinError
+from marin import hashing, schemas
+from marin.errors import LedgerError, MarinError, SchemaError
 from marin.ledger import head, merkle
 from marin.ledger.head import Head
-from marin.ledger.records import AFTER_FINISH, Record
-from marin.ledger.store import RunLog, read_all
+from marin.ledger.records import AFTER_FINISH, Record, content_digest
+from marin.ledger.store import RunLog, run_files
 from marin.paths import ledger_dir
 
 
@@ -46,57 +46,116 @@ class Report:
         return not self.problems
 
 
-def check_run(log: RunLog) -> list[Problem]:
-    """Steps 1-4 for one run file: lines parse and match their schemas, seq/prev/digest
-    chain, run.started first and run.finished last (only verification records may follow it),
-    Merkle root."""
-    name = log.path.name
-    out = [Problem(*p.split(": ", 1)) for p in log.problems]  # 1. schema / JSON per line
-    if log.truncated is not None:
-        n = len(log.records) + len(log.problems) + 1
-        out.append(Problem(
-            f"{name} line {n}",
-            f"truncated last line ({len(log.truncated)} bytes, a crash mid-write); the "
-            f"{len(log.records)} records before it are intact; `marin ledger repair {log.run_id}` sets it aside",
-        ))
-    prev: Record | None = None
-    for i, r in enumerate(log.records):  # 2. chain
-        where = f"{name} seq {r.seq}"
-        if r.run_id != log.run_id:
-            out.append(Problem(where, f"run_id {r.run_id!r} does not match the file name"))
-        if r.seq != i and (prev is None or r.seq != prev.seq + 1):
+class RunCheck:
+    """Steps 1-4 for one run, fed a record at a time (O(log n) memory: the Merkle root is built
+    as records arrive): lines parse and match their schemas, seq/prev/digest chain, run.started
+    first and run.finished last (only verification records may follow it), Merkle root."""
+
+    def __init__(self, name: str, run_id: str, watch: int | None = None):
+        self.name, self.run_id = name, run_id
+        self.watch, self.watched = watch, None  # the digest at seq ``watch`` (for --since)
+        self.last_seq: int | None = None
+        self.problems: list[Problem] = []
+        self.records = 0
+        self.started: Record | None = None
+        self.finished: Record | None = None
+        self.outputs: list[Record] = []
+        self._prev: Record | None = None
+        self._merkle = merkle.Builder()
+        self._root_problem: Problem | None = None
+
+    def bad_line(self, problem: str) -> None:  # 1. JSON, canonical form, schema
+        self.problems.append(Problem(*problem.split(": ", 1)))
+
+    def truncated(self, nbytes: int) -> None:
+        n = self.records + len(self.problems) + 1
+        self.problems.append(Problem(
+            f"{self.name} line {n}",
+            f"truncated last line ({nbytes} bytes, a crash mid-write); the {self.records} records before it "
+            f"are intact; `marin ledger repair {self.run_id}` sets it aside"))
+
+    def feed(self, r: Record, content_digest: str) -> None:
+        """One parsed record and the digest its content hashes to."""
+        where, prev = f"{self.name} seq {r.seq}", self._prev
+        if r.run_id != self.run_id:  # 2. chain
+            self.problems.append(Problem(where, f"run_id {r.run_id!r} does not match the file name"))
+        if r.seq != self.records and (prev is None or r.seq != prev.seq + 1):
             expected = 0 if prev is None else prev.seq + 1
-            out.append(Problem(where, f"seq {r.seq} where {expected} was expected: "
-                                      "a record is missing or out of order"))
-        recomputed = Record.compute_digest(r.to_dict())
-        if recomputed != r.digest:
-            out.append(Problem(where, f"record digest mismatch: recorded {r.digest}, "
-                                      f"content hashes to {recomputed} (record edited)"))
+            self.problems.append(Problem(where, f"seq {r.seq} where {expected} was expected: "
+                                                "a record is missing or out of order"))
+        if content_digest != r.digest:
+            self.problems.append(Problem(where, f"record digest mismatch: recorded {r.digest}, "
+                                                f"content hashes to {content_digest} (record edited)"))
         expected_prev = None if prev is None else prev.digest
         if r.prev != expected_prev:
-            out.append(Problem(where, f"chain broken: prev is {r.prev}, "
-                                      f"the previous record's digest is {expected_prev}"))
-        prev = r
-    if log.records and log.records[0].kind != "run.started":  # 3. shape of a run
-        out.append(Problem(f"{name} seq {log.records[0].seq}", "first record is not run.started"))
-    fin = log.finished
+            self.problems.append(Problem(where, f"chain broken: prev is {r.prev}, "
+                                                f"the previous record's digest is {expected_prev}"))
+        self._shape(r, where)
+        self._merkle.append(hashing.parse(r.digest))
+        self._prev, self.records, self.last_seq = r, self.records + 1, r.seq
+        if r.seq == self.watch:
+            self.watched = r.digest
+        if r.kind == "output":
+            self.outputs.append(r)
+
+    def _shape(self, r: Record, where: str) -> None:
+        """3. run.started first, run.finished last but for verifications; 4. the Merkle root."""
+        if self.records == 0:
+            self.started = r if r.kind == "run.started" else None
+            if r.kind != "run.started":
+                self.problems.append(Problem(where, "first record is not run.started"))
+        if self.finished is not None and r.kind not in AFTER_FINISH:
+            self.problems.append(Problem(f"{self.name} seq {self.finished.seq}",
+                                         "run.finished is followed by records other than verifications"))
+            self.finished, self._root_problem = None, None
+        if r.kind in AFTER_FINISH and self.finished is None:
+            self.problems.append(Problem(where, f"a {r.kind} record before run.finished"))
+        if r.kind == "run.finished":
+            self.finished, self._root_problem = r, None
+            n, size = r.body["records"], self._merkle.size
+            root = hashing.fmt(self._merkle.root())
+            if n != size:
+                self._root_problem = Problem(where, f"run.finished covers {n} records but {size} precede it")
+            elif root != r.body["merkle_root"]:
+                self._root_problem = Problem(where, f"Merkle root mismatch: recorded {r.body['merkle_root']}, "
+                                                    f"records hash to {root}")
+
+    @property
+    def status(self) -> str:
+        return self.finished.body["status"] if self.finished is not None else "unfinished"
+
+    def close(self) -> list[Problem]:
+        return self.problems + ([self._root_problem] if self._root_problem else [])
+
+
+def check_run(log: RunLog) -> list[Problem]:
+    """Steps 1-4 for a run already read into memory (verify and report check one run each)."""
+    rc = RunCheck(log.path.name, log.run_id)
+    for p in log.problems:
+        rc.bad_line(p)
     for r in log.records:
-        if r.kind == "run.finished" and r is not fin:
-            out.append(Problem(f"{name} seq {r.seq}", "run.finished is followed by records other than "
-                                                      "verifications"))
-        if r.kind in AFTER_FINISH and (fin is None or r.seq < fin.seq):
-            out.append(Problem(f"{name} seq {r.seq}", f"a {r.kind} record before run.finished"))
-    if fin is not None:  # 4. Merkle root
-        n = fin.body["records"]
-        leaves = [hashing.parse(r.digest) for r in log.records[: log.records.index(fin)]]
-        if n != len(leaves):
-            out.append(Problem(f"{name} seq {fin.seq}",
-                               f"run.finished covers {n} records but {len(leaves)} precede it"))
-        root = hashing.fmt(merkle.merkle_root(leaves[:n]))
-        if root != fin.body["merkle_root"]:
-            out.append(Problem(f"{name} seq {fin.seq}",
-                               f"Merkle root mismatch: recorded {fin.body['merkle_root']}, records hash to {root}"))
-    return out
+        rc.feed(r, Record.compute_digest(r.to_dict()))
+    if log.truncated is not None:
+        rc.truncated(len(log.truncated))
+    return rc.close()
+
+
+def stream_run(path: Path, watch: int | None = None) -> RunCheck:
+    """Steps 1-4 for one run file, read a line at a time: each line parsed, checked for its
+    canonical form and validated once."""
+    rc = RunCheck(path.name, path.name.removesuffix(".jsonl"), watch)
+    with open(path, "rb") as f:
+        for i, line in enumerate(f, start=1):
+            if not line.endswith(b"\n"):
+                rc.truncated(len(line))
+                break
+            try:
+                rec = Record.from_line(line, f"{path.name} line {i}")
+            except SchemaError as e:
+                rc.bad_line(str(e))
+                continue
+            rc.feed(rec, content_digest(line))
+    return rc
 
 
 def _dvc_lock_outs(root: Path) -> dict[str, str]:
@@ -157,25 +216,25 @@ def _interpolate(root: Path, path: str) -> str | None:
         return None
 
 
-def _latest_per_stage(logs: list[RunLog]) -> set[str]:
+def _latest_per_stage(runs: list[RunCheck]) -> set[str]:
     """Run ids of the latest succeeded run of each stage: the outputs a workspace should hold."""
     latest: dict[str, str] = {}
-    for log in logs:  # oldest first
-        if log.started is not None and log.status == "succeeded":
-            latest[log.started.body["stage"]] = log.run_id
+    for rc in runs:  # oldest first
+        if rc.started is not None and rc.status == "succeeded":
+            latest[rc.started.body["stage"]] = rc.run_id
     return set(latest.values())
 
 
-def check_outputs(root: Path, logs: list[RunLog], report: Report) -> list[Problem]:
+def check_outputs(root: Path, runs: list[RunCheck], report: Report) -> list[Problem]:
     """Steps 5-7: every output on disk that a run recorded has a recorded digest (the latest
     run's, or an older run's that DVC checked out); every output dvc.lock or dvc.yaml names is
     explained by a recorded run; dvc.lock's md5 for it was recorded beside our sha256."""
-    by_path: dict[str, list[tuple[RunLog, Record]]] = defaultdict(list)
-    for log in logs:
-        for r in log.of_kind("output"):
-            by_path[r.body["path"]].append((log, r))
+    by_path: dict[str, list[tuple[RunCheck, Record]]] = defaultdict(list)
+    for rc in runs:
+        for r in rc.outputs:
+            by_path[r.body["path"]].append((rc, r))
     locked, declared = _dvc_lock_outs(root), _dvc_yaml_outs(root)
-    latest = _latest_per_stage(logs)
+    latest = _latest_per_stage(runs)
     problems = []
     for path, recs in sorted(by_path.items()):
         p = root / path
@@ -183,7 +242,7 @@ def check_outputs(root: Path, logs: list[RunLog], report: Report) -> list[Proble
             problems.extend(_on_disk(root, path, recs, report))
         elif any(log.run_id in latest for log, _ in recs) and (path in locked or path in declared):
             log, last = recs[-1]
-            report.missing.append(f"{path}: recorded by {log.path.name} seq {last.seq}, not on disk "
+            report.missing.append(f"{path}: recorded by {log.name} seq {last.seq}, not on disk "
                                   "(`dvc checkout` or `dvc pull` restores it)")
     for path in sorted((set(locked) | declared) - set(by_path)):
         if path in locked or (root / path).exists():
@@ -196,13 +255,13 @@ def check_outputs(root: Path, logs: list[RunLog], report: Report) -> list[Proble
             log, last = recs[-1]
             problems.append(Problem(
                 f"dvc.lock {path}",
-                f"md5 {md5} matches no ledger output for this path (last: {log.path.name} seq "
+                f"md5 {md5} matches no ledger output for this path (last: {log.name} seq "
                 f"{last.seq} recorded dvc md5 {last.body.get('dvc_md5')})",
             ))
     return problems
 
 
-def _on_disk(root: Path, path: str, recs: list[tuple[RunLog, Record]], report: Report) -> list[Problem]:
+def _on_disk(root: Path, path: str, recs: list[tuple[RunCheck, Record]], report: Report) -> list[Problem]:
     """The bytes at ``path`` must be one of its recorded versions."""
     report.outputs_checked += 1
     digest = hashing.path_digest(root / path)
@@ -212,7 +271,7 @@ def _on_disk(root: Path, path: str, recs: list[tuple[RunLog, Record]], report: R
         problems = [Problem(
             path,
             f"on disk it hashes to {digest}, which no run recorded; last recorded by "
-            f"{log.path.name} seq {last.seq} as {last.body['digest']} (changed after it was recorded)",
+            f"{log.name} seq {last.seq} as {last.body['digest']} (changed after it was recorded)",
         )]
         if "entries" in last.body:
             problems.extend(_entry_diff(root / path, path, log, last))
@@ -230,29 +289,38 @@ def entry_changes(p: Path, entries: list[dict[str, Any]]) -> list[tuple[str, str
             if recorded.get(rel) != now.get(rel)]
 
 
-def _entry_diff(p: Path, path: str, log: RunLog, rec: Record) -> list[Problem]:
+def _entry_diff(p: Path, path: str, log: RunCheck, rec: Record) -> list[Problem]:
     """Name the files inside a directory output that differ from its recorded entries."""
     out = []
     for rel, recorded, now in entry_changes(p, rec.body["entries"]):
         where = f"{path}/{rel}"
         if now is None:
-            out.append(Problem(where, f"missing; recorded by {log.path.name} seq {rec.seq}"))
+            out.append(Problem(where, f"missing; recorded by {log.name} seq {rec.seq}"))
         elif recorded is None:
-            out.append(Problem(where, f"not recorded by {log.path.name} seq {rec.seq} (file added)"))
+            out.append(Problem(where, f"not recorded by {log.name} seq {rec.seq} (file added)"))
         else:
-            out.append(Problem(where, f"on disk it hashes to {now}; {log.path.name} seq {rec.seq} "
+            out.append(Problem(where, f"on disk it hashes to {now}; {log.name} seq {rec.seq} "
                                       f"recorded {recorded} (file changed)"))
     return out
 
 
 def check(root: Path, since: Head | None = None) -> Report:
-    """Check the whole ledger of the project at ``root`` (and that it only grew since ``since``)."""
-    logs = read_all(ledger_dir(root))
-    report = Report(runs=len(logs), records=sum(len(log.records) for log in logs))
-    for log in logs:
-        report.problems.extend(check_run(log))
-    report.problems.extend(check_outputs(root, logs, report))
+    """Check the whole ledger of the project at ``root`` (and that it only grew since ``since``),
+    one run file at a time."""
+    pinned = schemas.pin_problems()  # 0. the schemas that judge the records are the released ones
+    if pinned:
+        return Report(problems=[Problem(*p.split(": ", 1)) for p in pinned])
+    watch = {leaf.run_id: leaf.seq for leaf in since.leaves} if since is not None else {}
+    runs = []
+    for path in run_files(ledger_dir(root)):
+        rc = stream_run(path, watch.get(path.name.removesuffix(".jsonl")))
+        runs.append(rc)
+    runs.sort(key=lambda rc: (rc.started.time if rc.started else "", rc.run_id))  # oldest first
+    report = Report(runs=len(runs), records=sum(rc.records for rc in runs))
+    for rc in runs:
+        report.problems.extend(rc.close())
+    report.problems.extend(check_outputs(root, runs, report))
     if since is not None:  # 8. nothing in the snapshot was deleted, rolled back or rewritten
-        gone = head.since(since, {log.run_id: log for log in logs})
-        report.problems.extend(Problem(where, what) for where, what in gone)
+        found = {rc.run_id: (rc.last_seq, rc.watched) for rc in runs}
+        report.problems.extend(Problem(where, what) for where, what in head.since(since, found))
     return report

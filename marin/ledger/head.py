@@ -97,22 +97,23 @@ def load_snapshot(path: Path) -> Head:
     return parse_snapshot(data, str(path))
 
 
-def since(snapshot: Head, logs: dict[str, RunLog]) -> list[tuple[str, str]]:
-    """(run file, what changed) for every run of ``snapshot`` that is gone, shorter or rewritten."""
+def since(snapshot: Head, found: dict[str, tuple[int | None, str | None]]) -> list[tuple[str, str]]:
+    """(run file, what changed) for every run of ``snapshot`` that is gone, shorter or rewritten.
+
+    ``found`` maps each run id in the ledger now to (its last seq, the digest of its record at
+    the seq the snapshot holds for it, or None)."""
     out = []
     for leaf in snapshot.leaves:
         name = f"{leaf.run_id}.jsonl"
-        log = logs.get(leaf.run_id)
-        if log is None:
+        if leaf.run_id not in found:
             out.append((name, f"in the snapshot {snapshot.root[:19]}… (seq {leaf.seq}) but the run file is gone: "
                               "was it deleted? restore it from git (`git checkout -- ledger/runs/`)"))
             continue
-        at = next((r for r in log.records if r.seq == leaf.seq), None)
-        if at is None:
-            last = log.records[-1].seq if log.records else None
+        last, digest = found[leaf.run_id]
+        if digest is None:
             out.append((name, f"the snapshot has seq {leaf.seq}, the file ends at seq {last}: "
                               "records were removed (rolled back)"))
-        elif at.digest != leaf.digest:
-            out.append((f"{name} seq {leaf.seq}", f"is now {at.digest}, the snapshot has {leaf.digest}: "
+        elif digest != leaf.digest:
+            out.append((f"{name} seq {leaf.seq}", f"is now {digest}, the snapshot has {leaf.digest}: "
                                                   "the history was rewritten"))
     return out

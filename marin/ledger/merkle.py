@@ -25,3 +25,42 @@ def merkle_root(leaves: Sequence[bytes]) -> bytes:
         return _leaf(leaves[0])
     k = 1 << ((n - 1).bit_length() - 1)
     return _node(merkle_root(leaves[:k]), merkle_root(leaves[k:]))
+
+
+class Builder:
+    """RFC 6962 root maintained as leaves are appended: O(log n) state, O(1) amortized per leaf.
+
+    The tree over n leaves is the perfect subtrees given by n's binary digits, largest first;
+    its root folds them from the right: MTH = node(P1, node(P2, ... Pk)). ``state`` and
+    ``from_state`` let the compact range be stored and resumed (RFC 9162's "compact range").
+    """
+
+    def __init__(self) -> None:
+        self.size = 0
+        self._peaks: list[tuple[int, bytes]] = []  # (leaf count, hash), sizes strictly decreasing
+
+    def append(self, data: bytes) -> None:
+        node, count = _leaf(data), 1
+        while self._peaks and self._peaks[-1][0] == count:
+            left = self._peaks.pop()[1]
+            node, count = _node(left, node), count * 2
+        self._peaks.append((count, node))
+        self.size += 1
+
+    def root(self) -> bytes:
+        if not self._peaks:
+            return hashlib.sha256(b"").digest()
+        acc = self._peaks[-1][1]
+        for _, h in reversed(self._peaks[:-1]):
+            acc = _node(h, acc)
+        return acc
+
+    def state(self) -> list[list[object]]:
+        return [[count, h.hex()] for count, h in self._peaks]
+
+    @classmethod
+    def from_state(cls, state: list[list[object]]) -> Builder:
+        b = cls()
+        b._peaks = [(int(c), bytes.fromhex(str(h))) for c, h in state]  # type: ignore[call-overload]
+        b.size = sum(c for c, _ in b._peaks)
+        return b

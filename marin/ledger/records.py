@@ -91,32 +91,101 @@ class Record:
         return cls(**d)
 
     @classmethod
-    def from_line(cls, line: bytes, where: str) -> Record:
+    def from_line(cls, line: bytes, where: str, validate: bool = True) -> Record:
         """Parse one JSONL line; its bytes must be exactly the canonical form of its record.
 
         Another reader must see the very record that was hashed: duplicate keys (Python keeps
         the last, other parsers the first), non-finite numbers and any other serialization
-        of the same record are refused.
+        of the same record are refused. ``validate=False`` (readers other than ``ledger
+        check``, which validates every line) only parses: records were validated when appended.
         """
         line = line.removesuffix(b"\n")
+        if not validate:
+            return cls._parsed(line, where)
+        d = _canonical_fast(line)
+        if d is None:  # the fast path could not decide: the exact, slow one names the problem
+            d = _canonical_slow(line, where)
+        return cls.from_dict(d, where)
+
+    @classmethod
+    def _parsed(cls, line: bytes, where: str) -> Record:
         try:
-            d = json.loads(line, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise SchemaError(f"{where}: not valid JSON ({e})") from None
-        except RecursionError:
-            raise SchemaError(f"{where}: nested too deeply to be a record") from None
-        except _LineError as e:
-            raise SchemaError(f"{where}{_seq_of(line)}: {e}; such a line reads differently in other "
-                              "JSON parsers, so it is refused (edited by hand?)") from None
-        rec = cls.from_dict(d, where)
-        try:
-            canonical = hashing.canonical_json(d)
-        except (ValueError, TypeError, OverflowError) as e:  # rfc8785: an integer out of range, ...
-            raise SchemaError(f"{where} (seq {rec.seq}): has no canonical JSON form ({e})") from None
-        if canonical != line:
-            raise SchemaError(f"{where} (seq {rec.seq}): the line is not in RFC 8785 canonical form "
-                              "(re-serialized or edited); only the canonical bytes are what was hashed")
-        return rec
+            d = json.loads(line)
+            return cls(**d)
+        except (ValueError, TypeError, RecursionError) as e:
+            raise SchemaError(f"{where}: not a record ({e}); run `marin ledger check`") from None
+
+
+def content_digest(line: bytes) -> str:
+    """The digest a canonical line's record hashes to: sha256 of the line without its top-level
+    ``digest`` member (canonical JSON sorts keys, so dropping one member keeps the rest canonical;
+    ``body`` sorts before ``digest`` and every key after it holds a scalar, so the last
+    occurrence is the top-level one)."""
+    line = line.removesuffix(b"\n")
+    i = line.rfind(b',"digest":"sha256:')
+    end = i + len(b',"digest":"sha256:') + 64  # the closing quote
+    if i < 0 or line[end: end + 1] != b'"':
+        return hashing.bytes_digest(line)  # no digest member: cannot match any recorded digest
+    return hashing.bytes_digest(line[:i] + line[end + 1:])
+
+
+def _canonical_fast(line: bytes) -> dict[str, Any] | None:
+    """The parsed record if ``line`` is provably its RFC 8785 form, else None (undecided).
+
+    Python's compact sorted JSON equals RFC 8785 for ASCII text whose numbers are integers
+    within 2^53 and floats whose shortest repr has no exponent and no trailing ``.0`` (there
+    ES6 and Python print numbers alike); anything else goes to the exact serializer.
+    """
+    if not line.isascii():
+        return None
+    _EXOTIC.clear()
+    try:
+        d = _DECODER.decode(line.decode("ascii"))
+    except (ValueError, RecursionError):
+        return None
+    if _EXOTIC or not isinstance(d, dict) or _ENCODER.encode(d).encode() != line:
+        return None
+    return d
+
+
+def _plain_float(lit: str) -> float:
+    if "e" in lit or "E" in lit or lit.endswith(".0"):
+        _EXOTIC.append(lit)
+    return float(lit)
+
+
+def _plain_int(lit: str) -> int:
+    if len(lit) > 15:  # beyond 2^53 a JSON number is not one IEEE double (RFC 8785 refuses it)
+        _EXOTIC.append(lit)
+    return int(lit)
+
+
+_EXOTIC: list[str] = []  # numbers the fast path cannot vouch for, in the line being read
+_DECODER = json.JSONDecoder(parse_float=_plain_float, parse_int=_plain_int,
+                            parse_constant=lambda name: _EXOTIC.append(name))
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _canonical_slow(line: bytes, where: str) -> dict[str, Any]:
+    """Parse strictly with the exact RFC 8785 serializer; every refusal names why."""
+    try:
+        d = json.loads(line, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SchemaError(f"{where}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise SchemaError(f"{where}: nested too deeply to be a record") from None
+    except _LineError as e:
+        raise SchemaError(f"{where}{_seq_of(line)}: {e}; such a line reads differently in other "
+                          "JSON parsers, so it is refused (edited by hand?)") from None
+    Record.from_dict(d, where)  # a line that is not a record is named as such first
+    try:
+        canonical = hashing.canonical_json(d)
+    except (ValueError, TypeError, OverflowError) as e:  # rfc8785: an integer out of range, ...
+        raise SchemaError(f"{where} (seq {d['seq']}): has no canonical JSON form ({e})") from None
+    if canonical != line:
+        raise SchemaError(f"{where} (seq {d['seq']}): the line is not in RFC 8785 canonical form "
+                          "(re-serialized or edited); only the canonical bytes are what was hashed")
+    return d
 
 
 class _LineError(ValueError):
