@@ -142,7 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def guarded(fn: Callable[[], int], verbose: bool = False) -> int:
-    """Run ``fn``; a MarinError becomes one line on stderr and its exit code."""
+    """Run ``fn``; a MarinError, or a failing disk (full, quota, read-only, I/O error),
+    becomes one line on stderr and an exit code."""
+    from marin.fsutil import disk_cause, shown
+
     try:
         return fn()
     except MarinError as e:
@@ -150,6 +153,13 @@ def guarded(fn: Callable[[], int], verbose: bool = False) -> int:
             raise
         print(f"marin: error: {e.diagnostics()}", file=sys.stderr)
         return e.exit_code
+    except OSError as e:
+        cause = disk_cause(e)
+        if verbose or cause is None:
+            raise
+        where = f"{shown(e.filename)}: " if isinstance(e.filename, str) else ""
+        print(f"marin: error: {where}{cause}; free space (or fix the disk) and rerun", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("marin: interrupted", file=sys.stderr)
         return 130

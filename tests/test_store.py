@@ -1,6 +1,8 @@
 """Appends: concurrent writers lose and corrupt nothing; a torn tail is detected and named."""
 
 import multiprocessing as mp
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ from marin.errors import LedgerError
 from marin.ledger import Run, RunFile, read_run
 from marin.ledger.check import check, check_run
 from marin.paths import ledger_dir
+from tests.conftest import REPO
 
 N = 150
 D = "sha256:" + "cd" * 32
@@ -85,3 +88,29 @@ def test_failed_stage_records_failure(tmp_path: Path) -> None:
     assert log.status == "failed" and "disk on fire" in log.finished.body["error"]
     assert check_run(log) == []
     assert ledger_dir(tmp_path) == run.file.path.parent
+
+
+FAIL_APPEND = """
+import resource, sys
+from marin.ledger import RunFile
+path, run_id, limit, digest = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+RunFile(path, run_id).append("input", {"name": "big", "path": "x" * 2000, "digest": digest, "size": 1})
+"""
+
+
+def test_failed_append_leaves_the_file_byte_identical(tmp_path: Path) -> None:
+    """The file may grow only to 100 bytes past its end: the record's write stops short
+    there and the next one fails (EFBIG), as on a disk that fills mid-line."""
+    run = Run.start(tmp_path, "full", params={}, inputs=[])
+    run.record("input", {"name": "a", "path": "x", "digest": D, "size": 1})
+    path = run.file.path
+    before = path.read_bytes()
+    p = subprocess.run([sys.executable, "-c", FAIL_APPEND, str(path), run.run_id, str(len(before) + 100), D],
+                       capture_output=True, text=True, env={"PYTHONPATH": str(REPO)})
+    assert p.returncode == 1
+    assert (f"LedgerError: {path}: cannot append the input record: file too large; nothing was written; "
+            "free space (or fix the disk) and rerun the stage") in p.stderr
+    assert path.read_bytes() == before  # the partial line was cut off again
+    run.finish()  # and the run goes on, its chain intact
+    assert check_run(read_run(path)) == []

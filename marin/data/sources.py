@@ -16,6 +16,7 @@ from pathlib import Path
 
 from marin import hashing
 from marin.config import Source
+from marin.data.archive import tree_problem
 from marin.errors import FetchError
 
 _TIMEOUT_S = 120
@@ -88,6 +89,12 @@ def _local_copy(source: Source, dest: Path, root: Path) -> Path:
     src = src if src.is_absolute() else root / src
     if not src.is_dir():
         raise FetchError(f"fetch.sources[{source.name}]: local directory {src} does not exist")
+    bad = tree_problem(src)
+    if bad is not None:  # copytree would follow a link and copy what it points to
+        raise FetchError(
+            f"fetch.sources[{source.name}]: {src / bad[0]} {bad[1]}; refusing the local source (nothing "
+            "was copied); replace it by a regular file or remove it, then pin the new sha256 in params.yaml"
+        )
     out = dest / src.name
     shutil.copytree(src, out)
     return out

@@ -5,12 +5,14 @@
         run.output("train", "data/curated/train.parquet")
 
 An exception inside the block appends ``run.finished`` with status ``failed`` and the
-error, then propagates. A killed process leaves the run ``unfinished``; the train stage
-may resume it (``Run.resume``).
+error, then propagates; if that append fails too (the ledger's disk is full), the run
+stays ``unfinished`` and the first error still propagates. A killed process leaves the
+run ``unfinished``; the train stage may resume it (``Run.resume``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -212,10 +214,8 @@ class Run:
         if et is None:
             self.finish("succeeded")
         elif issubclass(et, Exception) or et is KeyboardInterrupt:
-            try:
+            with contextlib.suppress(LedgerError):  # the ledger's disk failed too: report the first error
                 self.finish("failed", f"{et.__name__}: {ev}")
-            except LedgerError:
-                pass  # the ledger's disk failed too: the run stays unfinished and the first error is the one to report
 
 
 def _rel(root: Path, p: str | os.PathLike[str]) -> str:

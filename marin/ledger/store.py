@@ -1,9 +1,10 @@
 """One run = one JSONL file under ledger/runs/. Atomic, durable, locked appends.
 
 Each append takes an exclusive ``flock`` on the run file, reads the tail to learn
-``seq`` and ``prev``, writes the whole line with one ``write``, then ``fsync``s. A crash
-leaves at most a truncated last line: every reader detects and names it, and nothing
-earlier is lost.
+``seq`` and ``prev``, writes the whole line with one ``write``, then ``fsync``s. A write
+or fsync that fails (a full disk) is undone under the same lock: the file is cut back to
+its size before. A crash (power loss) leaves at most a truncated last line: every reader
+detects and names it, and nothing earlier is lost.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from marin.errors import LedgerError, SchemaError
+from marin.fsutil import disk_cause, shown, write_all
 from marin.ledger.records import AFTER_FINISH, Record
+
+_ADVICE = "free space (or fix the disk) and rerun the stage"
+
+
+def _cause(e: OSError) -> str:
+    return disk_cause(e) or (os.strerror(e.errno).lower() if e.errno else str(e))
 
 
 @dataclass
@@ -117,32 +125,59 @@ class RunFile:
         """Append one record; seq and prev come from the file's tail, read under the lock.
 
         ``body`` may be a function of every earlier record (read under the same lock), as
-        ``run.finished`` needs for its Merkle root.
+        ``run.finished`` needs for its Merkle root. If the write or fsync fails (a full
+        disk, say), the file is cut back to its size before, and a LedgerError names it.
         """
-        with self._locked() as fd:
-            try:
-                last, truncated = _read_tail(fd)
-            except SchemaError as e:
-                raise LedgerError(
-                    f"{self.path}: cannot append, the last record is invalid ({e}); "
-                    "run `marin ledger check` to see what happened"
-                ) from None
-            if truncated:
-                raise LedgerError(
-                    f"{self.path}: the last line is truncated (a crash mid-write); run "
-                    f"`marin ledger repair {self.run_id}` to set it aside before appending"
-                )
-            seq = 0 if last is None else last.seq + 1
-            prev = None if last is None else last.digest
-            if callable(body):
-                body = body(read_run(self.path).records)
-            rec = Record.create(self.run_id, seq, prev, kind, body)
-            line = rec.line()
-            n = os.write(fd, line)  # O_APPEND: one write of the whole line
-            if n != len(line):
-                raise LedgerError(f"{self.path}: short write ({n} of {len(line)} bytes)")
-            os.fsync(fd)
+        try:
+            with self._locked() as fd:
+                rec = self._next(fd, kind, body)
+                self._write(fd, kind, rec.line())
+        except OSError as e:  # opening or locking the file
+            raise LedgerError(f"{shown(self.path)}: cannot append the {kind} record: "
+                              f"{_cause(e)}; nothing was written; {_ADVICE}") from None
         return rec
+
+    def _next(self, fd: int, kind: str, body: dict[str, Any] | Callable[[list[Record]], dict[str, Any]]) -> Record:
+        """The record to append after the file's last one."""
+        try:
+            last, truncated = _read_tail(fd)
+        except SchemaError as e:
+            raise LedgerError(
+                f"{self.path}: cannot append, the last record is invalid ({e}); "
+                "run `marin ledger check` to see what happened"
+            ) from None
+        if truncated:
+            raise LedgerError(
+                f"{self.path}: the last line is truncated (a crash mid-write); run "
+                f"`marin ledger repair {self.run_id}` to set it aside before appending"
+            )
+        seq = 0 if last is None else last.seq + 1
+        prev = None if last is None else last.digest
+        if callable(body):
+            body = body(read_run(self.path).records)
+        return Record.create(self.run_id, seq, prev, kind, body)
+
+    def _write(self, fd: int, kind: str, line: bytes) -> None:
+        """Write the whole line (O_APPEND) and fsync; on failure cut the file back to its size."""
+        size = os.fstat(fd).st_size
+        try:
+            write_all(fd, line)  # one write, unless the disk fills mid-line
+            os.fsync(fd)
+        except OSError as e:
+            undo = self._cut_back(fd, size)
+            raise LedgerError(f"{shown(self.path)}: cannot append the {kind} record: {_cause(e)}; {undo}") from None
+
+    def _cut_back(self, fd: int, size: int) -> str:
+        """Truncate to ``size`` (an empty new file is removed); say what is left."""
+        try:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+            if size == 0:
+                self.path.unlink(missing_ok=True)  # a run that never started; nobody else knows its id
+        except OSError as e:
+            return (f"cutting off the partial line failed too ({_cause(e)}); fix the disk, then run "
+                    f"`marin ledger repair {self.run_id}`")
+        return f"nothing was written; {_ADVICE}"
 
     def repair(self) -> bytes | None:
         """Move a truncated last line into ``<run>.jsonl.torn`` so appends can go on.

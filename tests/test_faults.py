@@ -1,0 +1,152 @@
+"""A disk that fills during a stage: under ledger/runs no torn line, under data/ no half
+output; either way one line on stderr naming the file and the cause, a non-zero exit, and
+`marin ledger check` passes without `marin ledger repair`.
+
+Each test mounts a small tmpfs (root only; CI runs as root) and fills it nearly full.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Project
+
+PAGE = 4096
+FILLER = "filler.bin"
+
+
+@contextmanager
+def small_disk(d: Path, size_kib: int) -> Iterator[None]:
+    """Mount a tmpfs of ``size_kib`` over directory ``d``, carrying its contents in; unmounted at the end."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    saved = d.with_name(d.name + ".saved")
+    shutil.copytree(d, saved, symlinks=True)
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(d)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()}")
+    try:
+        shutil.copytree(saved, d, symlinks=True, dirs_exist_ok=True)
+        yield
+    finally:
+        subprocess.run(["umount", str(d)], check=True)
+        shutil.rmtree(saved)
+
+
+def fill(d: Path, leave_pages: int) -> None:
+    """Fill the file system of ``d`` until exactly ``leave_pages`` pages stay free."""
+    fd = os.open(d / FILLER, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        while os.write(fd, b"\0" * PAGE) == PAGE:
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    size = (d / FILLER).stat().st_size
+    os.truncate(d / FILLER, size - leave_pages * PAGE)
+    st = os.statvfs(d)
+    assert st.f_bavail * st.f_frsize == leave_pages * PAGE
+
+
+def assert_no_torn_line(proj: Project) -> None:
+    for name, data in proj.ledger_files().items():
+        assert data.endswith(b"\n"), f"{name} ends in a torn line"
+        for line in data.splitlines():
+            json.loads(line)
+
+
+def one_error_line(p: subprocess.CompletedProcess[str]) -> str:
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    assert p.returncode == 1, p.stderr
+    assert len(lines) == 1 and lines[0].startswith("marin: error: "), p.stderr  # no traceback
+    return lines[0]
+
+
+@pytest.mark.slow
+def test_full_ledger_disk_leaves_no_torn_line(data_project: Project) -> None:
+    runs_dir = data_project.root / "ledger" / "runs"
+    before = data_project.ledger_files()
+    curated = data_project.tree("data/curated")
+    prev = next(d for n, d in before.items() if n.startswith("curate-")).splitlines(keepends=True)
+    # Leave room for run.started and its input, not for all the outputs: an output record
+    # fails halfway through its line, then run.finished (failed) fails too.
+    head, body = len(b"".join(prev[:2])), len(b"".join(prev[:-1]))
+    pages = math.ceil((head + 200) / PAGE)
+    assert pages * PAGE < body - 200, "the records are too small for this test's page arithmetic"
+    with small_disk(runs_dir, 256):
+        fill(runs_dir, pages)
+        line = one_error_line(data_project.stage("curate", check=False))
+        after = data_project.ledger_files()
+        new = [n for n in after if n not in before]
+        assert len(new) == 1
+        assert re.fullmatch(
+            rf"marin: error: ledger/runs/{re.escape(new[0])}: cannot append the output record: no space left "
+            r"on device; nothing was written; free space \(or fix the disk\) and rerun the stage", line), line
+        assert_no_torn_line(data_project)
+        assert {n: after[n] for n in before} == before  # earlier runs untouched
+        kinds = [json.loads(x)["kind"] for x in after[new[0]].splitlines()]
+        assert kinds[:2] == ["run.started", "input"] and "run.finished" not in kinds  # honestly unfinished
+        assert data_project.tree("data/curated") == curated
+        check = data_project.marin("ledger", "check")
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert "truncated" not in check.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage, shown", [
+    ("curate", "data/curated"),  # the Parquet writer hits the full disk
+    ("tokenize", "data/tokens/tokenizer.json"),  # fsutil.write_bytes inside the atomic directory does
+])
+def test_full_data_disk_leaves_the_previous_outputs(data_project: Project, stage: str, shown: str) -> None:
+    data = data_project.root / "data"
+    before = data_project.tree("data")
+    runs = len(data_project.ledger_files())
+    with small_disk(data, 512):
+        fill(data, 2)
+        line = one_error_line(data_project.stage(stage, check=False))
+        assert line == (f"marin: error: {shown}: cannot write: no space left on device; the previous version "
+                        "is left as it was and nothing half-written remains; free space (or fix the disk) "
+                        "and rerun the stage")
+        after = {k: v for k, v in data_project.tree("data").items() if k != FILLER}
+        assert after == before  # byte-identical, and no temporary directory or .old left
+        assert sorted(p.name for p in data.iterdir()) == sorted(["raw", "curated", "tokens", FILLER])
+        log = data_project.runs(stage)[-1]
+        assert len(data_project.ledger_files()) == runs + 1
+        assert log[-1]["kind"] == "run.finished" and log[-1]["body"]["status"] == "failed"
+        assert "no space left on device" in log[-1]["body"]["error"]
+        assert_no_torn_line(data_project)
+        check = data_project.marin("ledger", "check")
+        assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_disk_error_no_writer_converted_is_still_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from marin.cli import guarded
+
+    def fail(e: OSError) -> Callable[[], int]:
+        def fn() -> int:
+            raise e
+        return fn
+
+    assert guarded(fail(OSError(errno.ENOSPC, "No space left on device", "data/x.bin"))) == 1
+    assert capsys.readouterr().err == (
+        "marin: error: data/x.bin: no space left on device; free space (or fix the disk) and rerun\n")
+    pyarrow = OSError("Error writing bytes to file. Detail: [errno 28] No space left on device")
+    assert guarded(fail(pyarrow)) == 1
+    assert capsys.readouterr().err == "marin: error: no space left on device; free space (or fix the disk) and rerun\n"
+    with pytest.raises(OSError):
+        guarded(fail(pyarrow), verbose=True)  # --verbose keeps the traceback
+    with pytest.raises(FileNotFoundError):
+        guarded(fail(FileNotFoundError(errno.ENOENT, "No such file or directory", "x")))  # not a disk failure
