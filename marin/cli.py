@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from marin import config
-from marin.errors import MarinError
+from marin.errors import MarinError, SchemaError
 from marin.paths import ledger_dir, project_root
 
 
@@ -95,6 +95,27 @@ def _cmd_params_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_schemas_pin(args: argparse.Namespace) -> int:
+    import json
+
+    from marin import fsutil, schemas
+
+    pins = schemas.current_pins()
+    fsutil.write_bytes(schemas.PINS, (json.dumps(pins, indent=1, sort_keys=True) + "\n").encode())
+    print(f"{schemas.PINS.name}: pinned {len(pins)} schemas; commit it with the schema change")
+    return 0
+
+
+def _cmd_schemas_check(args: argparse.Namespace) -> int:
+    from marin import schemas
+
+    problems = schemas.pin_problems()
+    for p in problems:
+        print(f"FAIL {p}", file=sys.stderr)
+    print(f"schemas: {len(schemas.pins())} pinned: {'ok' if not problems else f'{len(problems)} problem(s)'}")
+    return 1 if problems else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="marin", description=__doc__)
     ap.add_argument("--root", type=Path, default=None, help="project root (default: auto)")
@@ -134,6 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
     from marin.report import build as report
 
     report.add_parser(sub)
+
+    sch = sub.add_parser("schemas", help="the pinned JSON Schema set that records are checked against")
+    ssub = sch.add_subparsers(dest="schemas_command", required=True)
+    ssub.add_parser("check", help="every schema file is the pinned one").set_defaults(fn=_cmd_schemas_check)
+    ssub.add_parser("pin", help="after an intended schema change: record the new digests").set_defaults(
+        fn=_cmd_schemas_pin)
 
     par = sub.add_parser("params", help="validate params.yaml")
     psub = par.add_subparsers(dest="params_command", required=True)
@@ -178,6 +205,10 @@ def stage_main(stage: Callable[[Path, config.Params], None]) -> None:
     def go() -> int:
         root = project_root()
         params = config.load(root / "params.yaml")  # before any work: exit 2, no run started
+        from marin import schemas
+
+        for problem in schemas.pin_problems()[:1]:  # records are written only against the pinned schemas
+            raise SchemaError(problem)
         stage(root, params)
         from marin.tracking import sync_quietly
 
