@@ -2,6 +2,8 @@
 starts a run, with one line naming the key path, and exit code 2."""
 
 import copy
+import os
+import time
 
 import pytest
 import yaml
@@ -91,3 +93,57 @@ def test_marin_params_check_reports_the_same(project) -> None:
     project.write_params(data)
     r = project.marin("params", "check")
     assert r.returncode == 2 and "seed: -5 is out of range" in r.stderr
+
+
+# -- the pure pieces: the value walk and the YAML reader ----------------------------------
+
+WALK = [
+    ({"train": {"lr": float("nan")}}, "train.lr: nan is not a finite number"),
+    ({"a": [1, [2, float("-inf")]]}, "a[1][1]: -inf is not a finite number"),
+    ({"a": 2**53}, "a: 9007199254740992 is out of range"),
+    ({"a": "x\x00"}, "a: control character U+0000"),
+    ({"a": "\ud800"}, "a: control character U+D800"),
+    ({1: "x"}, "<root>: key 1 is not a params key"),
+    ({"a": {"B": 1}}, "a: key 'B' is not a params key"),
+    ({"a": b"bytes"}, "a: a bytes is not a params value"),
+    ({"a": None, "b": True, "c": [1.5, "t\tab\n"], "d": 2**53 - 1}, None),
+]
+
+
+@pytest.mark.parametrize("data, expected", WALK)
+def test_value_problem_names_the_first_bad_value(data, expected) -> None:
+    problem = config.value_problem(data)
+    assert problem == expected if expected is None else expected in problem
+
+
+def test_parse_refuses_nan_before_canonical_json() -> None:
+    data = yaml.safe_load((REPO / "params.yaml").read_text())
+    data["train"]["lr"] = float("nan")
+    with pytest.raises(config.ParamsError, match=r"^x: train\.lr: nan is not a finite number"):
+        config.parse(data, "x")
+
+
+def test_reader_reads_what_pyyaml_reads() -> None:
+    """libyaml and the checks on top give the same data as yaml.safe_load: same recipes."""
+    assert config._read_yaml(REPO / "params.yaml") == yaml.safe_load((REPO / "params.yaml").read_text())
+
+
+def test_alias_bomb_refused_before_expansion(tmp_path) -> None:
+    lines = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi", strict=True)]
+    (tmp_path / "params.yaml").write_text("\n".join(lines) + "\n")
+    t = time.process_time()
+    with pytest.raises(config.ParamsError, match=r"line 1, column 4: YAML anchors and aliases"):
+        config.load(tmp_path / "params.yaml")
+    assert time.process_time() - t < 0.1
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda p: None, "not found"),
+    (lambda p: p.mkdir(), "not a regular file"),
+    (lambda p: os.mkfifo(p), "not a regular file"),  # reading a FIFO would block forever
+])
+def test_params_must_be_a_regular_file(tmp_path, make, expected) -> None:
+    make(tmp_path / "params.yaml")
+    with pytest.raises(config.ParamsError, match=expected):
+        config.load(tmp_path / "params.yaml")
