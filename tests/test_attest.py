@@ -299,3 +299,24 @@ def test_malformed_envelopes_are_refused(keys: tuple[Path, Path]) -> None:
         attest.verify(env | {"signatures": []}, pub)
     with pytest.raises(AttestationError, match="not an in-toto Statement v1"):
         attest.sign({"_type": "https://in-toto.io/Statement/v0.1"}, priv)
+
+
+def test_an_unsigned_envelope_carries_the_same_payload_and_no_signature(keys: tuple[Path, Path]) -> None:
+    priv, pub = keys
+    stmt = _statement()
+    env = attest.unsigned(stmt)
+    assert env["signatures"] == [] and env["payload"] == attest.sign(stmt, priv)["payload"]
+    assert not attest.is_signed(env) and attest.is_signed(attest.sign(stmt, priv))
+    assert attest.read_unsigned(env) == json.loads(rfc8785.dumps(stmt))
+    parsed = Envelope.from_dict(copy.deepcopy(env))  # DSSE tooling reads it...
+    assert parsed.signatures == {} and json.loads(parsed.pae().split(b" ", 4)[4]) == json.loads(rfc8785.dumps(stmt))
+    with pytest.raises(VerificationError):  # ...and finds nothing that vouches for it
+        parsed.verify([_sslib_key(pub)], 1)
+    with pytest.raises(AttestationError, match="no signatures"):
+        attest.verify(env, pub)
+    with pytest.raises(AttestationError, match="the envelope is signed: check it with verify"):
+        attest.read_unsigned(attest.sign(stmt, priv))
+    with pytest.raises(AttestationError, match="payloadType is"):
+        attest.read_unsigned(env | {"payloadType": "application/json"})
+    with pytest.raises(AttestationError, match="not an in-toto Statement v1"):
+        attest.unsigned({"_type": "https://in-toto.io/Statement/v0.1"})

@@ -21,11 +21,12 @@ from huggingface_hub.repocard_data import model_index_to_eval_results
 from markdown_it import MarkdownIt
 
 from marin.report import cards, fmti, mof
-from marin.report.facts import gather
+from marin.report.facts import ReportError, gather
+from tests.conftest import SHARED
 
 pytestmark = pytest.mark.slow
 
-VENDOR = Path(__file__).resolve().parents[2] / "shared" / "vendor"
+VENDOR = SHARED / "vendor"  # the upstream copies, read independently of the vendored ones
 META = {"model_name": "marin-tiny", "license": "Apache-2.0", "report_dir": "reports/marin-tiny",
         "code_license": "Apache-2.0", "model_license": "Apache-2.0", "date": "2026-11-30", "version": "0.1.0"}
 HEADER = ["domain", "subdomain", "indicator", "disclosed", "disclosure", "evidence"]
@@ -186,16 +187,12 @@ def test_fmti_has_one_row_per_indicator_with_ledger_evidence(built: Any, name: s
     assert facts[doc["data"]["splits"]["train"]["tokens"]]["text"] in size["disclosure"]
 
 
-def test_fmti_without_an_indicator_list_invents_no_indicator(built: Any, tmp_path: Path) -> None:
+def test_fmti_without_its_indicator_list_is_an_error_never_a_built_in_list(built: Any, tmp_path: Path) -> None:
     _, facts, doc = built
-    known = set()
-    for name in ("fmti-indicators-dec2025.csv", "fmti-indicators-2024.csv"):
-        with open(VENDOR / name, newline="", encoding="utf-8-sig") as fh:
-            known |= {r["Indicator"].strip().lower() for r in csv.DictReader(fh)}
-    for arg in (None, tmp_path / "missing.csv"):
-        rows = list(csv.DictReader(io.StringIO(fmti.fmti(facts, doc, META, arg))))
-        assert rows and {r["indicator"].lower() for r in rows} <= known
-        assert sum(r["disclosed"] == "yes" for r in rows) >= 10
+    with pytest.raises(ReportError, match=r"missing\.csv: no such FMTI indicator list"):
+        fmti.fmti(facts, doc, META, tmp_path / "missing.csv")
+    with pytest.raises(ReportError, match="not an FMTI indicator list"):
+        fmti.fmti(facts, doc, META, VENDOR / "mof-licenses.json")
 
 
 def test_mof_release_validates_and_reaches_class_ii(built: Any) -> None:
@@ -214,7 +211,10 @@ def test_mof_release_validates_and_reaches_class_ii(built: Any) -> None:
     # Class III and II components are all under Apache-2.0 (code/document) or CC0-1.0 (the evaluation
     # data); Class I needs a research paper, which is not included.
     assert mof.mof_class(release, licenses) == "Class II - Open Tooling"
-    assert mof.mof_class(release, None) == "Class II - Open Tooling"
+    with pytest.raises(ReportError, match="no such MOF license list"):  # no built-in fallback list
+        mof.mof_class(release, root / "missing.json")
+    with pytest.raises(ReportError, match="not a MOF license list"):
+        mof.mof_class(release, VENDOR / "mof_schema.json")
     no_card = copy.deepcopy(release)
     no_card["release"]["components"] = [c for c in comps.values() if c["name"] != "Model card"]
     assert mof.mof_class(no_card, licenses) == "Unclassified"

@@ -193,10 +193,14 @@ def _resign(proj: Project, out: Path) -> None:
     assert json.loads(base64.b64decode(new["payload"])) == json.loads(rfc8785.dumps(stmt))
 
 
-def test_missing_signing_key_is_a_clear_error_and_writes_nothing(trained_project: Project) -> None:
+def test_an_unusable_signing_key_is_a_clear_error_and_writes_nothing(trained_project: Project) -> None:
+    key = trained_project.root / ".marin/keys/report.key"
+    key.parent.mkdir(parents=True)
+    key.write_text("not a key\n")
     r = trained_project.marin("report")
     assert r.returncode != 0 and "marin keygen" in r.stderr and ".marin/keys/report.key" in r.stderr
-    assert not (trained_project.root / "reports").exists()
+    assert "not a PEM private key" in r.stderr
+    assert not (trained_project.root / "reports").exists() and not trained_project.runs("report")
 
 
 def test_report_html_renders_in_headless_chromium(reported, tmp_path: Path) -> None:

@@ -273,20 +273,58 @@ def _b64(value: object, what: str) -> bytes:
         raise AttestationError(f"envelope {what} is not valid base64") from None
 
 
+def unsigned(statement: dict[str, Any]) -> dict[str, Any]:
+    """A DSSE envelope holding the canonical ``statement`` with no signatures (``"signatures": []``):
+    the shape DSSE and in-toto define, for a report built where no signing key exists."""
+    got = statement.get("_type")
+    if got != STATEMENT_TYPE:
+        raise AttestationError(f"not an in-toto Statement v1 (_type is {got!r}); build it with statement()")
+    body = hashing.canonical_json(statement)
+    return {"payloadType": PAYLOAD_TYPE, "payload": base64.b64encode(body).decode("ascii"), "signatures": []}
+
+
+def is_signed(envelope: Any) -> bool:
+    """Whether the envelope carries any signature (an unsigned one has ``"signatures": []``)."""
+    return isinstance(envelope, dict) and bool(envelope.get("signatures"))
+
+
+def _payload(envelope: Any) -> bytes:
+    """Steps 1-2 of verification: the envelope's shape and payload type; the payload bytes."""
+    if not isinstance(envelope, dict) or not {"payloadType", "payload", "signatures"} <= envelope.keys():
+        raise AttestationError("not a DSSE envelope: it needs payloadType, payload and signatures")
+    body = _b64(envelope["payload"], "payload")
+    if not isinstance(envelope["signatures"], list):
+        raise AttestationError("envelope signatures is not a list")
+    if envelope["payloadType"] != PAYLOAD_TYPE:
+        raise AttestationError(f"payloadType is {envelope['payloadType']!r}, expected {PAYLOAD_TYPE!r}")
+    return body
+
+
+def _statement_of(body: bytes, what: str) -> dict[str, Any]:
+    try:
+        stmt = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise AttestationError(f"{what} payload is not JSON ({e})") from None
+    if not isinstance(stmt, dict) or stmt.get("_type") != STATEMENT_TYPE:
+        raise AttestationError(f"{what} payload is not an in-toto Statement v1 (_type must be {STATEMENT_TYPE})")
+    return stmt
+
+
+def read_unsigned(envelope: Any) -> dict[str, Any]:
+    """The statement of an envelope without signatures (nothing vouches for it: check it otherwise)."""
+    if is_signed(envelope):
+        raise AttestationError("the envelope is signed: check it with verify()")
+    return _statement_of(_payload(envelope), "unsigned")
+
+
 def verify(envelope: dict[str, Any], public_key_path: Path) -> dict[str, Any]:
     """Check a DSSE envelope against an ed25519 public key; return the statement it carries."""
     key = load_public_key(public_key_path)
     kid = keyid(key)
-    # 1. shape
-    if not isinstance(envelope, dict) or not {"payloadType", "payload", "signatures"} <= envelope.keys():
-        raise AttestationError("not a DSSE envelope: it needs payloadType, payload and signatures")
-    body = _b64(envelope["payload"], "payload")
+    body = _payload(envelope)  # 1. shape, 2. payload type
     sigs = envelope["signatures"]
-    if not isinstance(sigs, list) or not sigs or not all(isinstance(s, dict) for s in sigs):
+    if not sigs or not all(isinstance(s, dict) for s in sigs):
         raise AttestationError("envelope has no signatures")
-    # 2. payload type
-    if envelope["payloadType"] != PAYLOAD_TYPE:
-        raise AttestationError(f"payloadType is {envelope['payloadType']!r}, expected {PAYLOAD_TYPE!r}")
     message = pae(PAYLOAD_TYPE, body)
     # 3. a signature by this key
     mine = [s for s in sigs if s.get("keyid") == kid]
@@ -306,14 +344,7 @@ def verify(envelope: dict[str, Any], public_key_path: Path) -> dict[str, Any]:
             f"signature does not verify with key {kid}: the envelope or its payload was changed, "
             "or it was signed with another key"
         )
-    # 5. the payload is a Statement v1
-    try:
-        stmt = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise AttestationError(f"signed payload is not JSON ({e})") from None
-    if not isinstance(stmt, dict) or stmt.get("_type") != STATEMENT_TYPE:
-        raise AttestationError(f"signed payload is not an in-toto Statement v1 (_type must be {STATEMENT_TYPE})")
-    return stmt
+    return _statement_of(body, "signed")  # 5. the payload is a Statement v1
 
 
 def _verifies(key: Ed25519PublicKey, sig: bytes, message: bytes) -> bool:

@@ -1,33 +1,43 @@
-"""``marin report``: write reports/<model>/ from the ledger, and ``marin report verify`` it.
+"""``marin report``: write reports/<model>/ from the ledger as a ledger run of stage ``report``.
 
 The report directory holds report.md, report.html, figures/*.svg, model_card.md,
 datasheet.md, fmti.csv, mof.yml, lineage.prov.json, report.json (every fact with its
-source) and provenance.intoto.json: a DSSE envelope, signed with ed25519, around an in-toto
-Statement whose subjects are the model's tensor digest and every other file, with a SLSA
-Provenance v1 predicate. Everything but the signature is a pure function of the ledger
-and the recorded outputs, so verification rebuilds it and compares byte for byte.
+source, and the reference files by digest), ledger_head.json (the ledger snapshot it was
+built from) and provenance.intoto.json: a DSSE envelope around an in-toto Statement whose
+subjects are the model's tensor digest and every other file, with a SLSA Provenance v1
+predicate; signed with ed25519 when the signing key exists, else with ``"signatures": []``.
+Everything but the envelope and the snapshot is a pure function of the ledger, the recorded
+outputs and the reference files, so ``marin report verify`` (``marin.report.check``)
+rebuilds it and compares byte for byte.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from marin import fsutil, hashing
-from marin.config import ReportParams
-from marin.errors import MarinError
+from marin.config import Params, ReportParams
+from marin.errors import ParamsError
 from marin.ledger.check import check_run
+from marin.ledger.head import Head, head
+from marin.ledger.run import Plan, Run, recipe_digest
+from marin.ledger.store import run_files
 from marin.lineage import Ledger, to_prov
-from marin.report import attest, cards, fmti, mof, render
+from marin.paths import ledger_dir
+from marin.report import attest, cards, fmti, mof, reference, render
 from marin.report.facts import ReportError, gather
+from marin.report.reference import References
 
 ENVELOPE = "provenance.intoto.json"
+HEAD_FILE = "ledger_head.json"
 BUILD_TYPE = "https://marin.local/pipeline/dvc@v1"
 BUILDER = "https://marin.local/builder/marin-report@v1"
 
@@ -38,22 +48,23 @@ def meta_for(p: ReportParams, model_digest: str) -> dict[str, Any]:
             "code_license": p.code_license, "model": model_digest, "report_dir": f"reports/{p.model_name}"}
 
 
-def render_files(root: Path, meta: dict[str, Any], p: ReportParams | None) -> tuple[dict[str, bytes], dict[str, Any]]:
-    """Every report file but the envelope, as bytes, and the gathered document."""
+def render_files(root: Path, meta: dict[str, Any], refs: References) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """Every re-derivable report file, as bytes, and the gathered document."""
     facts, doc = gather(root, meta["model"])
     meta = {**meta, "date": (doc["lineage"][-1]["finished"] or doc["lineage"][-1]["started"])[:10]}
     md = render.markdown(facts.items, doc, meta)
     curve = doc["training"]["curve"]
     figures = {key: render.figure_svg(curve, key, title) for key, title in render.CURVES}
     fd = facts.to_dict()
+    report_json = {"schema": "marin.report@1", "meta": meta, "facts": fd, "doc": doc,
+                   "references": {k: r.to_dict() for k, r in sorted(refs.items())}}
     files = {"report.md": md, "report.html": render.html_page(md, facts.items, figures,
                                                                 f"{meta['model_name']} transparency report"),
              "model_card.md": cards.model_card(fd, doc, meta), "datasheet.md": cards.datasheet(fd, doc, meta),
-             "fmti.csv": fmti.fmti(fd, doc, meta, _optional(root, p.fmti_indicators if p else None)),
-             "mof.yml": yaml.safe_dump(_mof(fd, doc, meta, _optional(root, p.mof_licenses if p else None)),
+             "fmti.csv": fmti.fmti(fd, doc, meta, reference.file(root, refs["fmti_indicators"])),
+             "mof.yml": yaml.safe_dump(_mof(fd, doc, meta, reference.file(root, refs["mof_licenses"])),
                                        sort_keys=False, allow_unicode=True),
-             "report.json": json.dumps({"schema": "marin.report@1", "meta": meta, "facts": fd, "doc": doc},
-                                       indent=1, sort_keys=True, ensure_ascii=False) + "\n"}
+             "report.json": json.dumps(report_json, indent=1, sort_keys=True, ensure_ascii=False) + "\n"}
     ledger = Ledger(root)
     files["lineage.prov.json"] = to_prov(ledger.node(ledger.resolve(meta["model"]))).serialize(
         format="json", indent=2) + "\n"
@@ -61,24 +72,23 @@ def render_files(root: Path, meta: dict[str, Any], p: ReportParams | None) -> tu
     return {k: v.encode() for k, v in files.items()}, doc
 
 
-def _mof(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any], licenses: Path | None) -> dict[str, Any]:
+def _mof(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any], licenses: Path) -> dict[str, Any]:
     """The MOF release description, with the class it reaches (the schema has no field for it:
     an extra top-level key, which the schema allows)."""
     m = mof.mof(facts, doc, meta)
     return {**m, "classification": {
         "class": mof.mof_class(m, licenses),
         "rule": "a class is reached only when all of its components and those of the classes below are "
-                "included under licenses of the right type" + ("" if licenses else " (built-in license list)")}}
+                "included under licenses of the right type"}}
 
 
-def _optional(root: Path, path: str | None) -> Path | None:
-    if not path:
-        return None
-    p = Path(path) if Path(path).is_absolute() else root / path
-    return p if p.is_file() else None
+def snapshot_bytes(snapshot: Head) -> bytes:
+    """ledger_head.json: the snapshot ``marin ledger check --since`` reads."""
+    return (json.dumps(snapshot.to_dict(), indent=1) + "\n").encode()
 
 
-def statement(root: Path, files: dict[str, bytes], doc: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+def statement(root: Path, files: dict[str, bytes], doc: dict[str, Any], facts: dict[str, Any],
+              refs: References, snapshot: Head) -> dict[str, Any]:
     """The in-toto Statement: subjects (model tensor digest, report files) and the SLSA predicate."""
     ledger = Ledger(root)
     runs = [ledger.runs[r["run_id"]] for r in doc["lineage"]]
@@ -93,6 +103,9 @@ def statement(root: Path, files: dict[str, bytes], doc: dict[str, Any], facts: d
                                 annotations={"code_digest": code["code_digest"]}))
     if code.get("lock_digest"):
         deps.append(attest.resource(name="uv.lock", digest=code["lock_digest"]))
+    deps += [attest.resource(name=f"reference:{k}", uri=r.path, digest=r.digest) for k, r in sorted(refs.items())]
+    deps.append(attest.resource(uri="marin:ledger", digest=snapshot.root,
+                                annotations={"runs": snapshot.runs, "snapshot": HEAD_FILE}))
     predicate = attest.slsa_predicate(
         build_type=BUILD_TYPE,
         external_parameters={"params": {log.started.body["stage"]: log.started.body["params"] for log in runs},
@@ -113,20 +126,40 @@ def signing_key(root: Path, p: ReportParams | None) -> Path:
     return attest.key_path(os.environ.get(attest.KEY_ENV) or (p.signing_key if p else None), root)
 
 
-def write(root: Path, p: ReportParams, model: str = "models/final") -> Path:
-    """Build and sign reports/<model_name>/ (replaced whole, only once everything is ready)."""
-    key = signing_key(root, p)
-    attest.load_private_key(key)  # a missing key fails before anything is built
+def existing_key(root: Path, p: ReportParams) -> Path | None:
+    """The signing key if its file exists (checked to be an ed25519 key); None: the report goes unsigned."""
+    try:
+        key = signing_key(root, p)
+    except attest.SigningKeyError:  # neither report.signing_key nor $MARIN_SIGNING_KEY: no key
+        return None
+    if not key.exists():
+        return None
+    attest.load_private_key(key)  # a key that is there but unusable fails before anything is built
+    return key
+
+
+def _configured(root: Path, p: ReportParams) -> str:
+    try:
+        return fsutil.shown(signing_key(root, p))
+    except attest.SigningKeyError:
+        return f"report.signing_key or ${attest.KEY_ENV}"
+
+
+def write(root: Path, p: ReportParams, refs: References, snapshot: Head, key: Path | None,
+          model: str = "models/final") -> Path:
+    """Build reports/<model_name>/ (replaced whole, only once everything is ready), signed when ``key``."""
     ledger = Ledger(root)
     target = ledger.resolve(model)
     meta = meta_for(p, target.key if target.kind == "digest" else model)
-    files, doc = render_files(root, meta, p)
-    for r in doc["lineage"]:  # sign nothing over a ledger that does not check
+    files, doc = render_files(root, meta, refs)
+    for r in doc["lineage"]:  # vouch for nothing over a ledger that does not check
         problems = check_run(ledger.runs[r["run_id"]])
         if problems:
             raise ReportError(f"the ledger behind the report is not intact: {problems[0]}; see `marin ledger check`")
+    files[HEAD_FILE] = snapshot_bytes(snapshot)
     facts = json.loads(files["report.json"])["facts"]
-    envelope = attest.sign(statement(root, files, doc, facts), key)
+    stmt = statement(root, files, doc, facts, refs, snapshot)
+    envelope = attest.sign(stmt, key) if key is not None else attest.unsigned(stmt)
     out = root / "reports" / p.model_name
     with fsutil.atomic_dir(out) as tmp:
         for name, data in files.items():
@@ -135,129 +168,98 @@ def write(root: Path, p: ReportParams, model: str = "models/final") -> Path:
     return out
 
 
-@dataclass
-class Verdict:
+# -- the report as a ledger run -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Published:
     directory: Path
-    problems: list[str] = field(default_factory=list)
-    checked: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
+    run_id: str
+    key: Path | None  # the signing key, or None: unsigned
+    looked_for: str  # where a key was looked for
 
 
-def verify(root: Path, directory: Path, public_key: Path | None = None) -> Verdict:
-    """Numbered steps: 1. signature; 2. every file against its signed digest; 3. the ledger runs
-    behind the report are intact; 4. every fact re-derived from the ledger; 5. every file re-rendered."""
-    v = Verdict(directory)
-    env_path = directory / ENVELOPE
-    if not env_path.is_file():
-        raise ReportError(f"{env_path}: missing; is {directory} a report directory (marin report)?")
-    report_json = directory / "report.json"
+def publish(root: Path, params: Params, model: str = "models/final") -> Published:
+    """The report stage: one ledger run ``report`` whose inputs are the ledger snapshot (its head
+    before this run), the reference files and the signing key's fingerprint, and whose outputs are
+    the report directory and its envelope, snapshot and report.json."""
+    p = params.report
+    if p is None:
+        raise ParamsError("params.yaml: no report section (model_name, version, license, ...); add the one of "
+                          "the shipped params.yaml")
+    key = existing_key(root, p)
+    refs = reference.resolve(root, p)
+    snapshot = head(ledger_dir(root))  # before this run exists: the report never depends on itself
+    inputs = [{"name": k, **r.to_dict()} for k, r in sorted(refs.items())]  # the very bytes the report reads
+    inputs += [_head_input(root, snapshot)] + ([_key_input(root, key)] if key is not None else [])
+    plan = Plan.make(root, "report", params=params.section("report"), inputs=[])
+    with Run.begin(_with_inputs(plan, inputs)) as run:
+        out = write(root, p, refs, snapshot, key, model)
+        rel = out.relative_to(root)
+        run.output("report", rel)
+        for name, path in (("provenance", ENVELOPE), ("ledger_head", HEAD_FILE), ("report_json", "report.json")):
+            run.output(name, rel / path)
+    return Published(out, run.run_id, key, _configured(root, p))
+
+
+def _head_input(root: Path, snapshot: Head) -> dict[str, Any]:
+    """The ledger snapshot as an input record: its RFC 6962 root, over ``runs`` runs."""
+    size = sum(f.stat().st_size for f in run_files(ledger_dir(root)))
+    return {"name": "ledger_head", "path": ledger_dir(root).relative_to(root).as_posix(), "digest": snapshot.root,
+            "size": size, "digest_of": "ledger_head", "runs": snapshot.runs}
+
+
+def _key_input(root: Path, key: Path) -> dict[str, Any]:
+    """The signing key's fingerprint (the DSSE keyid: sha256 of the raw public key), never the key."""
+    public = attest.load_private_key(key).public_key()
     try:
-        old = json.loads(report_json.read_text()) if report_json.is_file() else None
-        envelope = json.loads(env_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ReportError(f"{directory}: report.json or {ENVELOPE} is not valid JSON ({e}): changed after "
-                          "signing") from None
-    if public_key is None:  # the public half of the configured signing key
-        from marin import config
-
-        private = signing_key(root, config.load(root / "params.yaml").report)
-        public_key = private.with_name(private.name + ".pub")
-    stmt = attest.verify(envelope, public_key)  # 1
-    signed = {s["name"]: "sha256:" + s["digest"]["sha256"] for s in stmt["subject"]}
-    on_disk = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()} - {ENVELOPE}
-    for name in sorted(on_disk | {n for n in signed if not n.startswith("model:")}):  # 2
-        if name not in signed:
-            v.problems.append(f"{name}: not covered by the signed provenance (file added)")
-        elif name not in on_disk:
-            v.problems.append(f"{name}: signed but missing")
-        elif (got := hashing.file_digest(directory / name)) != signed[name]:
-            v.problems.append(f"{name}: changed since it was signed ({got}, signed {signed[name]})")
-    v.checked["files"] = len(on_disk)
-    if old is None:
-        v.problems.append("report.json: missing; cannot re-derive the report")
-        return v
-    ledger = Ledger(root)
-    for r in old["doc"]["lineage"]:  # 3
-        log = ledger.runs.get(r["run_id"])
-        if log is None:
-            v.problems.append(f"ledger: run {r['run_id']} behind the report is not in the ledger")
-            continue
-        v.problems.extend(f"ledger: {p}" for p in check_run(log))
-    try:  # 4, 5
-        files, _ = render_files(root, {k: old["meta"][k] for k in old["meta"] if k != "date"}, _params(root))
-    except (MarinError, KeyError, TypeError) as e:
-        v.problems.append(f"ledger: the report cannot be re-derived: {e}")
-        return v
-    new_facts = json.loads(files["report.json"])["facts"]
-    for fid in sorted(set(old["facts"]) | set(new_facts), key=lambda x: (len(x), x)):
-        a, b = old["facts"].get(fid), new_facts.get(fid)
-        if a != b:
-            v.problems.append(_fact_change(fid, a, b))
-    v.checked["facts"] = len(new_facts)
-    for name, data in sorted(files.items()):
-        path = directory / name
-        if path.is_file() and path.read_bytes() != data:
-            v.problems.append(f"{name}: {_first_line_diff(path.read_bytes(), data)}")
-    model_subject = next((d for n, d in signed.items() if n.startswith("model:")), None)
-    tensor = new_facts[old["doc"]["model"]["tensor_digest"]]["value"] if old["doc"]["model"]["tensor_digest"] \
-        in new_facts else None
-    if model_subject != tensor:
-        v.problems.append(f"model: the signed tensor digest {model_subject} is not the ledger's {tensor}")
-    return v
+        where = key.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        where = str(key)
+    return {"name": "signing_key", "path": where, "digest": f"sha256:{attest.keyid(public)}", "size": 32,
+            "digest_of": "public_key"}
 
 
-def _params(root: Path) -> ReportParams | None:
-    from marin import config
-
-    try:
-        return config.load(root / "params.yaml").report
-    except Exception:  # verification does not need params beyond optional reference lists
-        return None
-
-
-def _fact_change(fid: str, a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
-    if a is None:
-        return f"{fid} ({b['label']}): in the ledger but not in the report"
-    if b is None:
-        return f"{fid} ({a['label']}): in the report but no longer derivable from the ledger"
-    src = b["source"]
-    where = f"{src['run_id']} seq {src['seq']}" if "run_id" in src else src.get("formula", "")
-    if a["value"] != b["value"]:
-        return f"{fid} ({a['label']}): the report says {a['text']}, the ledger ({where}) says {b['text']}"
-    return f"{fid} ({a['label']}): its source changed: report cites {a['source']}, the ledger gives {src}"
+def _with_inputs(plan: Plan, records: list[dict[str, Any]]) -> Plan:
+    """The plan with inputs digested here (the reference files, as the report read them) or not bytes
+    at a path (the snapshot, the key fingerprint), in run.started and its recipe digest as well as in
+    the input records."""
+    b = plan.body
+    inputs = [*b["inputs"], *({"name": r["name"], "digest": r["digest"]} for r in records)]
+    body = {**b, "inputs": inputs, "recipe_digest": recipe_digest(
+        b["stage"], b["command"], b["params"], b["code"]["code_digest"], inputs, b["determinism_class"])}
+    return dataclasses.replace(plan, body=body, input_records=[*plan.input_records, *records])
 
 
-def _first_line_diff(old: bytes, new: bytes) -> str:
-    a, b = old.decode("utf-8", "replace").splitlines(), new.decode("utf-8", "replace").splitlines()
-    for i, (x, y) in enumerate(zip(a, b, strict=False), start=1):
-        if x != y:
-            return f"line {i} differs from what the ledger gives: {_clip(x)!r} vs {_clip(y)!r}"
-    return f"{len(a)} lines where the ledger gives {len(b)}"
+# -- the command line -----------------------------------------------------------------------
 
-
-def _clip(s: str) -> str:
-    return s if len(s) <= 160 else s[:157] + "..."
 
 def _cmd_report(args: Any) -> int:
     from marin import config
+    from marin.tracking import sync_quietly
 
-    p = config.load(args.root / "params.yaml").report
-    if p is None:
-        raise ReportError(f"{args.root / 'params.yaml'}: no report section (model_name, version, license, ...)")
-    out = write(args.root, p, args.model)
-    print(f"report: wrote {out.relative_to(args.root)}/ (signed: {ENVELOPE})")
+    done = publish(args.root, config.load(args.root / "params.yaml"), args.model)
+    print(report_line(done, args.root))
+    sync_quietly(args.root)  # the MLflow view, as after every stage
     return 0
 
 
+def report_line(done: Published, root: Path) -> str:
+    """What the report stage says when it is done: one line, and whether it signed."""
+    how = f"signed: {ENVELOPE}" if done.key is not None else (
+        f"NOT SIGNED: no signing key at {done.looked_for}, so {ENVELOPE} has no signatures; "
+        "`marin keygen` makes one")
+    return f"report: wrote {done.directory.relative_to(root)}/ (run {done.run_id}; {how})"
+
+
 def _cmd_verify(args: Any) -> int:
-    v = verify(args.root, args.directory.resolve(), args.key)
+    from marin.report import check
+
+    v = check.verify(args.root, args.directory.resolve(), args.key, args.require_signature)
     for p in v.problems:
         print(f"FAIL {p}", file=sys.stderr)
     status = "ok" if v.ok else f"{len(v.problems)} problem(s)"
-    print(f"report verify {args.directory}: signature ok, {v.checked.get('files', 0)} files, "
+    print(f"report verify {args.directory}: {v.signature}, {v.checked.get('files', 0)} files, "
           f"{v.checked.get('facts', 0)} facts re-derived from the ledger: {status}")
     return 0 if v.ok else 1
 
@@ -276,13 +278,15 @@ def _cmd_keygen(args: Any) -> int:
 
 def add_parser(sub: Any) -> None:
     """Register ``marin report [verify]`` and ``marin keygen``."""
-    rep = sub.add_parser("report", help="build, or verify, the signed transparency report of a model")
+    rep = sub.add_parser("report", help="build, or verify, the transparency report of a model (a ledger run)")
     rep.add_argument("--model", default="models/final", help="the model: a path, digest or train run id")
     rep.set_defaults(fn=_cmd_report)
     rsub = rep.add_subparsers(dest="report_command")
     ver = rsub.add_parser("verify", help="check a report's signature, files and every number against the ledger")
     ver.add_argument("directory", type=Path)
     ver.add_argument("--key", type=Path, help="public key (default: the signing key's .pub)")
+    ver.add_argument("--require-signature", action="store_true",
+                     help="fail when the report is not signed (the release check)")
     ver.set_defaults(fn=_cmd_verify)
     key = sub.add_parser("keygen", help="make an ed25519 signing key for reports")
     key.add_argument("path", type=Path, nargs="?", help="private key path (default: report.signing_key)")

@@ -2,15 +2,17 @@
 
 A fact is a value plus its source: a run id, the record's seq and digest, and a JSON
 pointer into the record, or into a recorded output file (a manifest) whose digest the
-record holds. Derived numbers (tokens seen, FLOPs) name their formula and the facts they
-are computed from. Renderers only print facts; ``marin report verify`` rebuilds them from
-the ledger and compares.
+record holds. Derived numbers (tokens seen, FLOPs) name their formula (one of ``FORMULAS``)
+and the facts they are computed from. Renderers only print facts; ``marin report verify``
+reads each one again at exactly its source (``marin.report.check``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,12 @@ def resolve(doc: Any, pointer: str) -> Any:
 def _esc(key: str) -> str:
     return str(key).replace("~", "~0").replace("/", "~1")
 
+
+# The formulas a derived fact may name, and how each is computed from its input values.
+FORMULAS: dict[str, Callable[[list[Any]], Any]] = {
+    "steps × batch_size × seq_len": math.prod,
+    "6 × parameters × tokens seen": lambda xs: 6 * math.prod(xs),
+}
 
 MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|&~])")
 
@@ -99,7 +107,9 @@ class Facts:
             "run_id": log.run_id, "seq": rec.seq, "record": rec.digest, "file": rec.body["path"],
             "file_digest": rec.body["digest"], "pointer": pointer})
 
-    def derive(self, label: str, value: Any, formula: str, inputs: list[Fact]) -> Fact:
+    def derive(self, label: str, formula: str, inputs: list[Fact]) -> Fact:
+        """A value computed by one of ``FORMULAS`` from other facts."""
+        value = FORMULAS[formula]([f.value for f in inputs])
         return self._add(label, value, {"formula": formula, "inputs": [f.id for f in inputs]})
 
     def to_dict(self) -> dict[str, Any]:
@@ -240,11 +250,9 @@ def _training(f: Facts, log: RunLog, model: dict[str, Any]) -> dict[str, Any]:
     items = f.items
     steps, batch = items[hp["steps"]], items[hp["batch_size"]]
     seq_len = f.cite("model.seq_len", log, s, "/body/params/model/seq_len")
-    tokens = f.derive("tokens seen in training", steps.value * batch.value * seq_len.value,
-                      "steps × batch_size × seq_len", [steps, batch, seq_len])
+    tokens = f.derive("tokens seen in training", "steps × batch_size × seq_len", [steps, batch, seq_len])
     n_params = items[model["n_params"]]
-    flops = f.derive("training compute (FLOPs, 6·N·D estimate)", 6 * n_params.value * tokens.value,
-                     "6 × parameters × tokens seen", [n_params, tokens])
+    flops = f.derive("training compute (FLOPs, 6·N·D estimate)", "6 × parameters × tokens seen", [n_params, tokens])
     metrics = log.of_kind("metric")
     curve = {"run_id": log.run_id, "records": [{"seq": r.seq, "digest": r.digest} for r in metrics],
              "step": [r.body["step"] for r in metrics],

@@ -1,8 +1,8 @@
 """The Foundation Model Transparency Index (Stanford CRFM) indicators this pipeline can
 disclose from its records, in the shape of the FMTI per-developer report: indicator,
 disclosure, evidence (ledger references ``run_id#seq``). Indicators the records cannot
-fill are listed as not disclosed; the indicator list itself is read from a CSV given by
-path (never copied into the project).
+fill are listed as not disclosed; the indicator list itself is a reference file (the vendored
+Dec 2025 list by default, see marin/report/reference/README.md).
 """
 
 from __future__ import annotations
@@ -251,26 +251,26 @@ _FMTI_BY_KEY = {k.strip().lower(): v for k, v in FMTI_MAP.items()}
 
 
 def _indicators(path: Path) -> list[tuple[str, str, str]]:
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        rows = list(csv.DictReader(fh))
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            rows = list(csv.DictReader(fh))
+    except FileNotFoundError:
+        raise ReportError(f"{path}: no such FMTI indicator list; restore marin/report/reference/") from None
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise ReportError(f"{path}: not a readable CSV ({e}); use an indicators CSV of stanford-crfm/fmti") from None
     if not rows or not {"Domain", "Subdomain", "Indicator"} <= set(rows[0]):
         raise ReportError(f"{path}: not an FMTI indicator list (needs columns Domain, Subdomain, Indicator); "
-                          "pass the indicators CSV of stanford-crfm/fmti")
+                          "use an indicators CSV of stanford-crfm/fmti")
     return [(r["Domain"].strip(), r["Subdomain"].strip(), r["Indicator"].strip()) for r in rows]
 
 
-def fmti(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any], indicators_csv: Path | None) -> str:
-    """FMTI per-developer disclosures as CSV: one row per indicator of ``indicators_csv``, or only
-    the indicators this pipeline maps when no list is given."""
+def fmti(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any], indicators_csv: Path) -> str:
+    """FMTI per-developer disclosures as CSV: one row per indicator of ``indicators_csv``."""
     c = Ctx(facts, doc, meta)
-    if indicators_csv is not None and Path(indicators_csv).is_file():
-        indicators = _indicators(Path(indicators_csv))
-    else:
-        indicators = [(dom, sub, name) for name, (dom, sub, _) in FMTI_MAP.items()]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(FMTI_COLUMNS)
-    for dom, sub, name in indicators:
+    for dom, sub, name in _indicators(Path(indicators_csv)):
         entry = _FMTI_BY_KEY.get(name.lower())
         got = entry[2](c) if entry else None
         if got is None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from marin.report.cards import NR, Ctx, licence_names
+from marin.report.facts import ReportError
 
 MOF_VERSION, MOF_DATE = "1.0", "2024-12-15"
 NOT_INCLUDED, NOT_SPECIFIED = "Component not included", "License not specified"
@@ -34,13 +35,6 @@ MOF_COMPONENTS: dict[str, tuple[int, bool, tuple[str, ...]]] = {
     "Evaluation results": (3, True, ("document", "code")),
 }
 MOF_CLASSES = {1: "Class I - Open Science", 2: "Class II - Open Tooling", 3: "Class III - Open Model"}
-# Used when no mof-licenses.json is given: common licences the MOF accepts, by content type.
-OPEN_LICENSES = {
-    "code": {"Apache-2.0", "MIT", "BSD-2-Clause", "BSD-3-Clause", "ISC", "0BSD", "MPL-2.0", "GPL-2.0-only",
-             "GPL-3.0-only", "LGPL-3.0-only", "AGPL-3.0-only", "OpenMDW-1.0"},
-    "data": {"CDLA-Permissive-1.0", "CDLA-Permissive-2.0", "CC0-1.0", "PDDL-1.0", "CC-PDDC", "OpenMDW-1.0"},
-    "document": {"Apache-2.0", "CC-BY-4.0", "CC-BY-SA-4.0", "CC0-1.0", "CC-PDDC", "OpenMDW-1.0"},
-}
 
 
 def mof(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
@@ -88,18 +82,24 @@ def mof(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) -> dic
                         "contact": meta.get("contact", NR), "components": components}}
 
 
-def _accepted(licenses_json: Path | None) -> dict[str, set[str]]:
-    if licenses_json is None or not Path(licenses_json).is_file():
-        return OPEN_LICENSES
-    out: dict[str, set[str]] = {"code": set(), "data": set(), "document": set()}
-    for lic in json.loads(Path(licenses_json).read_text())["licenses"]:
-        types = lic.get("ContentType", [])
-        for t in [types] if isinstance(types, str) else types:
-            out.setdefault(t, set()).add(lic["licenseId"])
+def _accepted(licenses_json: Path) -> dict[str, set[str]]:
+    """Licence ids the MOF accepts, by content type, from its mof-licenses.json."""
+    try:
+        entries = json.loads(Path(licenses_json).read_text())["licenses"]
+        out: dict[str, set[str]] = {}
+        for lic in entries:
+            types = lic.get("ContentType", [])
+            for t in [types] if isinstance(types, str) else types:
+                out.setdefault(t, set()).add(lic["licenseId"])
+    except FileNotFoundError:
+        raise ReportError(f"{licenses_json}: no such MOF license list; restore marin/report/reference/") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ReportError(f"{licenses_json}: not a MOF license list ({type(e).__name__}: {e}); use "
+                          "mof-licenses.json of lfai/model_openness_tool") from None
     return out
 
 
-def mof_class(mof_dict: dict[str, Any], licenses_json: Path | None = None) -> str:
+def mof_class(mof_dict: dict[str, Any], licenses_json: Path) -> str:
     """The MOF class a release reaches: every required component of the class and the classes below
     it included and open under a licence accepted for its content type; else "Unclassified"."""
     accepted = _accepted(licenses_json)

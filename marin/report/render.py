@@ -73,8 +73,8 @@ def markdown(facts: dict[str, Fact], doc: dict[str, Any], meta: dict[str, Any]) 
     m, data, tr, ev = doc["model"], doc["data"], doc["training"], doc["evaluation"]
     d.add(f"# Transparency report: {meta['model_name']} {meta['version']}", "",
           "Built by `marin report` from the ledger alone. Every number links to the ledger record it came from "
-          "(see [Sources](#sources)); `marin report verify` re-derives all of them and checks the signed "
-          "provenance (`provenance.intoto.json`).", "")
+          "(see [Sources](#sources)); `marin report verify` re-derives all of them and checks the in-toto "
+          "provenance (`provenance.intoto.json`) and, when it is signed, its signature.", "")
     d.add("## What was trained", "",
           f"A decoder-only transformer with {d.v(m['n_params'])} parameters, trained for {d.v(m['steps'])} "
           f"optimizer steps on {d.v(tr['tokens_seen'])} tokens. Final weights: `{m['path']}`, tensor digest "

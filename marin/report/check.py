@@ -1,0 +1,279 @@
+"""``marin report verify``: a report checked against its statement, the ledger and its references.
+
+Numbered steps, each with its own messages:
+
+1. signature: the DSSE envelope verifies with the public key; an envelope without signatures
+   is "not signed", a problem only with ``--require-signature``;
+2. files: every file against its digest in the statement (none added, none missing);
+3. ledger: the runs behind the report are intact, and every run of the snapshot the report was
+   built from (ledger_head.json, its root signed) is still there, unchanged or only extended;
+4. references: the reference files report.json names, reread, still have their digests;
+5. facts: each fact looked up at exactly its source (that run file, that seq, that record
+   digest, that pointer), or recomputed from its inputs; a source that is gone is named, never
+   resolved against another record;
+6. every file re-rendered from the ledger, byte for byte, and the model's signed tensor digest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marin import hashing
+from marin.errors import LedgerError, MarinError
+from marin.ledger.check import check_run
+from marin.ledger.head import load_snapshot, since
+from marin.ledger.records import Record
+from marin.ledger.store import read_all, read_run
+from marin.lineage import Ledger
+from marin.paths import ledger_dir
+from marin.report import attest, build, reference
+from marin.report.facts import FORMULAS, ReportError, fmt, resolve
+from marin.report.reference import References
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+@dataclass
+class Verdict:
+    directory: Path
+    problems: list[str] = field(default_factory=list)
+    checked: dict[str, int] = field(default_factory=dict)
+    signature: str = "signature not checked"
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify(root: Path, directory: Path, public_key: Path | None = None,
+           require_signature: bool = False) -> Verdict:
+    """Steps 1-6 (see the module docstring) for the report in ``directory``."""
+    v = Verdict(directory)
+    envelope, old = _load(directory)
+    stmt = _signature(root, envelope, public_key, require_signature, v)  # 1
+    try:
+        signed = {s["name"]: "sha256:" + s["digest"]["sha256"] for s in stmt["subject"]}
+    except (KeyError, TypeError) as e:
+        raise ReportError(f"{build.ENVELOPE}: the statement's subjects are not name and sha256 pairs ({e!r}); "
+                          "rebuild the report with `marin report`") from None
+    _files(directory, signed, v)  # 2
+    if old is None:
+        v.problems.append("report.json: missing; cannot re-derive the report")
+        return v
+    try:
+        _rederive(root, directory, stmt, signed, old, v)
+    except (KeyError, TypeError, AttributeError) as e:  # report.json is not what marin report writes
+        v.problems.append(f"report.json: not a marin report ({type(e).__name__}: {e}); rebuild it with `marin report`")
+    return v
+
+
+def _rederive(root: Path, directory: Path, stmt: dict[str, Any], signed: dict[str, str], old: dict[str, Any],
+              v: Verdict) -> None:
+    """Steps 3-6."""
+    _ledger(root, directory, stmt, old, v)  # 3
+    refs, ref_problems = reference.recorded(root, old.get("references"))  # 4
+    v.problems.extend(ref_problems)
+    values, fact_problems = rederive(root, old["facts"])  # 5
+    v.problems.extend(fact_problems)
+    v.checked["facts"] = len(old["facts"])
+    if not ref_problems:  # 6
+        _rerender(root, directory, old, refs, v)
+    model_subject = next((d for n, d in signed.items() if n.startswith("model:")), None)
+    tensor = values.get(old["doc"]["model"]["tensor_digest"])
+    if tensor is not None and model_subject != tensor:
+        v.problems.append(f"model: the signed tensor digest {model_subject} is not the ledger's {tensor}")
+
+
+def _load(directory: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    env_path, report_json = directory / build.ENVELOPE, directory / "report.json"
+    if not env_path.is_file():
+        raise ReportError(f"{env_path}: missing; is {directory} a report directory (marin report)?")
+    try:
+        old = json.loads(report_json.read_text()) if report_json.is_file() else None
+        return json.loads(env_path.read_text()), old
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ReportError(f"{directory}: report.json or {build.ENVELOPE} is not valid JSON ({e}): changed after "
+                          "it was written") from None
+
+
+def _signature(root: Path, envelope: dict[str, Any], public_key: Path | None, require: bool,
+               v: Verdict) -> dict[str, Any]:
+    """Step 1: the statement, its signature checked; or read unsigned and said so."""
+    if not attest.is_signed(envelope):
+        v.signature = "not signed"
+        if require:
+            v.problems.append(f"{build.ENVELOPE}: not signed (no signatures), and --require-signature was given: "
+                              "build the report where the signing key is (`marin keygen`, then `marin report`)")
+        return attest.read_unsigned(envelope)
+    if public_key is None:  # the public half of the configured signing key
+        from marin import config
+
+        private = build.signing_key(root, config.load(root / "params.yaml").report)
+        public_key = private.with_name(private.name + ".pub")
+    if not public_key.is_file():
+        kids = ", ".join(sorted({str(s.get("keyid")) for s in envelope["signatures"] if isinstance(s, dict)}))
+        raise ReportError(f"{build.ENVELOPE}: signed by key {kids}, but there is no public key at {public_key}: "
+                          "give the signer's public key with --key PUB")
+    stmt = attest.verify(envelope, public_key)
+    v.signature = "signature ok"
+    return stmt
+
+
+def _files(directory: Path, signed: dict[str, str], v: Verdict) -> None:
+    """Step 2: every file on disk is a subject of the statement, with its digest."""
+    on_disk = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()} - {build.ENVELOPE}
+    when = "signed" if v.signature == "signature ok" else "written (unsigned)"
+    for name in sorted(on_disk | {n for n in signed if not n.startswith("model:")}):
+        if name not in signed:
+            v.problems.append(f"{name}: not covered by the provenance statement (file added)")
+        elif name not in on_disk:
+            v.problems.append(f"{name}: in the provenance statement but missing")
+        elif (got := hashing.file_digest(directory / name)) != signed[name]:
+            v.problems.append(f"{name}: changed since it was {when} ({got}, the statement has {signed[name]})")
+    v.checked["files"] = len(on_disk)
+
+
+def _ledger(root: Path, directory: Path, stmt: dict[str, Any], old: dict[str, Any], v: Verdict) -> None:
+    """Step 3: the lineage's runs are intact; the snapshot's runs are all still there."""
+    ledger = Ledger(root)
+    for r in old["doc"]["lineage"]:
+        log = ledger.runs.get(r["run_id"])
+        if log is None:
+            v.problems.append(f"ledger: run {r['run_id']} behind the report is not in the ledger "
+                              f"({r['run_id']}.jsonl deleted?)")
+            continue
+        v.problems.extend(f"ledger: {p}" for p in check_run(log))
+    try:
+        snap = load_snapshot(directory / build.HEAD_FILE)
+    except LedgerError as e:
+        v.problems.append(f"{build.HEAD_FILE}: {e}")
+        return
+    deps = stmt["predicate"].get("buildDefinition", {}).get("resolvedDependencies", [])
+    signed = next((d.get("digest", {}).get("sha256") for d in deps if d.get("uri") == "marin:ledger"), None)
+    if signed is None or f"sha256:{signed}" != snap.root:
+        v.problems.append(f"{build.HEAD_FILE}: its root {snap.root} is not the statement's marin:ledger digest "
+                          f"sha256:{signed}")
+    at = {leaf.run_id: leaf.seq for leaf in snap.leaves}
+    found = {log.run_id: (log.records[-1].seq if log.records else None,  # (last seq, digest at the snapshot's seq)
+                          next((r.digest for r in log.records if r.seq == at.get(log.run_id)), None))
+             for log in read_all(ledger_dir(root))}
+    v.problems.extend(f"ledger: {where}: {what}" for where, what in since(snap, found))
+
+
+def _rerender(root: Path, directory: Path, old: dict[str, Any], refs: References, v: Verdict) -> None:
+    """Step 6: every re-derivable file rebuilt from the ledger and compared byte for byte."""
+    try:
+        files, _ = build.render_files(root, {k: old["meta"][k] for k in old["meta"] if k != "date"}, refs)
+    except (MarinError, KeyError, TypeError) as e:
+        v.problems.append(f"ledger: the report cannot be re-derived: {e}")
+        return
+    for name, data in sorted(files.items()):
+        path = directory / name
+        if path.is_file() and path.read_bytes() != data:
+            v.problems.append(f"{name}: {_first_line_diff(path.read_bytes(), data)}")
+
+
+# -- step 5: facts at their sources ---------------------------------------------------------
+
+
+class _Gone(Exception):
+    """A fact's source cannot be found or read (the message says which and why)."""
+
+
+def rederive(root: Path, facts: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
+    """Each fact's value read again at exactly its source, or recomputed from its inputs' values:
+    (the values found by fact id, the problems)."""
+    runs: dict[str, dict[int, Record] | None] = {}
+    values: dict[str, Any] = {}
+    problems = []
+    for fid, fact in sorted(facts.items(), key=lambda kv: (len(kv[0]), kv[0])):  # inputs come before
+        src, label = fact["source"], f"fact {fid} ({fact['label']})"
+        try:
+            value, note = _derived(values, src) if "formula" in src else _at_source(root, runs, src)
+        except _Gone as e:
+            problems.append(f"{label}: {e}")
+            continue
+        values[fid] = value
+        if value != fact["value"]:
+            where = f"{src['run_id']} seq {src['seq']}" if "run_id" in src else f"{src['formula']} of its inputs"
+            problems.append(f"{label}: the report says {fact['text']}, the ledger ({where}) says {fmt(value)}"
+                            + (f"; {note}" if note else ""))
+        elif note:
+            problems.append(f"{label}: {note}; the value is unchanged")
+    return values, problems
+
+
+def _records(root: Path, runs: dict[str, dict[int, Record] | None], run_id: str) -> dict[int, Record] | None:
+    if run_id not in runs:
+        path = ledger_dir(root) / f"{run_id}.jsonl"
+        ok = RUN_ID.fullmatch(run_id) is not None and path.is_file()
+        runs[run_id] = {r.seq: r for r in read_run(path).records} if ok else None
+    return runs[run_id]
+
+
+def _at_source(root: Path, runs: dict[str, dict[int, Record] | None], src: dict[str, Any]) -> tuple[Any, str | None]:
+    """The value at (run file, seq, pointer), and a note when the record is not the one cited."""
+    run_id, seq = str(src["run_id"]), src["seq"]
+    where = f"its source {run_id}.jsonl seq {seq}"
+    recs = _records(root, runs, run_id)
+    if recs is None:
+        raise _Gone(f"{where} is gone (run file deleted?)")
+    rec = recs.get(seq)
+    if rec is None:
+        last = max(recs, default=None)
+        raise _Gone(f"{where} is gone (the file's records end at seq {last}: removed or unreadable; "
+                    "see `marin ledger check`)")
+    note = None if rec.digest == src["record"] else (
+        f"its source record {run_id} seq {seq} was rewritten: it is now {rec.digest}, the report cites {src['record']}")
+    doc: Any = rec.to_dict()
+    if "file" in src:
+        doc = _recorded_file(root, rec, src, where)
+    try:
+        return resolve(doc, src["pointer"]), note
+    except (KeyError, IndexError, ValueError, TypeError):
+        raise _Gone(f"{where} holds nothing at {src['pointer']}") from None
+
+
+def _recorded_file(root: Path, rec: Record, src: dict[str, Any], where: str) -> Any:
+    """The recorded output file a fact points into, checked against the digest its record holds."""
+    body = rec.body
+    if rec.kind != "output" or body.get("path") != src["file"] or body.get("digest") != src["file_digest"]:
+        raise _Gone(f"{where} no longer records {src['file']} as {src['file_digest']}")
+    path = Path(root) / body["path"]
+    if not path.is_file():
+        raise _Gone(f"its source file {body['path']} (recorded by {rec.run_id} seq {rec.seq}) is missing; "
+                    "run `dvc checkout`")
+    got = hashing.file_digest(path)
+    if got != body["digest"]:
+        raise _Gone(f"its source file {body['path']} hashes to {got}, {rec.run_id} seq {rec.seq} recorded "
+                    f"{body['digest']}")
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise _Gone(f"its source file {body['path']} is not JSON ({e})") from None
+
+
+def _derived(values: dict[str, Any], src: dict[str, Any]) -> tuple[Any, None]:
+    compute = FORMULAS.get(src["formula"])
+    if compute is None:
+        raise _Gone(f"its formula {src['formula']!r} is not one marin computes")
+    missing = [i for i in src["inputs"] if i not in values]
+    if missing:
+        raise _Gone(f"cannot be recomputed: its input {', '.join(missing)} has no source in the ledger")
+    return compute([values[i] for i in src["inputs"]]), None
+
+
+def _first_line_diff(old: bytes, new: bytes) -> str:
+    a, b = old.decode("utf-8", "replace").splitlines(), new.decode("utf-8", "replace").splitlines()
+    for i, (x, y) in enumerate(zip(a, b, strict=False), start=1):
+        if x != y:
+            return f"line {i} differs from what the ledger gives: {_clip(x)!r} vs {_clip(y)!r}"
+    return f"{len(a)} lines where the ledger gives {len(b)}"
+
+
+def _clip(s: str) -> str:
+    return s if len(s) <= 160 else s[:157] + "..."
