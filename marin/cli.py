@@ -17,7 +17,7 @@ def _cmd_ledger_check(args: argparse.Namespace) -> int:
     from marin.ledger.check import check
 
     since = head.load_snapshot(args.since) if args.since else None
-    report = check(args.root, since)
+    report = check(args.root, since, rehash=args.rehash)
     for p in report.problems:
         print(f"FAIL {p}", file=sys.stderr)
     for m in report.missing:
@@ -128,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--since", type=Path, metavar="HEAD_OR_REPORT",
                      help="a snapshot (`marin ledger head --json` file, or a report directory): prove "
                           "that each of its runs is still there, unchanged or only extended")
+    chk.add_argument("--rehash", action="store_true",
+                     help="read every output file again (default: reuse hashes while a file's inode, size "
+                          "and times are unchanged)")
     chk.add_argument("--require-outputs", action="store_true",
                      help="fail when a recorded output of the latest runs is not on disk")
     chk.set_defaults(fn=_cmd_ledger_check)

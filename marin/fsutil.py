@@ -16,7 +16,7 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import NoReturn
@@ -191,8 +191,12 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write to a locked temporary sibling, fsync, rename over ``path``."""
+def write_bytes(path: str | os.PathLike[str], data: bytes,
+                before_publish: Callable[[Path], object] | None = None) -> None:
+    """Write to a locked temporary sibling, fsync, rename over ``path``.
+
+    ``before_publish(tmp)`` runs once the bytes are durable and before the rename (a stage
+    records the output there: if the ledger cannot take the record, ``path`` is left as it was)."""
     path = Path(path)
     try:
         tmp, fd = _new_tmp(path, directory=False)
@@ -202,6 +206,8 @@ def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         os.fchmod(fd, 0o644)  # mkstemp makes 0600; outputs are meant to be shared
         write_all(fd, data)
         os.fsync(fd)
+        if before_publish is not None:
+            before_publish(tmp)
         os.replace(tmp, path)
     except BaseException as e:
         tmp.unlink(missing_ok=True)

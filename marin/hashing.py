@@ -6,8 +6,10 @@ Every digest is printed as ``sha256:<hex>``.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,45 @@ def file_digest(path: str | os.PathLike[str]) -> str:
     """sha256 of a file's bytes, streamed."""
     with open(path, "rb") as f:
         return fmt(hashlib.file_digest(f, "sha256").digest())
+
+
+def file_digests(path: str | os.PathLike[str]) -> tuple[str, str, int]:
+    """(sha256 ``sha256:<hex>``, DVC's md5 hex, size) of a file, read once for both."""
+    sha, md5, size = hashlib.sha256(), hashlib.md5(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            sha.update(chunk)
+            md5.update(chunk)
+            size += len(chunk)
+    return fmt(sha.digest()), md5.hexdigest(), size
+
+
+@dataclass(frozen=True)
+class PathDigest:
+    """Everything the ledger records about a file or directory's content, from one read of it."""
+
+    digest: str  # sha256 of a file, or the tree digest of a directory (``dir_digest``)
+    dvc_md5: str  # what DVC writes into dvc.lock
+    size: int
+    entries: tuple[tuple[str, str, int], ...] | None  # (relpath, sha256, size) of each file of a directory
+
+
+FileHashes = Callable[[Path], tuple[str, str, int]]
+
+
+def digest_path(path: str | os.PathLike[str], file_hashes: FileHashes | None = None) -> PathDigest:
+    """sha256, DVC md5 and size of ``path`` with each file read once (``file_hashes`` may cache them)."""
+    p, fh = Path(path), file_hashes or file_digests
+    if not p.is_dir():
+        sha, md5, size = fh(p)
+        return PathDigest(sha, md5, size, None)
+    files = sorted((f.relative_to(p).as_posix(), f) for f in p.rglob("*") if f.is_file())
+    hashed = [(rel, *fh(f)) for rel, f in files]
+    entries = tuple((rel, sha, size) for rel, sha, _, size in hashed)
+    digest = json_digest([{"path": r, "digest": d, "size": s} for r, d, s in entries])
+    blob = json.dumps([{"md5": md5, "relpath": rel} for rel, _, md5, _ in hashed], sort_keys=True)
+    return PathDigest(digest, hashlib.md5(blob.encode("utf-8")).hexdigest() + ".dir",
+                      sum(s for _, _, s in entries), entries)
 
 
 def dir_entries(path: str | os.PathLike[str]) -> list[tuple[str, str, int]]:
@@ -115,8 +156,6 @@ def dvc_md5(path: str | os.PathLike[str]) -> str:
     over its files' ``{"md5", "relpath"}`` sorted by relpath, with ``.dir`` appended
     (checked against a real ``dvc repro``; see tests/test_hashing.py).
     """
-    import json
-
     p = Path(path)
     if not p.is_dir():
         with open(p, "rb") as f:

@@ -16,6 +16,7 @@ import argparse
 import datetime as dt
 import re
 import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,9 @@ from prov.model import PROV, ProvDocument
 
 from marin import hashing
 from marin.errors import MarinError
-from marin.ledger.store import RunLog, read_all
-from marin.paths import ledger_dir
+from marin.ledger.index import Index, RunRow
+from marin.ledger.store import RunLog, read_run
+from marin.paths import ledger_dir, relpath
 
 SOURCE_STAGES = ("fetch",)  # their inputs come from outside the ledger
 MIN_PREFIX = 8  # shortest hex prefix accepted as a digest target
@@ -83,45 +85,60 @@ class Target:
     note: str | None = None
 
 
-def _outputs(log: RunLog) -> list[dict[str, Any]]:
-    """Output records of a run, checkpoints included (their digest is over the restored tensors)."""
-    outs = [r.body for r in log.of_kind("output")]
-    outs += [{"name": f"checkpoint:{r.body['step']}", "path": r.body["path"], "digest": r.body["digest"]}
-             for r in log.of_kind("checkpoint")]
-    return outs
+PRODUCED = ("output", "checkpoint")  # index roles whose digest a run generated
 
 
-def _latest(candidates: list[Found]) -> Found:
-    """The latest succeeded run among candidates, else the latest one."""
-    return max(candidates, key=lambda c: (c[0].status == "succeeded", c[0].records[0].time))
+class Runs(Mapping[str, RunLog]):
+    """Run files by id, read (parsed, not validated) when first asked for: a command touches
+    only the runs it needs, whatever the size of the ledger."""
+
+    def __init__(self, root: Path, index: Index):
+        self._dir, self._index, self._logs = ledger_dir(root), index, {}  # type: dict[str, RunLog]
+
+    def __getitem__(self, run_id: str) -> RunLog:
+        if run_id not in self._logs:
+            row = self._index.run(run_id)
+            if row is None or row.stage is None:
+                raise KeyError(run_id)
+            self._logs[run_id] = read_run(self._dir / f"{run_id}.jsonl", validate=False)
+        return self._logs[run_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return (r.run_id for r in self._index.runs() if r.stage is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def of_stage(self, stage: str) -> list[RunLog]:
+        return [self[r.run_id] for r in self._index.runs(stage)]
 
 
 class Ledger:
-    """An index of the ledger: runs by id, and the runs that produced or read each digest."""
+    """The ledger as lineage sees it: runs by id, and the runs that produced or read each digest,
+    looked up in the derived index (built once per command and passed down)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, index: Index | None = None):
         self.root = Path(root)
-        # only runs that started: for these, records[0] is the run.started record
-        self.runs = {log.run_id: log for log in read_all(ledger_dir(self.root)) if log.started is not None}
-        self.producers: dict[str, list[Found]] = {}
-        self.readers: dict[str, list[Found]] = {}
-        for log in self.runs.values():  # oldest first
-            for body in _outputs(log):
-                self.producers.setdefault(body["digest"], []).append((log, body))
-            for rec in log.of_kind("input"):
-                self.readers.setdefault(rec.body["digest"], []).append((log, rec.body))
+        self.index = index or Index.open(self.root)
+        self.runs = Runs(self.root, self.index)
         self._steps: dict[str, Step] = {}
+
+    def producers_of(self, digest: str) -> list[Found]:
+        """Every (run, output body) that generated ``digest``, oldest run first."""
+        found = [(self.runs[r], b) for r, _, role, b in self.index.entities(digest=digest) if role in PRODUCED]
+        return sorted(found, key=lambda c: (c[0].records[0].time, c[0].run_id))
 
     def resolve(self, target: str) -> Target:
         """A run id, a digest (``sha256:<hex>`` or a unique hex prefix of 8+ digits), or a path."""
-        if target in self.runs:
+        if target in self.runs._logs or (self.index.run(target) or _NO_RUN).stage is not None:
             return Target("run", target)
         hexpart = target.removeprefix("sha256:")
         if len(hexpart) >= MIN_PREFIX and re.fullmatch("[0-9a-f]+", hexpart):
-            found = sorted(d for d in {*self.producers, *self.readers} if d.startswith(f"sha256:{hexpart}"))
+            found = self.index.digests_with_prefix(f"sha256:{hexpart}")
             if len(found) > 1:
                 shown = ", ".join(f"sha256:{d[7:19]}" for d in found[:5])
-                raise AmbiguousTarget(f"digest prefix {target!r} is ambiguous: {len(found)} digests match "
+                more = "" if len(found) < 6 else " or more"
+                raise AmbiguousTarget(f"digest prefix {target!r} is ambiguous: {len(found)}{more} digests match "
                                       f"({shown}); give more digits")
             if found:
                 return Target("digest", found[0])
@@ -129,10 +146,12 @@ class Ledger:
 
     def _resolve_path(self, target: str) -> Target:
         path = Path(target) if Path(target).is_absolute() else self.root / target
-        rel = _rel(self.root, path)
-        if path.exists() and (digest := hashing.path_digest(path)) in self.producers:
-            return Target("digest", digest)
-        recorded = [c for cands in self.producers.values() for c in cands if c[1]["path"] == rel]
+        rel = relpath(self.root, path)
+        if path.exists():
+            digest = hashing.digest_path(path, self.index.file_hashes).digest
+            if self.producers_of(digest):
+                return Target("digest", digest)
+        recorded = [(self.runs[r], b) for r, _, role, b in self.index.entities(path=rel) if role in PRODUCED]
         if not recorded:
             raise UnknownTarget(f"{target!r} is not a run id, a digest or a path that any run in the ledger "
                                 "wrote; see `marin ledger log`")
@@ -147,7 +166,7 @@ class Ledger:
     def _producer(self, digest: str, reader: RunLog | None) -> Found | None:
         if reader is not None and reader.records[0].body["stage"] in SOURCE_STAGES:
             return None
-        cands = [c for c in self.producers.get(digest, [])
+        cands = [c for c in self.producers_of(digest)
                  if reader is None or c[0].records[0].time < reader.records[0].time]
         return _latest(cands) if cands else None
 
@@ -155,7 +174,7 @@ class Ledger:
         """The entity ``digest``, named as ``reader`` read it (``used``), with its producing run."""
         producer = self._producer(digest, reader)
         if producer is None:
-            b = used or self.readers[digest][0][1]
+            b = used or next(b for _, _, role, b in self.index.entities(digest=digest) if role == "input")
             return Artifact(digest, b["name"], b["path"], b.get("size"), b.get("locator"), b.get("license"))
         log, out = producer
         b = used or out
@@ -174,11 +193,20 @@ class Ledger:
         return step
 
 
-def _rel(root: Path, path: Path) -> str:
-    try:
-        return path.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        return str(path)
+_NO_RUN = RunRow("", None, None, None, "unfinished", None, 0, None, None)
+
+
+def _outputs(log: RunLog) -> list[dict[str, Any]]:
+    """Output records of a run, checkpoints included (their digest is over the restored tensors)."""
+    outs = [r.body for r in log.of_kind("output")]
+    outs += [{"name": f"checkpoint:{r.body['step']}", "path": r.body["path"], "digest": r.body["digest"]}
+             for r in log.of_kind("checkpoint")]
+    return outs
+
+
+def _latest(candidates: list[Found]) -> Found:
+    """The latest succeeded run among candidates, else the latest one."""
+    return max(candidates, key=lambda c: (c[0].status == "succeeded", c[0].records[0].time))
 
 
 def resolve(root: Path, target: str) -> Target:

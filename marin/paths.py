@@ -23,3 +23,12 @@ def project_root(start: str | os.PathLike[str] | None = None) -> Path:
 
 def ledger_dir(root: Path) -> Path:
     return root / "ledger" / "runs"
+
+
+def relpath(root: Path, path: str | os.PathLike[str]) -> str:
+    """``path`` relative to ``root`` as posix text, or the absolute path if it lies outside."""
+    p = Path(path).resolve()
+    try:
+        return p.relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return str(p)

@@ -57,9 +57,10 @@ def curate_stage(root: Path, params: Params) -> None:
                              "bytes": r.n_bytes, "doc_id": r.doc_id} for r in result.removed],
                 "splits": splits,
             }, tmp / "manifest.json")
-        for name in ("train.parquet", "validation.parquet", "manifest.json"):
-            run.output(name.split(".")[0] if name != "manifest.json" else "curate_manifest", OUT / name)
-        run.output("curated", OUT)
+            for name in ("train.parquet", "validation.parquet", "manifest.json"):  # recorded, then published
+                run.output(name.split(".")[0] if name != "manifest.json" else "curate_manifest", OUT / name,
+                           source=tmp / name)
+            run.output("curated", OUT, source=tmp)
         for step in result.funnel()["steps"]:
             if step["removed"]["docs"]:
                 print(f"curate: {step['step']:22} removed {step['removed']['docs']:5} docs "

@@ -78,8 +78,8 @@ def evaluate_stage(root: Path, params: Params) -> None:
                    "per_corpus": {c: v["bits_per_byte"] for c, v in results["model"].items() if c != "all"},
                    "unigram_per_corpus": {c: v["bits_per_byte"] for c, v in results["unigram_baseline"].items()
                                           if c != "all"}}
-        fsutil.write_bytes(root / METRICS, (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode())
-        run.output("eval_metrics", METRICS)
+        fsutil.write_bytes(root / METRICS, (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode(),
+                           before_publish=lambda tmp: run.output("eval_metrics", METRICS, source=tmp))
         print(f"evaluate: validation bits/byte {metrics['bits_per_byte']:.4f} "
               f"(unigram baseline {metrics['unigram_bits_per_byte']:.4f}), perplexity {metrics['perplexity']:.2f}")
         for s in samples:

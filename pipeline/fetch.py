@@ -17,21 +17,18 @@ RAW = Path("data/raw")
 
 def fetch(root: Path, params: Params) -> None:
     raw = root / RAW
-    with Run.start(root, "fetch", params=params.section("fetch"), inputs=[]) as run:
-        with fsutil.atomic_dir(raw) as tmp:
-            for src in params.fetch.sources:
-                (tmp / src.name).mkdir()
-                got = sources.fetch(src, tmp / src.name, root, cached=sources.archive_path(raw, src))
-                run.record("input", {  # what came from outside, as verified
-                    "name": src.name, "path": (RAW / src.name / got.name).as_posix(),
-                    "digest": sources.digest_of(got), "size": hashing.path_size(got),
-                    "license": src.license, "locator": f"{src.kind}:{src.locator}",
-                })
-                print(f"fetch: {src.name}: {src.locator} ok ({got.name})")
+    with Run.start(root, "fetch", params=params.section("fetch"), inputs=[]) as run, fsutil.atomic_dir(raw) as tmp:
         for src in params.fetch.sources:
-            got = sources.archive_path(raw, src)
-            run.output(f"archive:{src.name}", got.relative_to(root))
-        run.output("raw", RAW)
+            (tmp / src.name).mkdir()
+            got = sources.fetch(src, tmp / src.name, root, cached=sources.archive_path(raw, src))
+            run.record("input", {  # what came from outside, as verified
+                "name": src.name, "path": (RAW / src.name / got.name).as_posix(),
+                "digest": sources.digest_of(got), "size": hashing.path_size(got),
+                "license": src.license, "locator": f"{src.kind}:{src.locator}",
+            })
+            print(f"fetch: {src.name}: {src.locator} ok ({got.name})")
+            run.output(f"archive:{src.name}", RAW / src.name / got.name, source=got)
+        run.output("raw", RAW, source=tmp)  # recorded, then published: a full ledger keeps data/raw as it was
 
 
 if __name__ == "__main__":

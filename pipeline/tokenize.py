@@ -43,9 +43,9 @@ def tokenize_stage(root: Path, params: Params) -> None:
                               "library": "tokenizers"},
                 "splits": splits,
             }, tmp / "manifest.json")
-        run.output("tokenizer", OUT / "tokenizer.json")
-        run.output("tokenize_manifest", OUT / "manifest.json")
-        run.output("tokens", OUT)
+            run.output("tokenizer", OUT / "tokenizer.json", source=tmp / "tokenizer.json")  # recorded, then published
+            run.output("tokenize_manifest", OUT / "manifest.json", source=tmp / "manifest.json")
+            run.output("tokens", OUT, source=tmp)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Appends: concurrent writers lose and corrupt nothing; a torn tail is detected and named."""
 
+import json
 import multiprocessing as mp
 import subprocess
 import sys
@@ -114,3 +115,23 @@ def test_failed_append_leaves_the_file_byte_identical(tmp_path: Path) -> None:
     assert path.read_bytes() == before  # the partial line was cut off again
     run.finish()  # and the run goes on, its chain intact
     assert check_run(read_run(path)) == []
+
+
+def test_run_finished_root_is_the_rfc6962_root_of_every_earlier_record_without_rereading(tmp_path: Path) -> None:
+    """The appender keeps the Merkle range as it goes; another process's appends are caught up on."""
+    from marin.ledger.merkle import merkle_root
+    from tests.test_records import EXAMPLES
+
+    path = tmp_path / "ledger" / "runs" / "train-20260101T000000Z-0123abcd.jsonl"
+    f = RunFile(path, path.name.removesuffix(".jsonl"))
+    f.append("run.started", EXAMPLES["run.started"])
+    for i in range(40):
+        f.append("metric", {**EXAMPLES["metric"], "step": i + 1})
+    other = RunFile(path, f.run_id)  # a second writer (as after a resume), unknown to the first
+    for i in range(40, 45):
+        other.append("metric", {**EXAMPLES["metric"], "step": i + 1})
+    fin = f.append("run.finished", lambda n, root: {**EXAMPLES["run.finished"], "records": n,
+                                                     "merkle_root": "sha256:" + root.hex()})
+    recs = [json.loads(x) for x in path.read_bytes().splitlines()][:-1]
+    assert fin.body["records"] == len(recs) == 46
+    assert fin.body["merkle_root"] == "sha256:" + merkle_root([bytes.fromhex(r["digest"][7:]) for r in recs]).hex()

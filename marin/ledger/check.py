@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,10 @@ from typing import Any
 import yaml
 
 from marin import hashing, schemas
-from marin.errors import LedgerError, MarinError, SchemaError
-from marin.ledger import head, merkle
+from marin.errors import IntegrityError, LedgerError, MarinError, SchemaError
+from marin.ledger import head, listing, merkle
 from marin.ledger.head import Head
+from marin.ledger.index import hash_cache
 from marin.ledger.records import AFTER_FINISH, Record, content_digest
 from marin.ledger.store import RunLog, run_files
 from marin.paths import ledger_dir
@@ -225,7 +227,7 @@ def _latest_per_stage(runs: list[RunCheck]) -> set[str]:
     return set(latest.values())
 
 
-def check_outputs(root: Path, runs: list[RunCheck], report: Report) -> list[Problem]:
+def check_outputs(root: Path, runs: list[RunCheck], report: Report, hashes: hashing.FileHashes) -> list[Problem]:
     """Steps 5-7: every output on disk that a run recorded has a recorded digest (the latest
     run's, or an older run's that DVC checked out); every output dvc.lock or dvc.yaml names is
     explained by a recorded run; dvc.lock's md5 for it was recorded beside our sha256."""
@@ -239,7 +241,7 @@ def check_outputs(root: Path, runs: list[RunCheck], report: Report) -> list[Prob
     for path, recs in sorted(by_path.items()):
         p = root / path
         if p.exists():
-            problems.extend(_on_disk(root, path, recs, report))
+            problems.extend(_on_disk(root, path, recs, report, hashes))
         elif any(log.run_id in latest for log, _ in recs) and (path in locked or path in declared):
             log, last = recs[-1]
             report.missing.append(f"{path}: recorded by {log.name} seq {last.seq}, not on disk "
@@ -261,10 +263,11 @@ def check_outputs(root: Path, runs: list[RunCheck], report: Report) -> list[Prob
     return problems
 
 
-def _on_disk(root: Path, path: str, recs: list[tuple[RunCheck, Record]], report: Report) -> list[Problem]:
+def _on_disk(root: Path, path: str, recs: list[tuple[RunCheck, Record]], report: Report,
+             hashes: hashing.FileHashes) -> list[Problem]:
     """The bytes at ``path`` must be one of its recorded versions."""
     report.outputs_checked += 1
-    digest = hashing.path_digest(root / path)
+    digest = hashing.digest_path(root / path, hashes).digest
     matching = [(log, r) for log, r in recs if r.body["digest"] == digest]
     log, last = recs[-1]
     if not matching:
@@ -273,15 +276,15 @@ def _on_disk(root: Path, path: str, recs: list[tuple[RunCheck, Record]], report:
             f"on disk it hashes to {digest}, which no run recorded; last recorded by "
             f"{log.name} seq {last.seq} as {last.body['digest']} (changed after it was recorded)",
         )]
-        if "entries" in last.body:
-            problems.extend(_entry_diff(root / path, path, log, last))
+        if "entries" in last.body or "listing" in last.body:
+            problems.extend(_entry_diff(root, path, log, last))
         return problems
     if matching[-1][1] is not last:
         report.notes.append(f"{path}: an older version is on disk (from {matching[-1][0].run_id})")
     return []
 
 
-def entry_changes(p: Path, entries: list[dict[str, Any]]) -> list[tuple[str, str | None, str | None]]:
+def entry_changes(p: Path, entries: Iterable[dict[str, Any]]) -> list[tuple[str, str | None, str | None]]:
     """Files inside directory ``p`` that differ from recorded ``entries``: (path, recorded, on disk)."""
     recorded = {e["path"]: e["digest"] for e in entries}
     now = {rel: d for rel, d, _ in hashing.dir_entries(p)}
@@ -289,10 +292,14 @@ def entry_changes(p: Path, entries: list[dict[str, Any]]) -> list[tuple[str, str
             if recorded.get(rel) != now.get(rel)]
 
 
-def _entry_diff(p: Path, path: str, log: RunCheck, rec: Record) -> list[Problem]:
+def _entry_diff(root: Path, path: str, log: RunCheck, rec: Record) -> list[Problem]:
     """Name the files inside a directory output that differ from its recorded entries."""
     out = []
-    for rel, recorded, now in entry_changes(p, rec.body["entries"]):
+    try:
+        changes = entry_changes(root / path, listing.entries(root, rec.body))
+    except IntegrityError as e:
+        return [Problem(rec.body.get("listing", path), str(e).split(": ", 1)[-1])]
+    for rel, recorded, now in changes:
         where = f"{path}/{rel}"
         if now is None:
             out.append(Problem(where, f"missing; recorded by {log.name} seq {rec.seq}"))
@@ -304,22 +311,35 @@ def _entry_diff(p: Path, path: str, log: RunCheck, rec: Record) -> list[Problem]
     return out
 
 
-def check(root: Path, since: Head | None = None) -> Report:
+def _listings(root: Path, runs: list[RunCheck]) -> list[Problem]:
+    """Step 7b: every listing a directory output points to is there and hashes to its digest."""
+    out = []
+    for rc in runs:
+        for r in rc.outputs:
+            if "listing" in r.body:
+                try:
+                    for _ in listing.entries(root, r.body):
+                        pass
+                except IntegrityError as e:
+                    out.append(Problem(f"{rc.name} seq {r.seq}", str(e)))
+    return out
+
+
+def check(root: Path, since: Head | None = None, rehash: bool = False) -> Report:
     """Check the whole ledger of the project at ``root`` (and that it only grew since ``since``),
-    one run file at a time."""
+    one run file at a time; output files are re-read only when their inode, size or times
+    changed since they were last hashed (``rehash`` reads them all)."""
     pinned = schemas.pin_problems()  # 0. the schemas that judge the records are the released ones
     if pinned:
         return Report(problems=[Problem(*p.split(": ", 1)) for p in pinned])
     watch = {leaf.run_id: leaf.seq for leaf in since.leaves} if since is not None else {}
-    runs = []
-    for path in run_files(ledger_dir(root)):
-        rc = stream_run(path, watch.get(path.name.removesuffix(".jsonl")))
-        runs.append(rc)
+    runs = [stream_run(path, watch.get(path.name.removesuffix(".jsonl"))) for path in run_files(ledger_dir(root))]
     runs.sort(key=lambda rc: (rc.started.time if rc.started else "", rc.run_id))  # oldest first
     report = Report(runs=len(runs), records=sum(rc.records for rc in runs))
     for rc in runs:
         report.problems.extend(rc.close())
-    report.problems.extend(check_outputs(root, runs, report))
+    report.problems.extend(_listings(root, runs))
+    report.problems.extend(check_outputs(root, runs, report, hash_cache(root, rehash)))
     if since is not None:  # 8. nothing in the snapshot was deleted, rolled back or rewritten
         found = {rc.run_id: (rc.last_seq, rc.watched) for rc in runs}
         report.problems.extend(Problem(where, what) for where, what in head.since(since, found))

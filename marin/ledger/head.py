@@ -18,7 +18,6 @@ from typing import Any
 from marin import hashing
 from marin.errors import LedgerError
 from marin.ledger import merkle
-from marin.ledger.store import RunLog, read_run, run_files
 
 SNAPSHOT_KIND = "marin.ledger/head@1"
 
@@ -51,19 +50,43 @@ def root_of(leaves: tuple[Leaf, ...]) -> str:
     return hashing.fmt(merkle.merkle_root([x.encode() for x in leaves]))
 
 
-def head_of(logs: list[RunLog], exclude: set[str] = frozenset()) -> Head:  # type: ignore[assignment]
-    """The head over the last complete record of each run (runs in ``exclude`` left out)."""
-    leaves = tuple(sorted(
-        (Leaf(log.run_id, log.records[-1].seq, log.records[-1].digest)
-         for log in logs if log.records and log.run_id not in exclude),
-        key=lambda x: x.run_id,
-    ))
+def head(ledger_dir: Path, exclude: set[str] = frozenset()) -> Head:  # type: ignore[assignment]
+    """The head of the ledger in ``ledger_dir``, from the derived index (each run's last record
+    as indexed; the index re-reads a file whose size or times changed)."""
+    from marin.ledger.index import Index
+
+    idx = Index.open(ledger_dir.parent.parent)
+    try:
+        rows = [r for r in idx.runs(include_unstarted=True) if r.last_digest is not None and r.run_id not in exclude]
+    finally:
+        idx.close()
+    leaves = tuple(sorted((Leaf(r.run_id, r.last_seq, r.last_digest) for r in rows),  # type: ignore[arg-type]
+                          key=lambda x: x.run_id))
     return Head(root_of(leaves), leaves)
 
 
-def head(ledger_dir: Path, exclude: set[str] = frozenset()) -> Head:  # type: ignore[assignment]
-    """The head of the ledger in ``ledger_dir``."""
-    return head_of([read_run(p) for p in run_files(ledger_dir)], exclude)
+def locate(ledger_dir: Path, snapshot: Head) -> dict[str, tuple[int | None, str | None]]:
+    """What ``since`` needs, for the runs of ``snapshot`` still in ``ledger_dir``: (last seq, digest of the
+    record at the snapshot's seq), each file read (parsed, not validated) only up to that record and its tail."""
+    found: dict[str, tuple[int | None, str | None]] = {}
+    for leaf in snapshot.leaves:
+        path = ledger_dir / f"{leaf.run_id}.jsonl"
+        if not path.is_file():
+            continue
+        digest, last = None, None
+        with open(path, "rb") as f:
+            for line in f:
+                if not line.endswith(b"\n"):
+                    break
+                try:
+                    d = json.loads(line)
+                    last = d["seq"]
+                except (ValueError, KeyError, TypeError):
+                    break
+                if last == leaf.seq:
+                    digest = d.get("digest")
+        found[leaf.run_id] = (last, digest)
+    return found
 
 
 def parse_snapshot(data: Any, where: str) -> Head:

@@ -23,10 +23,11 @@ from typing import Any
 
 from marin import env, hashing
 from marin.errors import LedgerError
-from marin.ledger import merkle
+from marin.ledger import listing
+from marin.ledger.index import hash_cache
 from marin.ledger.records import Record, new_run_id
 from marin.ledger.store import RunFile, read_run
-from marin.paths import ledger_dir
+from marin.paths import ledger_dir, relpath
 
 MAX_ENTRIES = 10_000
 
@@ -77,13 +78,15 @@ class Plan:
         fp = fingerprint or env.fingerprint()
         det = det_class or env.data_class(fp)
         code = env.code_state(root, [i.path for i in inputs])
-        command = command or [_rel(root, sys.argv[0]), *sys.argv[1:]]
+        command = command or [relpath(root, sys.argv[0]), *sys.argv[1:]]
+        hashes = hash_cache(root)  # each input file read once for sha256 and md5, and not again while unchanged
         digested = []
         for i in inputs:
             p = root / i.path
             if not p.exists():
                 raise LedgerError(f"input {i.name}: {i.path} does not exist; run the stage that makes it")
-            digested.append((i, hashing.path_digest(p), hashing.path_size(p), hashing.dvc_md5(p)))
+            d = hashing.digest_path(p, hashes)
+            digested.append((i, d.digest, d.size, d.dvc_md5))
         recipe_inputs = [{"name": i.name, "digest": d} for i, d, _, _ in digested]
         body = {
             "stage": stage, "command": command, "params": params,
@@ -111,6 +114,7 @@ class Run:
         self.started = started
         self.t0 = time.perf_counter() if t0 is None else t0
         self.ledger_s = 0.0
+        self._hashes = hash_cache(root)
         self._outputs: list[dict[str, str]] = []
 
     @property
@@ -169,20 +173,27 @@ class Run:
         self.ledger_s += time.perf_counter() - t
         return rec
 
-    def output(self, name: str, path: str | os.PathLike[str], **extra: Any) -> Record:
-        """Digest a produced file or directory and record it."""
+    def output(self, name: str, path: str | os.PathLike[str], source: str | os.PathLike[str] | None = None,
+               **extra: Any) -> Record:
+        """Digest a produced file or directory and record it as ``path``.
+
+        ``source``: where the bytes are now, when the stage records an output before moving it
+        into place (record, then publish: a ledger that cannot take the record leaves the
+        previous output where it was)."""
         t = time.perf_counter()
         p = self.root / path
-        body: dict[str, Any] = {"name": name, "path": _rel(self.root, p)}
-        if p.is_dir():
-            entries = [{"path": r, "digest": d, "size": s} for r, d, s in hashing.dir_entries(p)]
-            body.update(digest=hashing.json_digest(entries), size=sum(e["size"] for e in entries), type="dir",
-                        files=len(entries))
+        d = hashing.digest_path(Path(source) if source is not None else p, self._hashes)
+        body: dict[str, Any] = {"name": name, "path": relpath(self.root, p), "digest": d.digest, "size": d.size}
+        if d.entries is None:
+            body["type"] = "file"
+        else:
+            entries = [{"path": r, "digest": h, "size": n} for r, h, n in d.entries]
+            body.update(type="dir", files=len(entries))
             if len(entries) <= MAX_ENTRIES:  # lets `ledger check` name the changed file
                 body["entries"] = entries
-        else:
-            body.update(digest=hashing.file_digest(p), size=p.stat().st_size, type="file")
-        body.update(dvc_md5=hashing.dvc_md5(p), **extra)
+            else:  # any number of files stays named, in a listing committed with the ledger
+                body["listing"] = listing.write(self.root, entries, d.digest)
+        body.update(dvc_md5=d.dvc_md5, **extra)
         self.ledger_s += time.perf_counter() - t
         rec = self.record("output", body)
         self._outputs.append({"name": name, "digest": body["digest"]})
@@ -192,11 +203,10 @@ class Run:
         """Append ``run.finished`` with the Merkle root over every earlier record."""
         t = time.perf_counter()
 
-        def body(records: list[Record]) -> dict[str, Any]:
-            root = merkle.merkle_root([hashing.parse(r.digest) for r in records])
+        def body(records: int, root: bytes) -> dict[str, Any]:
             b: dict[str, Any] = {
                 "status": status, "outputs": self._outputs, "merkle_root": hashing.fmt(root),
-                "records": len(records), "wall_s": round(time.perf_counter() - self.t0, 6),
+                "records": records, "wall_s": round(time.perf_counter() - self.t0, 6),
                 "ledger_s": round(self.ledger_s + time.perf_counter() - t, 6),
             }
             if error:
@@ -216,11 +226,3 @@ class Run:
         elif issubclass(et, Exception) or et is KeyboardInterrupt:
             with contextlib.suppress(LedgerError):  # the ledger's disk failed too: report the first error
                 self.finish("failed", f"{et.__name__}: {ev}")
-
-
-def _rel(root: Path, p: str | os.PathLike[str]) -> str:
-    p = Path(p).resolve()
-    try:
-        return p.relative_to(root.resolve()).as_posix()
-    except ValueError:
-        return str(p)

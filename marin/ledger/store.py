@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marin import hashing
 from marin.errors import LedgerError, SchemaError
 from marin.fsutil import disk_cause, shown, write_all
+from marin.ledger import merkle
 from marin.ledger.records import AFTER_FINISH, Record
+from marin.paths import ledger_dir
 
 _ADVICE = "free space (or fix the disk) and rerun the stage"
 
@@ -65,8 +69,11 @@ class RunLog:
         return [r for r in self.records if r.kind == kind]
 
 
-def read_run(path: str | os.PathLike[str]) -> RunLog:
-    """Parse a run file, keeping every valid record and naming every bad line."""
+def read_run(path: str | os.PathLike[str], validate: bool = True) -> RunLog:
+    """Parse a run file, keeping every valid record and naming every bad line.
+
+    ``validate=False`` parses only (records were validated when appended; ``ledger check``
+    validates every line): readers that trust the check pay for JSON, not for schemas."""
     path = Path(path)
     log = RunLog(path)
     data = path.read_bytes()
@@ -76,7 +83,7 @@ def read_run(path: str | os.PathLike[str]) -> RunLog:
         log.truncated = tail
     for i, line in enumerate(lines, start=1):
         try:
-            log.records.append(Record.from_line(line, f"{path.name} line {i}"))
+            log.records.append(Record.from_line(line, f"{path.name} line {i}", validate))
         except SchemaError as e:
             log.problems.append(str(e))
     return log
@@ -104,12 +111,17 @@ def _read_tail(fd: int) -> tuple[Record | None, bool]:
     return Record.from_line(last, "last complete record"), truncated
 
 
+Body = dict[str, Any] | Callable[[int, bytes], dict[str, Any]]
+
+
 class RunFile:
-    """Appender for one run file."""
+    """Appender for one run file. It keeps the compact Merkle range of the file's records as
+    it appends (and catches up on lines others appended), so ``run.finished`` costs O(log n)."""
 
     def __init__(self, path: str | os.PathLike[str], run_id: str):
         self.path = Path(path)
         self.run_id = run_id
+        self._range: tuple[int, merkle.Builder] | None = None  # (bytes covered, range over their records)
 
     @contextmanager
     def _locked(self) -> Iterator[int]:
@@ -121,23 +133,23 @@ class RunFile:
         finally:
             os.close(fd)  # closing releases the lock
 
-    def append(self, kind: str, body: dict[str, Any] | Callable[[list[Record]], dict[str, Any]]) -> Record:
+    def append(self, kind: str, body: Body) -> Record:
         """Append one record; seq and prev come from the file's tail, read under the lock.
 
-        ``body`` may be a function of every earlier record (read under the same lock), as
-        ``run.finished`` needs for its Merkle root. If the write or fsync fails (a full
+        ``body`` may be a function of (the number of earlier records, their RFC 6962 root),
+        computed under the same lock, as ``run.finished`` needs. If the write or fsync fails (a full
         disk, say), the file is cut back to its size before, and a LedgerError names it.
         """
         try:
             with self._locked() as fd:
                 rec = self._next(fd, kind, body)
-                self._write(fd, kind, rec.line())
+                self._write(fd, kind, rec.line(), rec.digest)
         except OSError as e:  # opening or locking the file
             raise LedgerError(f"{shown(self.path)}: cannot append the {kind} record: "
                               f"{_cause(e)}; nothing was written; {_ADVICE}") from None
         return rec
 
-    def _next(self, fd: int, kind: str, body: dict[str, Any] | Callable[[list[Record]], dict[str, Any]]) -> Record:
+    def _next(self, fd: int, kind: str, body: Body) -> Record:
         """The record to append after the file's last one."""
         try:
             last, truncated = _read_tail(fd)
@@ -154,10 +166,24 @@ class RunFile:
         seq = 0 if last is None else last.seq + 1
         prev = None if last is None else last.digest
         if callable(body):
-            body = body(read_run(self.path).records)
+            tree = self._caught_up(fd)
+            body = body(tree.size, tree.root())
         return Record.create(self.run_id, seq, prev, kind, body)
 
-    def _write(self, fd: int, kind: str, line: bytes) -> None:
+    def _caught_up(self, fd: int) -> merkle.Builder:
+        """The Merkle range over every record in the file: kept from our own appends, extended by
+        lines others appended since, seeded from the ledger index (or one read) the first time."""
+        size = os.fstat(fd).st_size
+        covered, tree = self._range or _seed(self.path, self.run_id)
+        if covered > size:  # the file shrank under us (repair): start over
+            covered, tree = 0, merkle.Builder()
+        if covered < size:
+            for line in os.pread(fd, size - covered, covered).splitlines():
+                tree.append(hashing.parse(Record.from_line(line, self.path.name, validate=False).digest))
+        self._range = (size, tree)
+        return tree
+
+    def _write(self, fd: int, kind: str, line: bytes, digest: str) -> None:
         """Write the whole line (O_APPEND) and fsync; on failure cut the file back to its size."""
         size = os.fstat(fd).st_size
         try:
@@ -166,6 +192,11 @@ class RunFile:
         except OSError as e:
             undo = self._cut_back(fd, size)
             raise LedgerError(f"{shown(self.path)}: cannot append the {kind} record: {_cause(e)}; {undo}") from None
+        if self._range is None and size == 0:
+            self._range = (0, merkle.Builder())  # a new file: its range is ours to keep from the start
+        if self._range is not None and self._range[0] == size:
+            self._range[1].append(hashing.parse(digest))
+            self._range = (size + len(line), self._range[1])
 
     def _cut_back(self, fd: int, size: int) -> str:
         """Truncate to ``size`` (an empty new file is removed); say what is left."""
@@ -199,6 +230,26 @@ class RunFile:
             os.ftruncate(fd, cut)
             os.fsync(fd)
             return torn
+
+
+def _seed(path: Path, run_id: str) -> tuple[int, merkle.Builder]:
+    """Where the ledger index has the file's range, start from it (its last line checked);
+    else from nothing. Either way the caller reads only the bytes not covered."""
+    from marin.ledger.index import Index  # the index reads run files; the appender only asks it
+
+    root = path.parent.parent.parent
+    if path.parent != ledger_dir(root):  # a run file outside a project: no index to ask
+        return 0, merkle.Builder()
+    try:
+        idx = Index.open(root, refresh=False)
+        try:
+            idx.refresh([run_id])
+            found = idx.merkle_state(run_id)
+        finally:
+            idx.close()
+    except (OSError, sqlite3.Error):
+        found = None  # no usable index here (read-only disk, say): one read of the file instead
+    return found if found is not None else (0, merkle.Builder())
 
 
 def run_files(ledger_dir: str | os.PathLike[str]) -> list[Path]:

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,9 +49,10 @@ def meta_for(p: ReportParams, model_digest: str) -> dict[str, Any]:
             "code_license": p.code_license, "model": model_digest, "report_dir": f"reports/{p.model_name}"}
 
 
-def render_files(root: Path, meta: dict[str, Any], refs: References) -> tuple[dict[str, bytes], dict[str, Any]]:
+def render_files(ledger: Ledger, meta: dict[str, Any], refs: References) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Every re-derivable report file, as bytes, and the gathered document."""
-    facts, doc = gather(root, meta["model"])
+    root = ledger.root
+    facts, doc = gather(root, meta["model"], ledger)
     meta = {**meta, "date": (doc["lineage"][-1]["finished"] or doc["lineage"][-1]["started"])[:10]}
     md = render.markdown(facts.items, doc, meta)
     curve = doc["training"]["curve"]
@@ -65,7 +67,6 @@ def render_files(root: Path, meta: dict[str, Any], refs: References) -> tuple[di
              "mof.yml": yaml.safe_dump(_mof(fd, doc, meta, reference.file(root, refs["mof_licenses"])),
                                        sort_keys=False, allow_unicode=True),
              "report.json": json.dumps(report_json, indent=1, sort_keys=True, ensure_ascii=False) + "\n"}
-    ledger = Ledger(root)
     files["lineage.prov.json"] = to_prov(ledger.node(ledger.resolve(meta["model"]))).serialize(
         format="json", indent=2) + "\n"
     files.update({f"figures/{k}.svg": svg for k, svg in figures.items()})
@@ -87,10 +88,9 @@ def snapshot_bytes(snapshot: Head) -> bytes:
     return (json.dumps(snapshot.to_dict(), indent=1) + "\n").encode()
 
 
-def statement(root: Path, files: dict[str, bytes], doc: dict[str, Any], facts: dict[str, Any],
+def statement(ledger: Ledger, files: dict[str, bytes], doc: dict[str, Any], facts: dict[str, Any],
               refs: References, snapshot: Head) -> dict[str, Any]:
     """The in-toto Statement: subjects (model tensor digest, report files) and the SLSA predicate."""
-    ledger = Ledger(root)
     runs = [ledger.runs[r["run_id"]] for r in doc["lineage"]]
     model_fact = facts[doc["model"]["tensor_digest"]]
     subjects = [(f"model:{doc['model']['path']} (tensor digest)", model_fact["value"])]
@@ -145,26 +145,29 @@ def _configured(root: Path, p: ReportParams) -> str:
         return f"report.signing_key or ${attest.KEY_ENV}"
 
 
-def write(root: Path, p: ReportParams, refs: References, snapshot: Head, key: Path | None,
-          model: str = "models/final") -> Path:
-    """Build reports/<model_name>/ (replaced whole, only once everything is ready), signed when ``key``."""
-    ledger = Ledger(root)
+def write(ledger: Ledger, p: ReportParams, refs: References, snapshot: Head, key: Path | None,
+          model: str = "models/final", record: Callable[[Path], object] | None = None) -> Path:
+    """Build reports/<model_name>/ (replaced whole, only once everything is ready), signed when ``key``;
+    ``record(tmp)`` runs on the finished directory before it replaces the old one."""
+    root = ledger.root
     target = ledger.resolve(model)
     meta = meta_for(p, target.key if target.kind == "digest" else model)
-    files, doc = render_files(root, meta, refs)
+    files, doc = render_files(ledger, meta, refs)
     for r in doc["lineage"]:  # vouch for nothing over a ledger that does not check
         problems = check_run(ledger.runs[r["run_id"]])
         if problems:
             raise ReportError(f"the ledger behind the report is not intact: {problems[0]}; see `marin ledger check`")
     files[HEAD_FILE] = snapshot_bytes(snapshot)
     facts = json.loads(files["report.json"])["facts"]
-    stmt = statement(root, files, doc, facts, refs, snapshot)
+    stmt = statement(ledger, files, doc, facts, refs, snapshot)
     envelope = attest.sign(stmt, key) if key is not None else attest.unsigned(stmt)
     out = root / "reports" / p.model_name
     with fsutil.atomic_dir(out) as tmp:
         for name, data in files.items():
             fsutil.write_bytes(tmp / name, data)
         fsutil.write_bytes(tmp / ENVELOPE, (json.dumps(envelope, indent=2) + "\n").encode())
+        if record is not None:
+            record(tmp)
     return out
 
 
@@ -193,12 +196,15 @@ def publish(root: Path, params: Params, model: str = "models/final") -> Publishe
     inputs = [{"name": k, **r.to_dict()} for k, r in sorted(refs.items())]  # the very bytes the report reads
     inputs += [_head_input(root, snapshot)] + ([_key_input(root, key)] if key is not None else [])
     plan = Plan.make(root, "report", params=params.section("report"), inputs=[])
-    with Run.begin(_with_inputs(plan, inputs)) as run:
-        out = write(root, p, refs, snapshot, key, model)
-        rel = out.relative_to(root)
-        run.output("report", rel)
+    rel = Path("reports") / p.model_name
+
+    def record(tmp: Path) -> None:  # recorded, then published: a ledger that cannot take it keeps the old report
+        run.output("report", rel, source=tmp)
         for name, path in (("provenance", ENVELOPE), ("ledger_head", HEAD_FILE), ("report_json", "report.json")):
-            run.output(name, rel / path)
+            run.output(name, rel / path, source=tmp / path)
+
+    with Run.begin(_with_inputs(plan, inputs)) as run:
+        out = write(Ledger(root), p, refs, snapshot, key, model, record)
     return Published(out, run.run_id, key, _configured(root, p))
 
 

@@ -25,9 +25,9 @@ from typing import Any
 from marin import hashing
 from marin.errors import LedgerError, MarinError
 from marin.ledger.check import check_run
-from marin.ledger.head import load_snapshot, since
+from marin.ledger.head import load_snapshot, locate, since
 from marin.ledger.records import Record
-from marin.ledger.store import read_all, read_run
+from marin.ledger.store import read_run
 from marin.lineage import Ledger
 from marin.paths import ledger_dir
 from marin.report import attest, build, reference
@@ -74,14 +74,15 @@ def verify(root: Path, directory: Path, public_key: Path | None = None,
 def _rederive(root: Path, directory: Path, stmt: dict[str, Any], signed: dict[str, str], old: dict[str, Any],
               v: Verdict) -> None:
     """Steps 3-6."""
-    _ledger(root, directory, stmt, old, v)  # 3
+    ledger = Ledger(root)  # one index for the whole verification
+    _ledger(ledger, directory, stmt, old, v)  # 3
     refs, ref_problems = reference.recorded(root, old.get("references"))  # 4
     v.problems.extend(ref_problems)
     values, fact_problems = rederive(root, old["facts"])  # 5
     v.problems.extend(fact_problems)
     v.checked["facts"] = len(old["facts"])
     if not ref_problems:  # 6
-        _rerender(root, directory, old, refs, v)
+        _rerender(ledger, directory, old, refs, v)
     model_subject = next((d for n, d in signed.items() if n.startswith("model:")), None)
     tensor = values.get(old["doc"]["model"]["tensor_digest"])
     if tensor is not None and model_subject != tensor:
@@ -137,9 +138,9 @@ def _files(directory: Path, signed: dict[str, str], v: Verdict) -> None:
     v.checked["files"] = len(on_disk)
 
 
-def _ledger(root: Path, directory: Path, stmt: dict[str, Any], old: dict[str, Any], v: Verdict) -> None:
+def _ledger(ledger: Ledger, directory: Path, stmt: dict[str, Any], old: dict[str, Any], v: Verdict) -> None:
     """Step 3: the lineage's runs are intact; the snapshot's runs are all still there."""
-    ledger = Ledger(root)
+    root = ledger.root
     for r in old["doc"]["lineage"]:
         log = ledger.runs.get(r["run_id"])
         if log is None:
@@ -157,17 +158,14 @@ def _ledger(root: Path, directory: Path, stmt: dict[str, Any], old: dict[str, An
     if signed is None or f"sha256:{signed}" != snap.root:
         v.problems.append(f"{build.HEAD_FILE}: its root {snap.root} is not the statement's marin:ledger digest "
                           f"sha256:{signed}")
-    at = {leaf.run_id: leaf.seq for leaf in snap.leaves}
-    found = {log.run_id: (log.records[-1].seq if log.records else None,  # (last seq, digest at the snapshot's seq)
-                          next((r.digest for r in log.records if r.seq == at.get(log.run_id)), None))
-             for log in read_all(ledger_dir(root))}
+    found = locate(ledger_dir(root), snap)
     v.problems.extend(f"ledger: {where}: {what}" for where, what in since(snap, found))
 
 
-def _rerender(root: Path, directory: Path, old: dict[str, Any], refs: References, v: Verdict) -> None:
+def _rerender(ledger: Ledger, directory: Path, old: dict[str, Any], refs: References, v: Verdict) -> None:
     """Step 6: every re-derivable file rebuilt from the ledger and compared byte for byte."""
     try:
-        files, _ = build.render_files(root, {k: old["meta"][k] for k in old["meta"] if k != "date"}, refs)
+        files, _ = build.render_files(ledger, {k: old["meta"][k] for k in old["meta"] if k != "date"}, refs)
     except (MarinError, KeyError, TypeError) as e:
         v.problems.append(f"ledger: the report cannot be re-derived: {e}")
         return

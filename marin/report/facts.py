@@ -143,10 +143,10 @@ def _one(steps: list[Step], stage: str) -> Step:
     return found[-1]
 
 
-def gather(root: Path, model: str = "models/final") -> tuple[Facts, dict[str, Any]]:
+def gather(root: Path, model: str = "models/final", ledger: Ledger | None = None) -> tuple[Facts, dict[str, Any]]:
     """Facts about the model at ``model`` (a path, digest or train run id) and the report's structure."""
     root = Path(root)
-    ledger = Ledger(root)
+    ledger = ledger or Ledger(root)
     target = ledger.resolve(model)
     node = ledger.node(target)
     if target.note:
@@ -161,9 +161,11 @@ def gather(root: Path, model: str = "models/final") -> tuple[Facts, dict[str, An
     for stage in ("fetch", "curate", "tokenize"):
         _one(steps, stage)
     logs = {s.stage: ledger.runs[s.run_id] for s in steps}
-    evals = [log for log in ledger.runs.values() if log.started.body["stage"] == "evaluate"
-             and log.status == "succeeded" and any(r.body["name"] == "model" and r.body["digest"] in
-                                                   {o.digest for o in train.outputs} for r in log.of_kind("input"))]
+    readers = {r for o in train.outputs for r, _, _, b in ledger.index.entities(digest=o.digest, role="input")
+               if b.get("name") == "model"}  # the runs that read this model: found in the index, not by a scan
+    evals = sorted((log for log in map(ledger.runs.__getitem__, readers)
+                    if log.started.body["stage"] == "evaluate" and log.status == "succeeded"),
+                   key=lambda log: (log.records[0].time, log.run_id))
     if evals:
         logs["evaluate"] = evals[-1]
     f = Facts(root)

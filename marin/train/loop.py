@@ -183,9 +183,9 @@ def run(root: Path, params: Params) -> None:
                 "tokenizer": {"path": (TOKENS / "tokenizer.json").as_posix(), "digest": su.tokenizer["digest"],
                               "eos_id": su.tokenizer["eos_id"]},
                 "packing": "documents joined with EOS separators; attention is not masked at boundaries"})
-        run.output("model", MODEL, tensor_digest=tensor_digest, meta={"n_params": n_params, "step": int(state.step)})
+            run.output("model", MODEL, source=tmp, tensor_digest=tensor_digest,  # recorded, then published
+                       meta={"n_params": n_params, "step": int(state.step)})
         _write_curve(root / CURVE, run)
-        run.output("train_curve", CURVE)
         print(f"train: {n_params:,} parameters, {tp.steps} steps, final model {tensor_digest}")
 
 
@@ -204,7 +204,8 @@ def _record_once(run: Run, kind: str, s: int, recorded: dict[int, Any], value: A
 
 def _write_curve(path: Path, run: Run) -> None:
     rows = ["step,loss,lr,grad_norm"]
-    for r in read_run(run.file.path).of_kind("metric"):
+    for r in read_run(run.file.path, validate=False).of_kind("metric"):
         v = r.body["values"]
         rows.append(f"{r.body['step']},{v['loss']['value']!r},{v['lr']['value']!r},{v['grad_norm']['value']!r}")
-    fsutil.write_bytes(path, ("\n".join(rows) + "\n").encode())
+    fsutil.write_bytes(path, ("\n".join(rows) + "\n").encode(),
+                       before_publish=lambda tmp: run.output("train_curve", CURVE, source=tmp))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
     try:
         say(f"  3. workspace: git worktree at {ws.commit[:12]} with the recorded params")
         by_name = {r.body["name"]: r for r in log.of_kind("input")}
-        producers = Ledger(root).producers  # digest -> the runs that output it
+        producers = Ledger(root).producers_of  # digest -> the runs that output it
         for i in started["inputs"]:  # 4
             rec = by_name[i["name"]]
             try:
@@ -90,7 +91,7 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
                 here = root / rec.body["path"]
                 if not here.exists():
                     raise CannotVerify(f"step 4: {e}; restore it (dvc pull / dvc checkout) and retry") from None
-                later = producers.get(hashing.path_digest(here))
+                later = producers(hashing.path_digest(here))
                 if later:  # another recorded version, not a forgery: restore the recorded one
                     raise CannotVerify(f"step 4: {e}; the project holds the version run {later[-1][0].run_id} "
                                        "produced: restore the recorded one (dvc checkout, or keep a DVC cache) "
@@ -137,9 +138,9 @@ def _check_recipe(log: RunLog) -> list[Divergence]:
     return out
 
 
-def _entries(producers: dict[str, list[Any]], digest: str) -> list[dict[str, Any]] | None:
+def _entries(producers: Callable[[str], list[Any]], digest: str) -> list[dict[str, Any]] | None:
     """The file list a producing run recorded for a directory with this digest."""
-    return next((body["entries"] for _, body in producers.get(digest, []) if "entries" in body), None)
+    return next((body["entries"] for _, body in producers(digest) if "entries" in body), None)
 
 
 def _module(command: list[str]) -> str:
