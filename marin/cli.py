@@ -49,22 +49,21 @@ def _cmd_ledger_head(args: argparse.Namespace) -> int:
 
 
 def _cmd_ledger_log(args: argparse.Namespace) -> int:
-    from marin.ledger.store import read_all
+    from marin.ledger.index import Index
 
-    logs = read_all(ledger_dir(args.root))
-    if args.stage:
-        logs = [log for log in logs if log.started and log.started.body["stage"] == args.stage]
+    idx = Index.open(args.root)
+    rows = idx.runs(args.stage, include_unstarted=args.stage is None)
+    outputs: dict[str, list[str]] = {}
+    for r in rows:
+        for _, _, _, body in idx.entities(run_id=r.run_id, role="output"):
+            outputs.setdefault(r.run_id, []).append(f"{body['name']}={body['digest'].split(':')[1][:12]}")
     print(f"{'time':20} {'stage':9} {'run id':38} {'recipe':12} {'status':10} outputs")
-    for log in logs:
-        s = log.started
-        stage = s.body["stage"] if s else "?"
-        recipe = s.body["recipe_digest"].split(":")[1][:12] if s else "?"
-        when = s.time[:19].replace("T", " ") if s else "?"
-        status = log.status + (" (truncated)" if log.truncated is not None else "")
-        outs = ", ".join(
-            f"{r.body['name']}={r.body['digest'].split(':')[1][:12]}" for r in log.of_kind("output")
-        )
-        print(f"{when:20} {stage:9} {log.run_id:38} {recipe:12} {status:10} {outs}")
+    for r in rows:
+        recipe = r.recipe.split(":")[1][:12] if r.recipe else "?"
+        when = r.started[:19].replace("T", " ") if r.started else "?"
+        status = r.status + (" (truncated)" if r.truncated else "")
+        print(f"{when:20} {r.stage or '?':9} {r.run_id:38} {recipe:12} {status:10} "
+              f"{', '.join(outputs.get(r.run_id, []))}")
     return 0
 
 

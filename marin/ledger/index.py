@@ -61,6 +61,10 @@ class RunRow:
     records: int
     last_seq: int | None
     last_digest: str | None
+    truncated: bool = False  # bytes after the last complete line (a crash mid-write)
+
+
+_ROW = "run_id, stage, recipe, started, status, finished, records, last_seq, last_digest, size > indexed"
 
 
 def index_path(root: Path) -> Path:
@@ -172,7 +176,7 @@ class Index:
 
     def runs(self, stage: str | None = None, include_unstarted: bool = False) -> list[RunRow]:
         """Runs that started (or every run file), oldest first, optionally of one stage."""
-        q = "SELECT run_id, stage, recipe, started, status, finished, records, last_seq, last_digest FROM files"
+        q = f"SELECT {_ROW} FROM files"
         args: tuple[Any, ...] = ()
         if stage is not None:
             q, args = q + " WHERE stage=?", (stage,)
@@ -181,8 +185,7 @@ class Index:
         return [RunRow(*r) for r in self.db.execute(q + " ORDER BY started, run_id", args)]
 
     def run(self, run_id: str) -> RunRow | None:
-        r = self.db.execute("SELECT run_id, stage, recipe, started, status, finished, records, last_seq, "
-                            "last_digest FROM files WHERE run_id=?", (run_id,)).fetchone()
+        r = self.db.execute(f"SELECT {_ROW} FROM files WHERE run_id=?", (run_id,)).fetchone()
         return RunRow(*r) if r else None
 
     def unfinished(self, stage: str, recipe: str) -> list[str]:

@@ -11,8 +11,9 @@ from typing import Any
 
 from marin.config import flatten
 from marin.errors import MarinError
+from marin.ledger.index import Index
 from marin.ledger.records import Record
-from marin.ledger.store import RunLog, read_all
+from marin.ledger.store import RunLog, read_run
 from marin.paths import ledger_dir
 
 EXPERIMENT = "marin"
@@ -67,10 +68,34 @@ class _Syncer:
         self.root, self.uri = root, uri
         self.client = MlflowClient(tracking_uri=uri)
         self.exp = self._experiment()
-        self.models: dict[str, str] = {}  # model output digest -> LoggedModel id
-        for m in self.client.search_logged_models(experiment_ids=[self.exp]):
-            if "marin.output_digest" in m.tags:
-                self.models[m.tags["marin.output_digest"]] = m.model_id
+        self._models: dict[str, str | None] = {}  # model output digest -> LoggedModel id, looked up when needed
+        self.known: dict[str, Any] | None = None  # every MLflow run by key, when a full sync listed them
+
+    def model_id(self, digest: str) -> str | None:
+        if digest not in self._models:
+            found = self.client.search_logged_models(
+                experiment_ids=[self.exp], filter_string=f"tags.`marin.output_digest` = '{digest}'", max_results=1)
+            self._models[digest] = found[0].model_id if found else None
+        return self._models[digest]
+
+    def lookup(self, key: str) -> Any:
+        """The MLflow run for a ledger run id (or ``pipeline:<key>``): from the full listing, else one search."""
+        if self.known is not None:
+            return self.known.get(key)
+        tag, value = ("marin.pipeline", key[9:]) if key.startswith("pipeline:") else ("marin.run_id", key)
+        found = self.client.search_runs([self.exp], filter_string=f"tags.`{tag}` = '{value}'", max_results=2)
+        return found[0] if found else None
+
+    def list_all(self) -> None:
+        """Every run of the experiment, page by page (a full sync looks at all of them anyway)."""
+        self.known, token = {}, None
+        while True:
+            page = self.client.search_runs([self.exp], max_results=1000, page_token=token)
+            for r in page:
+                self.known[r.data.tags.get("marin.run_id") or "pipeline:" + r.data.tags.get("marin.pipeline", "")] = r
+            token = page.token
+            if not token:
+                return
 
     def _experiment(self) -> str:
         exp = self.client.get_experiment_by_name(EXPERIMENT)
@@ -80,31 +105,27 @@ class _Syncer:
         return self.client.create_experiment(EXPERIMENT, artifact_location=artifacts,
                                              tags={"marin.project": str(self.root.name)})
 
-    def existing(self) -> dict[str, Any]:
-        runs = self.client.search_runs([self.exp], max_results=50000)
-        return {r.data.tags.get("marin.run_id") or "pipeline:" + r.data.tags.get("marin.pipeline", ""): r
-                for r in runs}
-
-    def parent(self, log: RunLog, existing: dict[str, Any]) -> str:
+    def parent(self, log: RunLog) -> str:
         code = log.started.body["code"]
         key = (code["git_commit"] or "no-commit")[:12]
         if code["dirty"]:
             key += "-dirty-" + code["diff_digest"].split(":")[1][:8]
-        found = existing.get("pipeline:" + key)
+        found = self.lookup("pipeline:" + key)
         if found is not None:
             return found.info.run_id
         run = self.client.create_run(self.exp, run_name=f"pipeline {key}", start_time=_ms(log.started.time),
                                      tags={"marin.kind": "pipeline", "marin.pipeline": key,
                                            "mlflow.source.git.commit": code["git_commit"] or ""})
         self.client.set_terminated(run.info.run_id, "FINISHED", end_time=_ms(log.started.time))
-        existing["pipeline:" + key] = run
+        if self.known is not None:
+            self.known["pipeline:" + key] = run
         return run.info.run_id
 
-    def sync_run(self, log: RunLog, existing: dict[str, Any], report: SyncReport) -> None:
+    def sync_run(self, log: RunLog, report: SyncReport) -> None:
         from mlflow.entities import Param, RunTag
 
         last = log.records[-1]
-        found = existing.get(log.run_id)
+        found = self.lookup(log.run_id)
         if found is not None and found.data.tags.get("marin.synced_digest") == last.digest:
             report.unchanged.append(log.run_id)
             return
@@ -113,7 +134,7 @@ class _Syncer:
             tags = {"marin.kind": "stage", "marin.run_id": log.run_id, "marin.recipe_digest": s["recipe_digest"],
                     "marin.stage": s["stage"], "mlflow.source.git.commit": s["code"]["git_commit"] or "",
                     "marin.determinism_digest": s["determinism_digest"], "marin.code_digest": s["code"]["code_digest"],
-                    "mlflow.parentRunId": self.parent(log, existing)}
+                    "mlflow.parentRunId": self.parent(log)}
             run = self.client.create_run(self.exp, run_name=f"{s['stage']} {log.run_id}",
                                          start_time=_ms(log.started.time), tags=tags)
             mlflow_id, synced = run.info.run_id, -1
@@ -156,8 +177,8 @@ class _Syncer:
         datasets, models = [], []
         for r in records:
             b = r.body
-            if b["digest"] in self.models:
-                models.append(LoggedModelInput(self.models[b["digest"]]))
+            if b.get("name") == "model" and self.model_id(b["digest"]):
+                models.append(LoggedModelInput(self.model_id(b["digest"])))
             source = b.get("locator") or (self.root / b["path"]).resolve().as_uri()
             ds = Dataset(name=b["name"], digest=_short(b["digest"]), source_type="marin-ledger", source=source,
                          profile=json.dumps({"size": b["size"], "license": b.get("license")}))
@@ -178,7 +199,7 @@ class _Syncer:
         if r.kind != "eval":
             return []
         inputs = {i.body["name"]: i.body["digest"] for i in log.of_kind("input")}
-        model_id = self.models.get(inputs.get("model", ""))
+        model_id = self.model_id(inputs["model"]) if "model" in inputs else None
         tokens = inputs.get("tokens")
         link = {"model_id": model_id} if model_id else {}
         if tokens:
@@ -194,7 +215,7 @@ class _Syncer:
         path = self.root / b["path"]
         if b["name"].endswith("manifest") and path.is_file():
             self.client.log_artifact(mlflow_id, str(path), "manifests")
-        if b["name"] != "model" or b["digest"] in self.models:
+        if b["name"] != "model" or self.model_id(b["digest"]):
             return
         config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
         model = self.client.create_logged_model(
@@ -205,24 +226,38 @@ class _Syncer:
                   "marin.recipe_digest": log.started.body["recipe_digest"]})
         self.client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
         self.client.log_outputs(mlflow_id, [LoggedModelOutput(model.model_id, b.get("meta", {}).get("step", 0))])
-        self.models[b["digest"]] = model.model_id
+        self._models[b["digest"]] = model.model_id
 
 
-def sync(root: Path, uri: str | None = None) -> SyncReport:
-    """Create or complete one MLflow run per ledger run; unchanged runs are not touched."""
+def sync(root: Path, uri: str | None = None, full: bool = True) -> SyncReport:
+    """Create or complete one MLflow run per ledger run; unchanged runs are not touched.
+
+    ``full``: look at every ledger run and every MLflow run (``marin mlflow sync``; it repairs a
+    mirror that lost runs). Otherwise (after a stage) only the runs that the index says changed
+    since this mirror last saw them: the run just written, and any an outage left behind."""
     uri = uri or default_uri(root)
+    idx = Index.open(root)
     try:
-        syncer = _Syncer(root, uri)
-        report = SyncReport(uri)
-        existing = syncer.existing()
-        for log in read_all(ledger_dir(root)):
-            if log.started is not None and not log.problems:
-                syncer.sync_run(log, existing, report)
+        return _sync(root, uri, idx, full)
     except MarinError:
         raise
     except Exception as e:  # MLflow raises many kinds (connection, REST, SQL)
         raise TrackingError(f"MLflow at {uri} failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}; "
                             "the ledger has everything: run `marin mlflow sync` when it is back") from e
+    finally:
+        idx.close()
+
+
+def _sync(root: Path, uri: str, idx: Index, full: bool) -> SyncReport:
+    syncer, report = _Syncer(root, uri), SyncReport(uri)
+    if full:
+        syncer.list_all()
+    ledger = ledger_dir(root)
+    for run_id in ([r.run_id for r in idx.runs()] if full else idx.unsynced(uri)):
+        log = read_run(ledger / f"{run_id}.jsonl", validate=False)
+        if log.started is not None and not log.problems and log.truncated is None:
+            syncer.sync_run(log, report)
+            idx.mark_synced(uri, run_id, log.records[-1].seq, log.records[-1].digest)
     return report
 
 
@@ -235,6 +270,6 @@ def sync_quietly(root: Path) -> None:
     import sys
 
     try:
-        sync(root)
+        sync(root, full=False)
     except Exception as e:
         print(f"marin: warning: stage succeeded, MLflow not updated: {str(e).splitlines()[0]}", file=sys.stderr)

@@ -20,8 +20,9 @@ from marin.config import Params
 from marin.data import manifest
 from marin.errors import StageError
 from marin.ledger import Input, Run, exact
+from marin.ledger.index import Index
 from marin.ledger.run import Plan
-from marin.ledger.store import RunLog, read_all, read_run
+from marin.ledger.store import RunLog, read_run
 from marin.model import ModelConfig, count_params
 from marin.paths import ledger_dir
 from marin.train import checkpoint, runtime, seeds, step, weights
@@ -40,11 +41,17 @@ def model_config(params: Params, vocab_size: int) -> ModelConfig:
 
 
 def find_resumable(root: Path, recipe: str) -> RunLog | None:
-    """The latest unfinished train run of this recipe, if any."""
-    logs = [log for log in read_all(ledger_dir(root))
-            if log.started is not None and log.started.body["stage"] == "train"
-            and log.finished is None and log.started.body["recipe_digest"] == recipe]
-    return logs[-1] if logs else None
+    """The latest unfinished train run of this recipe, if any (looked up in the ledger index)."""
+    idx = Index.open(root)
+    try:
+        found = idx.unfinished("train", recipe)
+    finally:
+        idx.close()
+    for run_id in reversed(found):  # the index is derived: confirm against the run file itself
+        log = read_run(ledger_dir(root) / f"{run_id}.jsonl")
+        if log.started is not None and log.finished is None and log.started.body["recipe_digest"] == recipe:
+            return log
+    return None
 
 
 def last_good_checkpoint(log: RunLog, ckpts: checkpoint.Checkpoints, abstract: Any,
