@@ -148,7 +148,8 @@ class Index:
         row = self.db.execute("SELECT indexed, last_start, last_digest, ino, records, merkle, stage, recipe, "
                               "started, status, finished, last_seq FROM files WHERE run_id=?", (run_id,)).fetchone()
         path = self.ledger / f"{run_id}.jsonl"
-        state = _FileState.resume(row) if row and row[3] == st.st_ino and st.st_size >= row[0] else None
+        grew = row is not None and row[3] == st.st_ino and st.st_size > row[0]  # else: re-read it all
+        state = _FileState.resume(row) if grew else None
         with open(path, "rb") as f:
             if state is not None and not state.tail_intact(f):
                 state = None
