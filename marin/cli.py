@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
+from typing import TypeAlias
 
 from marin import config
-from marin.errors import MarinError, SchemaError
 from marin.paths import ledger_dir, project_root
+from marin.stage import guarded
 
 
 def _cmd_ledger_check(args: argparse.Namespace) -> int:
@@ -68,11 +68,9 @@ def _cmd_ledger_log(args: argparse.Namespace) -> int:
 
 
 def _cmd_ledger_repair(args: argparse.Namespace) -> int:
-    from marin.ledger.store import RunFile
+    from marin.ledger.store import RunFile, run_path
 
-    path = ledger_dir(args.root) / f"{args.run_id}.jsonl"
-    if not path.is_file():
-        raise MarinError(f"{path}: no such run; see `marin ledger log`")
+    path = run_path(args.root, args.run_id)
     torn = RunFile(path, args.run_id).repair()
     if torn is None:
         print(f"{path.name}: last line is complete; nothing to repair")
@@ -115,12 +113,79 @@ def _cmd_schemas_check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="marin", description=__doc__)
-    ap.add_argument("--root", type=Path, default=None, help="project root (default: auto)")
-    ap.add_argument("-v", "--verbose", action="store_true", help="tracebacks and notes")
-    sub = ap.add_subparsers(dest="command", required=True)
+def _cmd_lineage(args: argparse.Namespace) -> int:
+    from marin import lineage
 
+    ledger = lineage.Ledger(args.root)
+    target = ledger.resolve(args.target)
+    if target.note:
+        print(f"marin: note: {target.note}", file=sys.stderr)
+    node = ledger.node(target)
+    text = lineage.render_text(node) if args.format == "text" else lineage.prov_json(node)
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from marin import diff
+
+    d = diff.diff(args.root, args.run_a, args.run_b)
+    print(diff.render(d))
+    return 0 if d.identical else 1
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from marin import verify
+
+    kw = {"segments": args.segments, "seed": args.seed, "xla_flags": tuple(args.xla_flags), "keep": args.keep}
+    if args.upstream:
+        return verify.upstream_exit(verify.verify_upstream(args.root, args.target, **kw))
+    return verify.verify(args.root, args.target, **kw).exit_code
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from marin.report import build
+    from marin.tracking import sync_quietly
+
+    done = build.publish(args.root, config.load(args.root / "params.yaml"), args.model)
+    print(build.report_line(done, args.root))
+    sync_quietly(args.root)  # the MLflow view, as after every stage
+    return 0
+
+
+def _cmd_report_verify(args: argparse.Namespace) -> int:
+    from marin.report import check
+
+    v = check.verify(args.root, args.directory.resolve(), args.key, args.require_signature)
+    for p in v.problems:
+        print(f"FAIL {p}", file=sys.stderr)
+    status = "ok" if v.ok else f"{len(v.problems)} problem(s)"
+    print(f"report verify {args.directory}: {v.signature}, {v.checked.get('files', 0)} files, "
+          f"{v.checked.get('facts', 0)} facts re-derived from the ledger: {status}")
+    return 0 if v.ok else 1
+
+
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    from marin.report import attest, build
+
+    path = args.path or build.signing_key(args.root, config.load(args.root / "params.yaml").report)
+    if args.if_missing and path.exists():
+        print(f"keygen: {path} exists; kept")
+        return 0
+    private, public = attest.keygen(path)
+    print(f"keygen: wrote {private} (keep it secret; never commit it) and {public}")
+    return 0
+
+
+# -- the parser: one function per command group, in the order `marin --help` lists them ----------
+
+Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _ledger(sub: Sub) -> None:
     led = sub.add_parser("ledger", help="inspect and check the ledger")
     lsub = led.add_subparsers(dest="ledger_command", required=True)
     chk = lsub.add_parser("check", help="verify schemas, chains, Merkle roots, outputs")
@@ -143,81 +208,92 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run_id")
     rep.set_defaults(fn=_cmd_ledger_repair)
 
+
+def _mlflow(sub: Sub) -> None:
     ml = sub.add_parser("mlflow", help="the MLflow view of the ledger")
     msub = ml.add_subparsers(dest="mlflow_command", required=True)
     syn = msub.add_parser("sync", help="create or complete MLflow runs from the ledger (idempotent)")
     syn.add_argument("--uri", help="tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     syn.set_defaults(fn=_cmd_mlflow_sync)
 
-    from marin import diff, lineage, verify
 
-    lineage.add_parser(sub)
-    diff.add_parser(sub)
-    verify.add_parser(sub)
-    from marin.report import build as report
+def _lineage(sub: Sub) -> None:
+    p = sub.add_parser("lineage", help="the runs and digests behind a file, digest or run id")
+    p.add_argument("target", metavar="TARGET",
+                   help="a run id, a digest (sha256:<hex> or a unique hex prefix of 8+ digits) or a path")
+    p.add_argument("--format", choices=("text", "prov-json"), default="text",
+                   help="an indented tree (default) or W3C PROV-JSON")
+    p.add_argument("--output", type=Path, metavar="FILE", help="write to FILE instead of stdout")
+    p.set_defaults(fn=_cmd_lineage)
 
-    report.add_parser(sub)
 
+def _diff(sub: Sub) -> None:
+    p = sub.add_parser("diff", help="compare two ledger runs and name their first divergence")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    p.set_defaults(fn=_cmd_diff)
+
+
+def _verify(sub: Sub) -> None:
+    from marin import verify  # its docstring (the numbered steps, the exit codes) is the help text
+
+    p = sub.add_parser("verify", help="replay a recorded run and compare it bit for bit",
+                       description=verify.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", help="a run id; with --upstream, also a digest or a path (models/final)")
+    p.add_argument("--segments", type=int, metavar="K", help="train runs: replay K drawn checkpoint intervals")
+    p.add_argument("--seed", type=int, help="seed of the --segments draw (default: random, recorded)")
+    p.add_argument("--upstream", action="store_true", help="verify TARGET and every run in its lineage")
+    p.add_argument("--xla-flags", action="append", default=[], metavar="FLAG",
+                   help="force an XLA flag on the replay (changes the determinism class: exit 3)")
+    p.add_argument("--keep", action="store_true", help="keep the workspace for inspection")
+    p.set_defaults(fn=_cmd_verify)
+
+
+def _report(sub: Sub) -> None:
+    rep = sub.add_parser("report", help="build, or verify, the transparency report of a model (a ledger run)")
+    rep.add_argument("--model", default="models/final", help="the model: a path, digest or train run id")
+    rep.set_defaults(fn=_cmd_report)
+    rsub = rep.add_subparsers(dest="report_command")
+    ver = rsub.add_parser("verify", help="check a report's signature, files and every number against the ledger")
+    ver.add_argument("directory", type=Path)
+    ver.add_argument("--key", type=Path, help="public key (default: the signing key's .pub)")
+    ver.add_argument("--require-signature", action="store_true",
+                     help="fail when the report is not signed (the release check)")
+    ver.set_defaults(fn=_cmd_report_verify)
+    key = sub.add_parser("keygen", help="make an ed25519 signing key for reports")
+    key.add_argument("path", type=Path, nargs="?", help="private key path (default: report.signing_key)")
+    key.add_argument("--if-missing", action="store_true", help="do nothing when the key exists")
+    key.set_defaults(fn=_cmd_keygen)
+
+
+def _schemas(sub: Sub) -> None:
     sch = sub.add_parser("schemas", help="the pinned JSON Schema set that records are checked against")
     ssub = sch.add_subparsers(dest="schemas_command", required=True)
     ssub.add_parser("check", help="every schema file is the pinned one").set_defaults(fn=_cmd_schemas_check)
     ssub.add_parser("pin", help="after an intended schema change: record the new digests").set_defaults(
         fn=_cmd_schemas_pin)
 
+
+def _params(sub: Sub) -> None:
     par = sub.add_parser("params", help="validate params.yaml")
     psub = par.add_subparsers(dest="params_command", required=True)
     psub.add_parser("check").set_defaults(fn=_cmd_params_check)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="marin", description=__doc__)
+    ap.add_argument("--root", type=Path, default=None, help="project root (default: auto)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="tracebacks and notes")
+    sub = ap.add_subparsers(dest="command", required=True)
+    for group in (_ledger, _mlflow, _lineage, _diff, _verify, _report, _schemas, _params):
+        group(sub)
     return ap
-
-
-def guarded(fn: Callable[[], int], verbose: bool = False) -> int:
-    """Run ``fn``; a MarinError, or a failing disk (full, quota, read-only, I/O error),
-    becomes one line on stderr and an exit code."""
-    from marin.fsutil import disk_cause, shown
-
-    try:
-        return fn()
-    except MarinError as e:
-        if verbose:
-            raise
-        print(f"marin: error: {e.diagnostics()}", file=sys.stderr)
-        return e.exit_code
-    except OSError as e:
-        cause = disk_cause(e)
-        if verbose or cause is None:
-            raise
-        where = f"{shown(e.filename)}: " if isinstance(e.filename, str) else ""
-        print(f"marin: error: {where}{cause}; free space (or fix the disk) and rerun", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("marin: interrupted", file=sys.stderr)
-        return 130
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.root = (args.root or project_root()).resolve()
     return guarded(lambda: args.fn(args), args.verbose)
-
-
-def stage_main(stage: Callable[[Path, config.Params], None]) -> None:
-    """Entry point of a pipeline/ script: validate params, run the stage, exit cleanly."""
-    verbose = "-v" in sys.argv or "--verbose" in sys.argv
-
-    def go() -> int:
-        root = project_root()
-        params = config.load(root / "params.yaml")  # before any work: exit 2, no run started
-        from marin import schemas
-
-        for problem in schemas.pin_problems()[:1]:  # records are written only against the pinned schemas
-            raise SchemaError(problem)
-        stage(root, params)
-        from marin.tracking import sync_quietly
-
-        sync_quietly(root)  # the MLflow view; never fails the stage
-        return 0
-
-    sys.exit(guarded(go, verbose))
 
 
 if __name__ == "__main__":

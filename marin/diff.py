@@ -7,15 +7,13 @@ differs (then the first metric whose exact value differs).
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from marin.config import flatten
 from marin.errors import MarinError
-from marin.ledger.store import RunLog, read_run
-from marin.paths import ledger_dir
+from marin.ledger.store import RunLog, load_run
 
 
 @dataclass
@@ -35,16 +33,14 @@ def _compare(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]
 
 
 def _load(root: Path, run_id: str) -> RunLog:
-    path = ledger_dir(root) / f"{run_id}.jsonl"
-    if not path.is_file():
-        raise MarinError(f"{run_id}: no such run in {ledger_dir(root)}; see `marin ledger log`")
-    log = read_run(path)
+    log = load_run(root, run_id)
     if log.started is None:
-        raise MarinError(f"{path}: has no run.started record")
+        raise MarinError(f"{log.path}: has no run.started record")
     return log
 
 
 def diff(root: Path, run_a: str, run_b: str) -> Diff:
+    """Two runs of the ledger under ``root`` compared section by section, and their first divergence."""
     a, b = _load(root, run_a), _load(root, run_b)
     sa, sb = a.started.body, b.started.body
     d = Diff(run_a, run_b)
@@ -77,6 +73,7 @@ def diff(root: Path, run_a: str, run_b: str) -> Diff:
 
 
 def render(d: Diff) -> str:
+    """The diff as text: each section's count of differences and the first 20 of them."""
     lines = [f"diff {d.a} {d.b}"]
     for name, rows in d.sections.items():
         lines.append(f"{name}: {'same' if not rows else f'{len(rows)} difference(s)'}")
@@ -86,16 +83,3 @@ def render(d: Diff) -> str:
             lines.append(f"  ... and {len(rows) - 20} more")
     lines.append(f"first divergence: {d.first_divergence or 'none'}")
     return "\n".join(lines)
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    d = diff(args.root, args.run_a, args.run_b)
-    print(render(d))
-    return 0 if d.identical else 1
-
-
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser("diff", help="compare two ledger runs and name their first divergence")
-    p.add_argument("run_a")
-    p.add_argument("run_b")
-    p.set_defaults(fn=_cmd)

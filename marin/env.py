@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from marin import hashing
+from marin.errors import MarinError
 
 # Variables that can change results or explain them. Everything else stays out.
 ENV_ALLOW = (
@@ -93,14 +94,24 @@ def version(dist: str) -> str | None:
         return None
 
 
-def _git(root: Path, *args: str) -> str | None:
+class GitError(MarinError):
+    """A git command failed (``git(..., check=True)``)."""
+
+
+def git(cwd: Path, *args: str, check: bool = False, timeout: float = 60) -> str | None:
+    """The output of ``git ARGS`` in ``cwd``. When git fails (or is missing, or times out): None,
+    or with ``check`` a GitError naming the command and what git said."""
     try:
-        out = subprocess.run(
-            ["git", *args], cwd=root, capture_output=True, check=True, timeout=60
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.decode("utf-8", "surrogateescape")
+        p = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError) as e:  # no git, or it hung
+        why = str(e)
+    else:
+        if p.returncode == 0:
+            return p.stdout.decode("utf-8", "surrogateescape")
+        why = p.stderr.decode("utf-8", "replace").strip()
+    if check:
+        raise GitError(f"git {' '.join(args)} failed in {cwd}: {why}")
+    return None
 
 
 def code_paths(root: Path) -> list[str]:
@@ -119,19 +130,19 @@ def code_state(root: Path, inputs: tuple[str, ...] | list[str] = ()) -> dict[str
     tracks them. Other changed or untracked files are listed by name (``stray``), never by
     content: a ``notes.txt`` beside the project must not make every run unverifiable.
     """
-    commit = _git(root, "rev-parse", "--verify", "-q", "HEAD")
-    tree = _git(root, "rev-parse", "--verify", "-q", "HEAD^{tree}")
+    commit = git(root, "rev-parse", "--verify", "-q", "HEAD")
+    tree = git(root, "rev-parse", "--verify", "-q", "HEAD^{tree}")
     code = [f":(glob){g}" for g in (*CODE_GLOBS, *RECIPE_FILES)]
     relevant = code + [f":(literal){p}" for p in inputs]  # an untracked input is recorded by digest
-    diff = _git(root, "diff", "HEAD", "--binary", "--", *relevant) if commit else None
-    untracked = _lines(_git(root, "ls-files", "--others", "--exclude-standard", "--", *code))
-    changed = sorted(set(_lines(_git(root, "diff", "HEAD", "--name-only", "--", *relevant)) if commit else [])
+    diff = git(root, "diff", "HEAD", "--binary", "--", *relevant) if commit else None
+    untracked = _lines(git(root, "ls-files", "--others", "--exclude-standard", "--", *code))
+    changed = sorted(set(_lines(git(root, "diff", "HEAD", "--name-only", "--", *relevant)) if commit else [])
                      | set(untracked))
     dirty_text = (diff or "") + "".join(f"untracked {p}\n" for p in untracked)
     excludes = [f":(exclude){p}" for p in DIFF_EXCLUDE]
-    others = set(_lines(_git(root, "ls-files", "--others", "--exclude-standard", "--", ".", *excludes)))
+    others = set(_lines(git(root, "ls-files", "--others", "--exclude-standard", "--", ".", *excludes)))
     if commit:
-        others |= set(_lines(_git(root, "diff", "HEAD", "--name-only", "--", ".", *excludes)))
+        others |= set(_lines(git(root, "diff", "HEAD", "--name-only", "--", ".", *excludes)))
     stray = sorted(others - set(changed))
     lock = root / LOCK_FILE
     state: dict[str, Any] = {

@@ -12,10 +12,8 @@ them: the code (digest and git commit) on one machine (digest of its environment
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import re
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -328,27 +326,6 @@ def to_prov(node: Artifact | Step) -> ProvDocument:
     return doc
 
 
-def _cmd_lineage(args: argparse.Namespace) -> int:
-    ledger = Ledger(args.root)
-    target = ledger.resolve(args.target)
-    if target.note:
-        print(f"marin: note: {target.note}", file=sys.stderr)
-    node = ledger.node(target)
-    text = render_text(node) if args.format == "text" else to_prov(node).serialize(format="json", indent=2) + "\n"
-    if args.output:
-        args.output.write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
-    return 0
-
-
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    """Register ``marin lineage TARGET [--format text|prov-json] [--output FILE]``."""
-    p = sub.add_parser("lineage", help="the runs and digests behind a file, digest or run id")
-    p.add_argument("target", metavar="TARGET",
-                   help="a run id, a digest (sha256:<hex> or a unique hex prefix of 8+ digits) or a path")
-    p.add_argument("--format", choices=("text", "prov-json"), default="text",
-                   help="an indented tree (default) or W3C PROV-JSON")
-    p.add_argument("--output", type=Path, metavar="FILE", help="write to FILE instead of stdout")
-    p.set_defaults(fn=_cmd_lineage)
-    return p
+def prov_json(node: Artifact | Step) -> str:
+    """:func:`to_prov` as PROV-JSON text (``--format prov-json``, a report's lineage.prov.json)."""
+    return to_prov(node).serialize(format="json", indent=2) + "\n"

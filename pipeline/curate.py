@@ -8,12 +8,12 @@ from pathlib import Path
 import pyarrow as pa
 
 from marin import fsutil, hashing
-from marin.cli import stage_main
 from marin.config import Params
 from marin.data import manifest, parquet, sources
 from marin.data.curate import curate
 from marin.errors import StageError
 from marin.ledger import Input, Run
+from marin.stage import stage_main
 
 RAW, OUT = Path("data/raw"), Path("data/curated")
 

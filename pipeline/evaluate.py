@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from marin import fsutil
-from marin.cli import stage_main
 from marin.config import Params, RuntimeParams
+from marin.stage import stage_main
 from marin.train import runtime
 
 MODEL, TOKENS, METRICS = Path("models/final"), Path("data/tokens"), Path("metrics/eval.json")

@@ -7,10 +7,10 @@ replaced only when every digest matches, so a bad download leaves earlier output
 from pathlib import Path
 
 from marin import fsutil, hashing
-from marin.cli import stage_main
 from marin.config import Params
 from marin.data import sources
 from marin.ledger import Run
+from marin.stage import stage_main
 
 RAW = Path("data/raw")
 

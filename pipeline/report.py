@@ -4,8 +4,8 @@ key exists, else written unsigned and said so (see marin/report/build.py)."""
 
 from pathlib import Path
 
-from marin.cli import stage_main
 from marin.config import Params
+from marin.stage import stage_main
 
 
 def report_stage(root: Path, params: Params) -> None:

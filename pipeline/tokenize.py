@@ -4,11 +4,11 @@ splits into Parquet shards of token ids (one row per document), write the manife
 from pathlib import Path
 
 from marin import fsutil, hashing
-from marin.cli import stage_main
 from marin.config import Params
 from marin.data import manifest, parquet
 from marin.data import tokenize as tk
 from marin.ledger import Input, Run
+from marin.stage import stage_main
 
 CURATED, OUT = Path("data/curated"), Path("data/tokens")
 

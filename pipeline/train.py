@@ -7,8 +7,8 @@ resumed from its last complete checkpoint.
 
 from pathlib import Path
 
-from marin.cli import stage_main
 from marin.config import Params
+from marin.stage import stage_main
 from marin.train import runtime
 
 

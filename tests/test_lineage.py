@@ -4,7 +4,6 @@ validates against the W3C PROV-JSON schema and round-trips through the `prov` pa
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 from pathlib import Path
@@ -15,7 +14,6 @@ import pytest
 from prov.model import ProvDocument
 
 from marin import lineage
-from marin.cli import guarded
 from marin.ledger import RunFile
 from marin.paths import ledger_dir
 from tests.conftest import Project
@@ -41,13 +39,6 @@ def short(digest: str) -> str:
     return "sha256:" + digest.split(":")[1][:12]
 
 
-def marin_lineage(root: Path, *argv: str) -> int:
-    """Run the subcommand as `marin` will: argparse, then MarinError → one line and exit code."""
-    ap = argparse.ArgumentParser(prog="marin")
-    lineage.add_parser(ap.add_subparsers(dest="command", required=True))
-    args = ap.parse_args(["lineage", *argv])
-    args.root = root
-    return guarded(lambda: args.fn(args))
 
 
 def test_tree_from_tokenizer_path_reaches_the_raw_archive(data_project: Project) -> None:
@@ -121,15 +112,15 @@ def test_ambiguous_digest_prefix(data_project: Project) -> None:
     assert lineage.resolve(root, digest[7:18]) == lineage.Target("digest", digest)  # one more digit decides
 
 
-def test_unknown_target(data_project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_target(data_project: Project) -> None:
     root = data_project.root
     for target in ("no-such-run", "sha256:" + "ab" * 32, "deadbeefdeadbeef", "data/nothing.txt"):
         with pytest.raises(lineage.UnknownTarget) as e:
             lineage.resolve(root, target)
         assert target in str(e.value) and "\n" not in str(e.value)
-    assert marin_lineage(root, "no-such-run") == 1
-    err = capsys.readouterr().err
-    assert err.startswith("marin: error: 'no-such-run' is not a run id") and err.count("\n") == 1
+    p = data_project.marin("lineage", "no-such-run")  # as a user runs it: argparse, then one line and an exit code
+    err = p.stderr
+    assert p.returncode == 1 and err.startswith("marin: error: 'no-such-run' is not a run id") and err.count("\n") == 1
 
 
 def test_changed_file_resolves_to_its_recorded_output(data_project: Project) -> None:
@@ -142,7 +133,8 @@ def test_changed_file_resolves_to_its_recorded_output(data_project: Project) -> 
 def test_prov_json_validates_against_w3c_schema_and_round_trips(data_project: Project, tmp_path: Path) -> None:
     root, runs = data_project.root, list(stage_runs(data_project).values())
     out = tmp_path / "lineage.json"
-    assert marin_lineage(root, TOKENIZER, "--format", "prov-json", "--output", str(out)) == 0
+    p = data_project.marin("lineage", TOKENIZER, "--format", "prov-json", "--output", str(out))
+    assert p.returncode == 0, p.stderr
     text = out.read_text()
     data = json.loads(text)
 

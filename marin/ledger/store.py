@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -87,6 +88,26 @@ def read_run(path: str | os.PathLike[str], validate: bool = True) -> RunLog:
         except SchemaError as e:
             log.problems.append(str(e))
     return log
+
+
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # a file name in ledger/runs, never a path out of it
+
+
+class NoSuchRun(LedgerError):
+    """No run file in the ledger has this run id."""
+
+
+def run_path(root: Path, run_id: str) -> Path:
+    """The file of run ``run_id`` under ``root``; NoSuchRun when there is none."""
+    path = ledger_dir(root) / f"{run_id}.jsonl"
+    if _RUN_ID.fullmatch(run_id) is None or not path.is_file():
+        raise NoSuchRun(f"{run_id}: no such run in {ledger_dir(root)}; see `marin ledger log`")
+    return path
+
+
+def load_run(root: Path, run_id: str, validate: bool = True) -> RunLog:
+    """Read run ``run_id`` of the ledger under ``root`` (see :func:`read_run`); NoSuchRun when missing."""
+    return read_run(run_path(root, run_id), validate)
 
 
 def _read_tail(fd: int) -> tuple[Record | None, bool]:

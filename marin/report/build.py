@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +30,8 @@ from marin.ledger.check import check_run
 from marin.ledger.head import Head, head
 from marin.ledger.run import Plan, Run, recipe_digest
 from marin.ledger.store import run_files
-from marin.lineage import Ledger, to_prov
-from marin.paths import ledger_dir
+from marin.lineage import Ledger, prov_json
+from marin.paths import ledger_dir, relpath
 from marin.report import attest, cards, fmti, mof, reference, render
 from marin.report.facts import ReportError, gather
 from marin.report.reference import References
@@ -67,8 +66,7 @@ def render_files(ledger: Ledger, meta: dict[str, Any], refs: References) -> tupl
              "mof.yml": yaml.safe_dump(_mof(fd, doc, meta, reference.file(root, refs["mof_licenses"])),
                                        sort_keys=False, allow_unicode=True),
              "report.json": json.dumps(report_json, indent=1, sort_keys=True, ensure_ascii=False) + "\n"}
-    files["lineage.prov.json"] = to_prov(ledger.node(ledger.resolve(meta["model"]))).serialize(
-        format="json", indent=2) + "\n"
+    files["lineage.prov.json"] = prov_json(ledger.node(ledger.resolve(meta["model"])))
     files.update({f"figures/{k}.svg": svg for k, svg in figures.items()})
     return {k: v.encode() for k, v in files.items()}, doc
 
@@ -218,12 +216,8 @@ def _head_input(root: Path, snapshot: Head) -> dict[str, Any]:
 def _key_input(root: Path, key: Path) -> dict[str, Any]:
     """The signing key's fingerprint (the DSSE keyid: sha256 of the raw public key), never the key."""
     public = attest.load_private_key(key).public_key()
-    try:
-        where = key.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        where = str(key)
-    return {"name": "signing_key", "path": where, "digest": f"sha256:{attest.keyid(public)}", "size": 32,
-            "digest_of": "public_key"}
+    return {"name": "signing_key", "path": relpath(root, key), "digest": f"sha256:{attest.keyid(public)}",
+            "size": 32, "digest_of": "public_key"}
 
 
 def _with_inputs(plan: Plan, records: list[dict[str, Any]]) -> Plan:
@@ -237,64 +231,9 @@ def _with_inputs(plan: Plan, records: list[dict[str, Any]]) -> Plan:
     return dataclasses.replace(plan, body=body, input_records=[*plan.input_records, *records])
 
 
-# -- the command line -----------------------------------------------------------------------
-
-
-def _cmd_report(args: Any) -> int:
-    from marin import config
-    from marin.tracking import sync_quietly
-
-    done = publish(args.root, config.load(args.root / "params.yaml"), args.model)
-    print(report_line(done, args.root))
-    sync_quietly(args.root)  # the MLflow view, as after every stage
-    return 0
-
-
 def report_line(done: Published, root: Path) -> str:
     """What the report stage says when it is done: one line, and whether it signed."""
     how = f"signed: {ENVELOPE}" if done.key is not None else (
         f"NOT SIGNED: no signing key at {done.looked_for}, so {ENVELOPE} has no signatures; "
         "`marin keygen` makes one")
     return f"report: wrote {done.directory.relative_to(root)}/ (run {done.run_id}; {how})"
-
-
-def _cmd_verify(args: Any) -> int:
-    from marin.report import check
-
-    v = check.verify(args.root, args.directory.resolve(), args.key, args.require_signature)
-    for p in v.problems:
-        print(f"FAIL {p}", file=sys.stderr)
-    status = "ok" if v.ok else f"{len(v.problems)} problem(s)"
-    print(f"report verify {args.directory}: {v.signature}, {v.checked.get('files', 0)} files, "
-          f"{v.checked.get('facts', 0)} facts re-derived from the ledger: {status}")
-    return 0 if v.ok else 1
-
-
-def _cmd_keygen(args: Any) -> int:
-    from marin import config
-
-    path = args.path or signing_key(args.root, config.load(args.root / "params.yaml").report)
-    if args.if_missing and path.exists():
-        print(f"keygen: {path} exists; kept")
-        return 0
-    private, public = attest.keygen(path)
-    print(f"keygen: wrote {private} (keep it secret; never commit it) and {public}")
-    return 0
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``marin report [verify]`` and ``marin keygen``."""
-    rep = sub.add_parser("report", help="build, or verify, the transparency report of a model (a ledger run)")
-    rep.add_argument("--model", default="models/final", help="the model: a path, digest or train run id")
-    rep.set_defaults(fn=_cmd_report)
-    rsub = rep.add_subparsers(dest="report_command")
-    ver = rsub.add_parser("verify", help="check a report's signature, files and every number against the ledger")
-    ver.add_argument("directory", type=Path)
-    ver.add_argument("--key", type=Path, help="public key (default: the signing key's .pub)")
-    ver.add_argument("--require-signature", action="store_true",
-                     help="fail when the report is not signed (the release check)")
-    ver.set_defaults(fn=_cmd_verify)
-    key = sub.add_parser("keygen", help="make an ed25519 signing key for reports")
-    key.add_argument("path", type=Path, nargs="?", help="private key path (default: report.signing_key)")
-    key.add_argument("--if-missing", action="store_true", help="do nothing when the key exists")
-    key.set_defaults(fn=_cmd_keygen)

@@ -17,7 +17,6 @@ Numbered steps, each with its own messages:
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,14 +26,12 @@ from marin.errors import LedgerError, MarinError
 from marin.ledger.check import check_run
 from marin.ledger.head import load_snapshot, locate, since
 from marin.ledger.records import Record
-from marin.ledger.store import read_run
+from marin.ledger.store import NoSuchRun, load_run
 from marin.lineage import Ledger
 from marin.paths import ledger_dir
 from marin.report import attest, build, reference
 from marin.report.facts import FORMULAS, ReportError, fmt, resolve
 from marin.report.reference import References
-
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
 @dataclass
@@ -207,9 +204,10 @@ def rederive(root: Path, facts: dict[str, dict[str, Any]]) -> tuple[dict[str, An
 
 def _records(root: Path, runs: dict[str, dict[int, Record] | None], run_id: str) -> dict[int, Record] | None:
     if run_id not in runs:
-        path = ledger_dir(root) / f"{run_id}.jsonl"
-        ok = RUN_ID.fullmatch(run_id) is not None and path.is_file()
-        runs[run_id] = {r.seq: r for r in read_run(path).records} if ok else None
+        try:
+            runs[run_id] = {r.seq: r for r in load_run(root, run_id).records}
+        except NoSuchRun:  # named by the caller: the fact's source is gone
+            runs[run_id] = None
     return runs[run_id]
 
 

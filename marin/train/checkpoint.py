@@ -22,13 +22,15 @@ import orbax.checkpoint as ocp
 from marin import hashing
 
 
+def tensors(state: Any) -> dict[str, np.ndarray]:
+    """Every leaf of a pytree as a host array, by its pytree path (``jax.tree_util.keystr``)."""
+    return {jax.tree_util.keystr(path): np.asarray(jax.device_get(leaf))
+            for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]}
+
+
 def state_digest(state: Any) -> str:
     """sha256 over (leaf path, dtype, shape, bytes) of every leaf of a pytree."""
-    leaves = {
-        jax.tree_util.keystr(path): np.asarray(jax.device_get(leaf))
-        for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]
-    }
-    return hashing.tree_digest(leaves)
+    return hashing.tree_digest(tensors(state))
 
 
 class Checkpoints:

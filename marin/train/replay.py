@@ -26,14 +26,6 @@ from marin.paths import project_root
 from marin.train import runtime
 
 
-def tensors(state: Any) -> dict[str, np.ndarray]:
-    """Leaves of a restored state by their pytree path (the names ``state_digest`` uses)."""
-    import jax
-
-    return {jax.tree_util.keystr(path): np.asarray(jax.device_get(leaf))
-            for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]}
-
-
 def distances(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
     """For every tensor whose bytes differ: max |a-b| and max |a-b| / max(|a|, tiny)."""
     out = {}
@@ -90,7 +82,7 @@ def segments(root: Path, ckpt_dir: Path, intervals: list[tuple[int, int]]) -> di
         if end in on_disk:  # name the tensors that differ from what the recorded run left on disk
             recorded, _ = ckpts.restore(end, su.abstract, su.shardings)
             res["recorded_end_digest"] = checkpoint.state_digest(recorded)
-            res["distances"] = distances(tensors(recorded), tensors(state))
+            res["distances"] = distances(checkpoint.tensors(recorded), checkpoint.tensors(state))
         results.append(res)
     ckpts.close()
     fp = env.fingerprint()
@@ -107,8 +99,8 @@ def compare(root: Path, dir_a: Path, dir_b: Path, steps: list[int]) -> dict[str,
     have_a, have_b = set(a.steps()), set(b.steps())
     out: dict[str, Any] = {}
     for s in steps:
-        ta = tensors(a.restore(s, su.abstract, su.shardings)[0]) if s in have_a else None
-        tb = tensors(b.restore(s, su.abstract, su.shardings)[0]) if s in have_b else None
+        ta = checkpoint.tensors(a.restore(s, su.abstract, su.shardings)[0]) if s in have_a else None
+        tb = checkpoint.tensors(b.restore(s, su.abstract, su.shardings)[0]) if s in have_b else None
         out[str(s)] = {
             "a_digest": hashing.tree_digest(ta) if ta is not None else None,
             "b_digest": hashing.tree_digest(tb) if tb is not None else None,

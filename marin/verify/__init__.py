@@ -22,7 +22,6 @@ and the result is never called bit-exact. 4: the run cannot be verified here.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from marin import env, hashing
 from marin.errors import IntegrityError, MarinError
 from marin.ledger.check import check_run
 from marin.ledger.run import recipe_digest
-from marin.ledger.store import RunFile, RunLog, read_all, read_run
+from marin.ledger.store import NoSuchRun, RunFile, RunLog, load_run, read_all
 from marin.lineage import Ledger
 from marin.paths import ledger_dir
 from marin.verify.compare import Divergence, class_differences, compare, metric_distances
@@ -41,20 +40,15 @@ from marin.verify.outcome import Outcome, Say, counts, json_run
 from marin.verify.segments import check_segments, draw, replay_segments
 from marin.verify.workspace import CannotVerify, InputUnavailable, Workspace
 
-__all__ = ["CannotVerify", "Outcome", "add_parser", "draw", "verify", "verify_upstream"]
+__all__ = ["CannotVerify", "Outcome", "draw", "upstream_exit", "verify", "verify_upstream"]
+
 
 def _load(root: Path, run_id: str) -> RunLog:
-    path = ledger_dir(root) / f"{run_id}.jsonl"
-    if not path.is_file():
-        raise CannotVerify(f"step 1: {run_id}: no such run in {ledger_dir(root)}; see `marin ledger log`")
-    return read_run(path)
-
-
-def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | None = None,
-           xla_flags: tuple[str, ...] = (), keep: bool = False, say: Say = print) -> Outcome:
-    """Verify one run (steps 1-8) and append the verification record."""
-    t0 = time.perf_counter()
-    log = _load(root, run_id)
+    """Step 1: the run, its ledger file intact, succeeded, and a replayable recipe."""
+    try:
+        log = load_run(root, run_id)
+    except NoSuchRun as e:
+        raise CannotVerify(f"step 1: {e}") from None
     problems = check_run(log)
     if problems:
         raise IntegrityError(f"step 1: {run_id}: the ledger file is not intact: {problems[0]}; "
@@ -64,6 +58,14 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
     if log.started.body["stage"] == "report":  # a view of the ledger at a snapshot, not a replayable recipe
         raise CannotVerify(f"step 1: run {run_id} built a report; check it with `marin report verify "
                            "reports/<model>` and `marin ledger check --since reports/<model>`")
+    return log
+
+
+def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | None = None,
+           xla_flags: tuple[str, ...] = (), keep: bool = False, say: Say = print) -> Outcome:
+    """Verify one run (steps 1-8) and append the verification record."""
+    t0 = time.perf_counter()
+    log = _load(root, run_id)  # 1
     if segments is not None:
         check_segments(root, log, segments)
     started = log.started.body
@@ -80,26 +82,8 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
     ws = Workspace.open(root, run_id, started, keep)  # 3
     try:
         say(f"  3. workspace: git worktree at {ws.commit[:12]} with the recorded params")
-        by_name = {r.body["name"]: r for r in log.of_kind("input")}
-        producers = Ledger(root).producers_of  # digest -> the runs that output it
-        for i in started["inputs"]:  # 4
-            rec = by_name[i["name"]]
-            try:
-                source = ws.restore_input(rec.body, _entries(producers, rec.body["digest"]))
-                say(f"  4. input {i['name']}: restored from {source}")
-            except InputUnavailable as e:
-                here = root / rec.body["path"]
-                if not here.exists():
-                    raise CannotVerify(f"step 4: {e}; restore it (dvc pull / dvc checkout) and retry") from None
-                later = producers(hashing.path_digest(here))
-                if later:  # another recorded version, not a forgery: restore the recorded one
-                    raise CannotVerify(f"step 4: {e}; the project holds the version run {later[-1][0].run_id} "
-                                       "produced: restore the recorded one (dvc checkout, or keep a DVC cache) "
-                                       "and retry") from None
-                out.divergences = [Divergence(rec.seq, "input", f"{e}; no run recorded that content",
-                                              name=i["name"], recorded=rec.body["digest"], independent=True)]
-                say(f"  4. input {i['name']}: MISMATCH {e}")
-                return _finish(root, log, out, t0, say)
+        if not _restore_inputs(root, log, ws, out, say):  # 4
+            return _finish(root, log, out, t0, say)
         replay_env = ws.env(started, list(xla_flags))  # 5
         out.verifier = {"workspace": f"git worktree at {ws.commit}", "inputs": ws.restored,
                         "forced": {"xla_flags": list(xla_flags)} if xla_flags else {}}
@@ -114,6 +98,32 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
     finally:
         ws.close()
     return _finish(root, log, out, t0, say)
+
+
+def _restore_inputs(root: Path, log: RunLog, ws: Workspace, out: Outcome, say: Say) -> bool:
+    """Step 4: every input put in the workspace by digest. False (the divergence in ``out``) when an
+    input's recorded content is nowhere and the project's copy is one no run recorded."""
+    by_name = {r.body["name"]: r for r in log.of_kind("input")}
+    producers = Ledger(root).producers_of  # digest -> the runs that output it
+    for i in log.started.body["inputs"]:
+        rec = by_name[i["name"]]
+        try:
+            source = ws.restore_input(rec.body, _entries(producers, rec.body["digest"]))
+            say(f"  4. input {i['name']}: restored from {source}")
+        except InputUnavailable as e:
+            here = root / rec.body["path"]
+            if not here.exists():
+                raise CannotVerify(f"step 4: {e}; restore it (dvc pull / dvc checkout) and retry") from None
+            later = producers(hashing.path_digest(here))
+            if later:  # another recorded version, not a forgery: restore the recorded one
+                raise CannotVerify(f"step 4: {e}; the project holds the version run {later[-1][0].run_id} "
+                                   "produced: restore the recorded one (dvc checkout, or keep a DVC cache) "
+                                   "and retry") from None
+            out.divergences = [Divergence(rec.seq, "input", f"{e}; no run recorded that content",
+                                          name=i["name"], recorded=rec.body["digest"], independent=True)]
+            say(f"  4. input {i['name']}: MISMATCH {e}")
+            return False
+    return True
 
 
 def _check_recipe(log: RunLog) -> list[Divergence]:
@@ -340,25 +350,3 @@ def upstream_exit(rows: list[Row]) -> int:
         if c in codes:
             return c
     return 0
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    kw = {"segments": args.segments, "seed": args.seed, "xla_flags": tuple(args.xla_flags), "keep": args.keep}
-    if args.upstream:
-        return upstream_exit(verify_upstream(args.root, args.target, **kw))
-    return verify(args.root, args.target, **kw).exit_code
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``marin verify``."""
-    p = sub.add_parser("verify", help="replay a recorded run and compare it bit for bit",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("target", help="a run id; with --upstream, also a digest or a path (models/final)")
-    p.add_argument("--segments", type=int, metavar="K", help="train runs: replay K drawn checkpoint intervals")
-    p.add_argument("--seed", type=int, help="seed of the --segments draw (default: random, recorded)")
-    p.add_argument("--upstream", action="store_true", help="verify TARGET and every run in its lineage")
-    p.add_argument("--xla-flags", action="append", default=[], metavar="FLAG",
-                   help="force an XLA flag on the replay (changes the determinism class: exit 3)")
-    p.add_argument("--keep", action="store_true", help="keep the workspace for inspection")
-    p.set_defaults(fn=_cmd)
-

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from marin import hashing
-from marin.env import recorded_env_vars
+from marin.env import GitError, git, recorded_env_vars
 from marin.errors import MarinError
 from marin.ledger.check import entry_changes
 from marin.paths import ledger_dir
@@ -32,13 +32,6 @@ class CannotVerify(MarinError):
     """The run cannot be replayed here (no commit, uncommitted code, missing input, failed replay)."""
 
     exit_code = 4
-
-
-def _git(cwd: Path, *args: str) -> str:
-    p = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
-    if p.returncode != 0:
-        raise CannotVerify(f"git {' '.join(args)} failed in {cwd}: {p.stderr.strip()}")
-    return p.stdout
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -70,13 +63,15 @@ class Workspace:
                 "their content is not in the ledger, so its code cannot be restored. Commit changes before "
                 "recording runs that others should verify")
         commit = code["git_commit"]
-        p = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=project, capture_output=True)
-        if p.returncode != 0:
+        if git(project, "cat-file", "-e", f"{commit}^{{commit}}") is None:
             raise CannotVerify(f"run {run_id} was recorded at commit {commit[:12]}, which this repository does "
                                "not have; fetch it (git fetch) and retry")
         base = Path(tempfile.mkdtemp(prefix=f"marin-verify-{run_id}-"))
         ws = cls(project, base / "ws", commit, keep)
-        _git(project, "worktree", "add", "--detach", "--force", str(ws.root), commit)
+        try:
+            git(project, "worktree", "add", "--detach", "--force", str(ws.root), commit, check=True, timeout=300)
+        except GitError as e:
+            raise CannotVerify(str(e)) from None
         try:
             shutil.rmtree(ledger_dir(ws.root), ignore_errors=True)  # the replay's ledger starts empty
             ledger_dir(ws.root).mkdir(parents=True)
@@ -169,8 +164,7 @@ class Workspace:
         if self.keep:
             print(f"verify: workspace kept at {self.root}")
             return
-        subprocess.run(["git", "worktree", "remove", "--force", str(self.root)], cwd=self.project,
-                       capture_output=True)
+        git(self.project, "worktree", "remove", "--force", str(self.root), timeout=300)  # best effort
         shutil.rmtree(self.root.parent, ignore_errors=True)
 
 

@@ -1,0 +1,56 @@
+"""The runtime around a pipeline stage: what every ``pipeline/<stage>.py`` and the ``marin``
+command share. A MarinError, or a failing disk, ends as one line on stderr and an exit code."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from marin import config
+from marin.errors import MarinError, SchemaError
+from marin.paths import project_root
+
+
+def guarded(fn: Callable[[], int], verbose: bool = False) -> int:
+    """Run ``fn``; a MarinError, or a failing disk (full, quota, read-only, I/O error),
+    becomes one line on stderr and an exit code."""
+    from marin.fsutil import disk_cause, shown
+
+    try:
+        return fn()
+    except MarinError as e:
+        if verbose:
+            raise
+        print(f"marin: error: {e.diagnostics()}", file=sys.stderr)
+        return e.exit_code
+    except OSError as e:
+        cause = disk_cause(e)
+        if verbose or cause is None:
+            raise
+        where = f"{shown(e.filename)}: " if isinstance(e.filename, str) else ""
+        print(f"marin: error: {where}{cause}; free space (or fix the disk) and rerun", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("marin: interrupted", file=sys.stderr)
+        return 130
+
+
+def stage_main(stage: Callable[[Path, config.Params], None]) -> None:
+    """Entry point of a pipeline/ script: validate params, run the stage, exit cleanly."""
+    verbose = "-v" in sys.argv or "--verbose" in sys.argv
+
+    def go() -> int:
+        root = project_root()
+        params = config.load(root / "params.yaml")  # before any work: exit 2, no run started
+        from marin import schemas
+
+        for problem in schemas.pin_problems()[:1]:  # records are written only against the pinned schemas
+            raise SchemaError(problem)
+        stage(root, params)
+        from marin.tracking import sync_quietly
+
+        sync_quietly(root)  # the MLflow view; never fails the stage
+        return 0
+
+    sys.exit(guarded(go, verbose))
