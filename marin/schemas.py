@@ -133,6 +133,11 @@ def explain(error: jsonschema.ValidationError) -> str:
         return f"{where}: {value} is out of range; {_range(schema)}"
     if v == "enum":
         return f"{where}: {value} is not allowed; expected one of {schema['enum']}"
+    if v in ("maxLength", "minLength", "maxItems", "minItems"):
+        n = len(error.instance) if isinstance(error.instance, str | list) else None
+        unit = "characters" if v.endswith("Length") else "items"
+        bound = "at most" if v.startswith("max") else "at least"
+        return f"{where}: {n} {unit}; {bound} {schema[v]} allowed"
     if v == "pattern":
         desc = schema.get("description", f"a string matching {schema['pattern']}")
         return f"{where}: {value} is not allowed; expected {desc}"
