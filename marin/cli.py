@@ -52,7 +52,10 @@ def _cmd_ledger_log(args: argparse.Namespace) -> int:
     from marin.ledger.index import Index
 
     idx = Index.open(args.root)
-    rows = idx.runs(args.stage, include_unstarted=args.stage is None)
+    rows = idx.runs(args.stage, include_unstarted=args.stage is None, last=None if args.all else args.last)
+    total = idx.count(args.stage)
+    if len(rows) < total:
+        print(f"(the last {len(rows)} of {total} runs; --all or --last N for more)")
     outputs: dict[str, list[str]] = {}
     for r in rows:
         for _, _, _, body in idx.entities(run_id=r.run_id, role="output"):
@@ -203,6 +206,8 @@ def _ledger(sub: Sub) -> None:
     hd.set_defaults(fn=_cmd_ledger_head)
     log = lsub.add_parser("log", help="list runs")
     log.add_argument("--stage")
+    log.add_argument("--last", type=int, default=50, metavar="N", help="the N most recent runs (default 50)")
+    log.add_argument("--all", action="store_true", help="every run, oldest first")
     log.set_defaults(fn=_cmd_ledger_log)
     rep = lsub.add_parser("repair", help="set aside a truncated last line of a run")
     rep.add_argument("run_id")

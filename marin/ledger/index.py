@@ -175,15 +175,23 @@ class Index:
 
     # -- queries ---------------------------------------------------------------------------
 
-    def runs(self, stage: str | None = None, include_unstarted: bool = False) -> list[RunRow]:
-        """Runs that started (or every run file), oldest first, optionally of one stage."""
+    def runs(self, stage: str | None = None, include_unstarted: bool = False, last: int | None = None) -> list[RunRow]:
+        """Runs that started (or every run file), oldest first, optionally of one stage, or only the ``last`` N."""
         q = f"SELECT {_ROW} FROM files"
         args: tuple[Any, ...] = ()
         if stage is not None:
             q, args = q + " WHERE stage=?", (stage,)
         elif not include_unstarted:
             q += " WHERE stage IS NOT NULL"
-        return [RunRow(*r) for r in self.db.execute(q + " ORDER BY started, run_id", args)]
+        if last is None:
+            return [RunRow(*r) for r in self.db.execute(q + " ORDER BY started, run_id", args)]
+        rows = self.db.execute(q + " ORDER BY started DESC, run_id DESC LIMIT ?", (*args, last))
+        return [RunRow(*r) for r in rows][::-1]
+
+    def count(self, stage: str | None = None) -> int:
+        if stage is None:
+            return int(self.db.execute("SELECT COUNT(*) FROM files").fetchone()[0])
+        return int(self.db.execute("SELECT COUNT(*) FROM files WHERE stage=?", (stage,)).fetchone()[0])
 
     def run(self, run_id: str) -> RunRow | None:
         r = self.db.execute(f"SELECT {_ROW} FROM files WHERE run_id=?", (run_id,)).fetchone()
