@@ -134,10 +134,19 @@ class TrainParams:
 
 
 @dataclass(frozen=True)
+class DataRuntime:
+    """Where the data stages run; never part of a recipe (outputs are the same for all)."""
+
+    engine: str = "local"  # local | ray
+    workers: int = 1
+
+
+@dataclass(frozen=True)
 class RuntimeParams:
     xla_cpu_threads: int  # NPROC for XLA's CPU thread pool: decides the bits
     devices: int  # size of the mesh's data axis (simulated CPU devices when > 1)
     param_sharding: str  # replicated | fsdp
+    data: DataRuntime = DataRuntime()
 
 
 @dataclass(frozen=True)
@@ -172,8 +181,12 @@ class Params:
     report: ReportParams | None = None  # optional: only the report stage reads it
 
     def section(self, *names: str) -> dict[str, Any]:
-        """The raw params of the named sections, as recorded in a run's ledger."""
-        return {n: self.raw[n] for n in names}
+        """The raw params of the named sections, as recorded in a run's ledger (and its recipe);
+        ``runtime.data`` is left out: where a stage runs is recorded as its execution instead."""
+        out = {n: self.raw[n] for n in names}
+        if "runtime" in out:
+            out["runtime"] = {k: v for k, v in out["runtime"].items() if k != "data"}
+        return out
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -401,6 +414,7 @@ _NESTED: dict[tuple[str, str], type] = {
     ("Params", "model"): ModelParams,
     ("Params", "train"): TrainParams,
     ("Params", "runtime"): RuntimeParams,
+    ("RuntimeParams", "data"): DataRuntime,
     ("Params", "evaluate"): EvaluateParams,
     ("Params", "report"): ReportParams,
     ("FetchParams", "sources"): Source,

@@ -72,7 +72,9 @@ class Plan:
         cls, root: Path, stage: str, *, params: dict[str, Any], inputs: list[Input],
         det_class: dict[str, Any] | None = None, seeds: dict[str, Any] | None = None,
         command: list[str] | None = None, fingerprint: dict[str, Any] | None = None,
+        execution: dict[str, Any] | None = None,
     ) -> Plan:
+        """``execution``: where the run ran (engine, workers), recorded but not in the recipe."""
         t = time.perf_counter()
         root = Path(root)
         fp = fingerprint or env.fingerprint()
@@ -94,6 +96,8 @@ class Plan:
             "inputs": recipe_inputs, "code": code, "env": fp, "determinism_class": det,
             "determinism_digest": env.class_digest(det), "seeds": seeds or {},
         }
+        if execution:
+            body["execution"] = execution
         records = []
         for i, d, size, md5 in digested:
             rec: dict[str, Any] = {"name": i.name, "path": i.path, "digest": d, "size": size, "dvc_md5": md5}
