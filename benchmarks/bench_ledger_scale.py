@@ -39,9 +39,23 @@ from marin import hashing  # noqa: E402
 from marin.ledger import merkle  # noqa: E402
 from marin.ledger.records import Record, exact  # noqa: E402
 from tests.conftest import built_project, env_for_subprocess, make_corpus  # noqa: E402
-from tests.test_params_fuzz import LAUNCHER  # noqa: E402
 
 PY = sys.executable
+# Forks the command and reads its own rusage with os.wait4 (a child forked straight from a big
+# parent would report the parent's peak RSS as its own).
+LAUNCHER = """
+import json, os, sys
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execv(sys.argv[2], sys.argv[2:])
+    finally:
+        os._exit(127)
+_, status, ru = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    json.dump({"code": os.waitstatus_to_exitcode(status), "cpu_s": ru.ru_utime + ru.ru_stime,
+               "rss_kib": ru.ru_maxrss}, f)
+"""
 STARTUP = """
 import sys
 from pathlib import Path

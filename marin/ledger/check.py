@@ -21,7 +21,7 @@ from marin.ledger import head, listing, merkle
 from marin.ledger.head import Head
 from marin.ledger.index import hash_cache
 from marin.ledger.records import AFTER_FINISH, Record, content_digest
-from marin.ledger.store import RunLog, run_files
+from marin.ledger.store import RunLog, read_run, run_files
 from marin.paths import ledger_dir
 
 
@@ -59,10 +59,11 @@ class RunCheck:
         self.last_seq: int | None = None
         self.problems: list[Problem] = []
         self.records = 0
-        self.started: Record | None = None
-        self.finished: Record | None = None
-        self.outputs: list[Record] = []
-        self._prev: Record | None = None
+        self.stage: str | None = None  # of run.started, and its time: all a check keeps of it
+        self.started_time = ""
+        self.finished: tuple[int, str] | None = None  # (seq, status) of the closing run.finished
+        self.outputs: list[Record] = []  # output records, their (long) entry lists dropped
+        self._prev: tuple[int, str] | None = None  # (seq, digest) of the previous record
         self._merkle = merkle.Builder()
         self._root_problem: Problem | None = None
 
@@ -81,39 +82,41 @@ class RunCheck:
         where, prev = f"{self.name} seq {r.seq}", self._prev
         if r.run_id != self.run_id:  # 2. chain
             self.problems.append(Problem(where, f"run_id {r.run_id!r} does not match the file name"))
-        if r.seq != self.records and (prev is None or r.seq != prev.seq + 1):
-            expected = 0 if prev is None else prev.seq + 1
+        if r.seq != self.records and (prev is None or r.seq != prev[0] + 1):
+            expected = 0 if prev is None else prev[0] + 1
             self.problems.append(Problem(where, f"seq {r.seq} where {expected} was expected: "
                                                 "a record is missing or out of order"))
         if content_digest != r.digest:
             self.problems.append(Problem(where, f"record digest mismatch: recorded {r.digest}, "
                                                 f"content hashes to {content_digest} (record edited)"))
-        expected_prev = None if prev is None else prev.digest
+        expected_prev = None if prev is None else prev[1]
         if r.prev != expected_prev:
             self.problems.append(Problem(where, f"chain broken: prev is {r.prev}, "
                                                 f"the previous record's digest is {expected_prev}"))
         self._shape(r, where)
         self._merkle.append(hashing.parse(r.digest))
-        self._prev, self.records, self.last_seq = r, self.records + 1, r.seq
+        self._prev, self.records, self.last_seq = (r.seq, r.digest), self.records + 1, r.seq
         if r.seq == self.watch:
             self.watched = r.digest
-        if r.kind == "output":
-            self.outputs.append(r)
+        if r.kind == "output":  # kept for the output checks; entries are re-read if a file differs
+            body = {**r.body, "entries": None} if "entries" in r.body else r.body
+            self.outputs.append(Record(r.schema, r.run_id, r.seq, r.prev, r.time, r.kind, body, r.digest))
 
     def _shape(self, r: Record, where: str) -> None:
         """3. run.started first, run.finished last but for verifications; 4. the Merkle root."""
         if self.records == 0:
-            self.started = r if r.kind == "run.started" else None
-            if r.kind != "run.started":
+            if r.kind == "run.started":
+                self.stage, self.started_time = r.body["stage"], r.time
+            else:
                 self.problems.append(Problem(where, "first record is not run.started"))
         if self.finished is not None and r.kind not in AFTER_FINISH:
-            self.problems.append(Problem(f"{self.name} seq {self.finished.seq}",
+            self.problems.append(Problem(f"{self.name} seq {self.finished[0]}",
                                          "run.finished is followed by records other than verifications"))
             self.finished, self._root_problem = None, None
         if r.kind in AFTER_FINISH and self.finished is None:
             self.problems.append(Problem(where, f"a {r.kind} record before run.finished"))
         if r.kind == "run.finished":
-            self.finished, self._root_problem = r, None
+            self.finished, self._root_problem = (r.seq, r.body["status"]), None
             n, size = r.body["records"], self._merkle.size
             root = hashing.fmt(self._merkle.root())
             if n != size:
@@ -124,7 +127,7 @@ class RunCheck:
 
     @property
     def status(self) -> str:
-        return self.finished.body["status"] if self.finished is not None else "unfinished"
+        return self.finished[1] if self.finished is not None else "unfinished"
 
     def close(self) -> list[Problem]:
         return self.problems + ([self._root_problem] if self._root_problem else [])
@@ -222,8 +225,8 @@ def _latest_per_stage(runs: list[RunCheck]) -> set[str]:
     """Run ids of the latest succeeded run of each stage: the outputs a workspace should hold."""
     latest: dict[str, str] = {}
     for rc in runs:  # oldest first
-        if rc.started is not None and rc.status == "succeeded":
-            latest[rc.started.body["stage"]] = rc.run_id
+        if rc.stage is not None and rc.status == "succeeded":
+            latest[rc.stage] = rc.run_id
     return set(latest.values())
 
 
@@ -295,8 +298,12 @@ def entry_changes(p: Path, entries: Iterable[dict[str, Any]]) -> list[tuple[str,
 def _entry_diff(root: Path, path: str, log: RunCheck, rec: Record) -> list[Problem]:
     """Name the files inside a directory output that differ from its recorded entries."""
     out = []
+    body = rec.body
+    if body.get("entries", ()) is None:  # dropped while streaming: read this one record again
+        full = read_run(ledger_dir(root) / log.name, validate=False)
+        body = next((r.body for r in full.records if r.seq == rec.seq), body | {"entries": []})
     try:
-        changes = entry_changes(root / path, listing.entries(root, rec.body))
+        changes = entry_changes(root / path, listing.entries(root, body))
     except IntegrityError as e:
         return [Problem(rec.body.get("listing", path), str(e).split(": ", 1)[-1])]
     for rel, recorded, now in changes:
@@ -334,7 +341,7 @@ def check(root: Path, since: Head | None = None, rehash: bool = False) -> Report
         return Report(problems=[Problem(*p.split(": ", 1)) for p in pinned])
     watch = {leaf.run_id: leaf.seq for leaf in since.leaves} if since is not None else {}
     runs = [stream_run(path, watch.get(path.name.removesuffix(".jsonl"))) for path in run_files(ledger_dir(root))]
-    runs.sort(key=lambda rc: (rc.started.time if rc.started else "", rc.run_id))  # oldest first
+    runs.sort(key=lambda rc: (rc.started_time, rc.run_id))  # oldest first
     report = Report(runs=len(runs), records=sum(rc.records for rc in runs))
     for rc in runs:
         report.problems.extend(rc.close())
