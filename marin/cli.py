@@ -119,7 +119,7 @@ def _cmd_schemas_check(args: argparse.Namespace) -> int:
 def _cmd_lineage(args: argparse.Namespace) -> int:
     from marin import lineage
 
-    ledger = lineage.Ledger(args.root)
+    ledger = lineage.Ledger(args.root, skip=("metric",))  # lineage never reads metric records
     target = ledger.resolve(args.target)
     if target.note:
         print(f"marin: note: {target.note}", file=sys.stderr)

@@ -90,15 +90,16 @@ class Runs(Mapping[str, RunLog]):
     """Run files by id, read (parsed, not validated) when first asked for: a command touches
     only the runs it needs, whatever the size of the ledger."""
 
-    def __init__(self, root: Path, index: Index):
-        self._dir, self._index, self._logs = ledger_dir(root), index, {}  # type: dict[str, RunLog]
+    def __init__(self, root: Path, index: Index, skip: tuple[str, ...] = ()):
+        self._dir, self._index, self._skip = ledger_dir(root), index, skip
+        self._logs: dict[str, RunLog] = {}
 
     def __getitem__(self, run_id: str) -> RunLog:
         if run_id not in self._logs:
             row = self._index.run(run_id)
             if row is None or row.stage is None:
                 raise KeyError(run_id)
-            self._logs[run_id] = read_run(self._dir / f"{run_id}.jsonl", validate=False)
+            self._logs[run_id] = read_run(self._dir / f"{run_id}.jsonl", validate=False, skip=self._skip)
         return self._logs[run_id]
 
     def __iter__(self) -> Iterator[str]:
@@ -115,10 +116,12 @@ class Ledger:
     """The ledger as lineage sees it: runs by id, and the runs that produced or read each digest,
     looked up in the derived index (built once per command and passed down)."""
 
-    def __init__(self, root: Path, index: Index | None = None):
+    def __init__(self, root: Path, index: Index | None = None, skip: tuple[str, ...] = ()):
+        """``skip``: record kinds the caller never reads (``marin lineage`` skips metrics, so a
+        million-record training run costs what its inputs and outputs cost)."""
         self.root = Path(root)
         self.index = index or Index.open(self.root)
-        self.runs = Runs(self.root, self.index)
+        self.runs = Runs(self.root, self.index, skip)
         self._steps: dict[str, Step] = {}
 
     def producers_of(self, digest: str) -> list[Found]:

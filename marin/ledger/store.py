@@ -70,24 +70,34 @@ class RunLog:
         return [r for r in self.records if r.kind == kind]
 
 
-def read_run(path: str | os.PathLike[str], validate: bool = True) -> RunLog:
-    """Parse a run file, keeping every valid record and naming every bad line.
+def read_run(path: str | os.PathLike[str], validate: bool = True, skip: tuple[str, ...] = ()) -> RunLog:
+    """Parse a run file, a line at a time, keeping every valid record and naming every bad line.
 
     ``validate=False`` parses only (records were validated when appended; ``ledger check``
-    validates every line): readers that trust the check pay for JSON, not for schemas."""
+    validates every line): readers that trust the check pay for JSON, not for schemas.
+    ``skip``: record kinds a reader does not need (lineage skips a long run's metric records),
+    recognized from the line's bytes without parsing it."""
     path = Path(path)
     log = RunLog(path)
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    tail = lines.pop()  # b"" if the file ends with a newline
-    if tail:
-        log.truncated = tail
-    for i, line in enumerate(lines, start=1):
-        try:
-            log.records.append(Record.from_line(line, f"{path.name} line {i}", validate))
-        except SchemaError as e:
-            log.problems.append(str(e))
+    marks = tuple(f'"kind":"{k}"'.encode() for k in skip)
+    with open(path, "rb") as f:
+        for i, line in enumerate(f, start=1):
+            if not line.endswith(b"\n"):
+                log.truncated = line
+                break
+            if marks and not validate and any(m in line for m in marks) and _kind_of(line) in skip:
+                continue
+            try:
+                log.records.append(Record.from_line(line, f"{path.name} line {i}", validate))
+            except SchemaError as e:
+                log.problems.append(str(e))
     return log
+
+
+def _kind_of(line: bytes) -> str | None:
+    """The top-level kind of a canonical line (keys sorted: ``kind`` follows ``digest``)."""
+    i = line.rfind(b'","kind":"')
+    return line[i + 10: line.index(b'"', i + 10)].decode() if i >= 0 else None
 
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # a file name in ledger/runs, never a path out of it
