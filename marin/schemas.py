@@ -36,7 +36,7 @@ def _pin_problem(rel: str, data: bytes | None) -> str | None:
     if pinned is None:
         return f"{rel}: not in the pinned schema set ({PINS.name}); remove it, or run `marin schemas pin` and commit"
     if got != pinned:
-        return (f"{rel}: edited (sha256 {got}, pinned {pinned}); an edited schema is not used to check "
+        return (f"{rel}: edited (now {got}, pinned {pinned}); an edited schema is not used to check "
                 f"records: restore it (`git checkout -- {rel}`), or if the change is intended, run "
                 "`marin schemas pin` and commit both")
     return None

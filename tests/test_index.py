@@ -163,3 +163,13 @@ def test_two_projects_share_no_index(tmp_path: Path, data_project: Project) -> N
     shutil.rmtree(other.root / ".marin" / "index", ignore_errors=True)
     next(iter((other.root / "ledger" / "runs").glob("fetch-*.jsonl"))).unlink()
     assert len(Index.open(other.root).runs()) == 2 and len(Index.open(data_project.root).runs()) == 3
+
+
+def test_an_index_that_cannot_be_kept_on_disk_is_kept_in_memory(data_project: Project) -> None:
+    """A read-only checkout or a full disk: commands still answer, from an index in memory."""
+    first = [data_project.marin(*c) for c in (("ledger", "log"), ("ledger", "check"), ("ledger", "head"))]
+    shutil.rmtree(index_path(data_project.root).parent)
+    index_path(data_project.root).parent.write_text("not a directory")  # mkdir of the index fails
+    again = [data_project.marin(*c) for c in (("ledger", "log"), ("ledger", "check"), ("ledger", "head"))]
+    assert [(p.returncode, p.stdout) for p in again] == [(p.returncode, p.stdout) for p in first]
+    assert all(p.returncode == 0 for p in again)

@@ -46,7 +46,7 @@ def test_an_edited_schema_that_accepts_a_forged_record_is_reported(trained_proje
     schema.write_text('{"$schema": "https://json-schema.org/draft/2020-12/schema"}\n')  # accept anything
     r = trained_project.marin("ledger", "check")
     assert r.returncode == 1
-    assert "FAIL schemas/ledger/metric.schema.json: edited (sha256 " in r.stderr
+    assert "FAIL schemas/ledger/metric.schema.json: edited (now sha256:" in r.stderr
     assert "an edited schema is not used to check records" in r.stderr and "marin schemas pin" in r.stderr
 
 

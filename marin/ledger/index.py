@@ -85,7 +85,12 @@ class Index:
     @classmethod
     def open(cls, root: Path, refresh: bool = True) -> Index:
         """The project's index, created or brought up to date with the run files."""
-        idx = cls(root, _connect(index_path(root)))
+        try:
+            db = _connect(index_path(root))
+        except (OSError, sqlite3.Error):  # a read-only checkout, a full disk: index in memory, for this command
+            db = sqlite3.connect(":memory:", isolation_level=None)
+            db.executescript(SCHEMA)
+        idx = cls(root, db)
         if refresh:
             idx.refresh()
         return idx
