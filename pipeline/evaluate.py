@@ -17,8 +17,6 @@ def evaluate_stage(root: Path, params: Params) -> None:
     rt = RuntimeParams(params.runtime.xla_cpu_threads, 1, "replicated")  # scoring needs no mesh
     runtime.configure(rt)
     import jax
-    import numpy as np
-    import pyarrow.parquet as pq
     from flax import nnx
 
     from marin import env
@@ -38,18 +36,14 @@ def evaluate_stage(root: Path, params: Params) -> None:
         tok_manifest = manifest.read(root / TOKENS / "manifest.json", "tokenize")
         eos = tok_manifest["tokenizer"]["eos_id"]
 
-        def split_docs(split: str) -> list:
-            docs = []
-            for s in tok_manifest["splits"][split]["shards"]:
-                t = pq.read_table(root / TOKENS / s["file"])
-                for ids, corpus, n in zip(t["tokens"].to_pylist(), t["corpus"].to_pylist(),
-                                          t["n_bytes"].to_pylist(), strict=True):
-                    docs.append((np.asarray(ids, np.int32), corpus, n))
-            return docs
+        def shards(split: str) -> list[Path]:
+            return [root / TOKENS / s["file"] for s in tok_manifest["splits"][split]["shards"]]
 
-        val = split_docs("validation")
-        model = ev.score(step.eval_nll_fn(graphdef), model_params, val, eos, seq_len, params.evaluate.batch_size)
-        base = ev.unigram([d[0] for d in split_docs("train")], config["model"]["vocab_size"], val)
+        val = shards("validation")  # documents are read as scored, twice (model, baseline)
+        model = ev.score(step.eval_nll_fn(graphdef), model_params, ev.documents(val), eos, seq_len,
+                         params.evaluate.batch_size)
+        counts = ev.token_counts(ev.shard_tokens(shards("train")), config["model"]["vocab_size"])
+        base = ev.unigram(counts, ev.documents(val))
         results = {}
         for name, tallies in (("model", model), ("unigram_baseline", base)):
             for corpus, t in sorted(tallies.items()):

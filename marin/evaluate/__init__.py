@@ -11,12 +11,14 @@ does not depend on the tokenizer (Gao et al. 2020, "The Pile", section 3.2).
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Iterator
+from collections import defaultdict, deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 
 
 @dataclass
@@ -51,34 +53,100 @@ def windows(ids: np.ndarray, eos_id: int, seq_len: int) -> Iterator[tuple[np.nda
         yield np.pad(x[:n], (0, pad), constant_values=eos_id), np.pad(y, (0, pad), constant_values=eos_id), n
 
 
-def score(nll_fn: Any, params: Any, docs: list[tuple[np.ndarray, str, int]], eos_id: int, seq_len: int,
+@dataclass
+class _Doc:
+    """A document whose windows are being scored."""
+
+    tokens: int
+    corpus: str
+    n_bytes: int
+    left: int  # windows not yet scored
+    nll: float = 0.0
+
+
+def _batches(shards: Iterable[Path], columns: list[str], batch_rows: int) -> Iterator[Any]:
+    for shard in shards:
+        for b in pq.ParquetFile(shard).iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
+            if b.num_rows:
+                yield b
+
+
+def documents(shards: Iterable[Path], batch_rows: int = 256) -> Iterator[tuple[np.ndarray, str, int]]:
+    """(token ids int32, corpus, UTF-8 bytes) of every document of the shards, in order,
+    decoded ``batch_rows`` at a time."""
+    for b in _batches(shards, ["tokens", "corpus", "n_bytes"], batch_rows):
+        tokens = b.column("tokens")
+        values = tokens.flatten().to_numpy(zero_copy_only=False)
+        ends = np.cumsum(tokens.value_lengths().to_numpy(zero_copy_only=False))
+        for ids, corpus, n in zip(np.split(values, ends[:-1]), b.column("corpus").to_pylist(),
+                                  b.column("n_bytes").to_pylist(), strict=True):
+            yield ids.astype(np.int32), corpus, n
+
+
+def shard_tokens(shards: Iterable[Path], batch_rows: int = 1024) -> Iterator[np.ndarray]:
+    """The token ids of the shards, ``batch_rows`` documents at a time, flat."""
+    for b in _batches(shards, ["tokens"], batch_rows):
+        yield b.column("tokens").flatten().to_numpy(zero_copy_only=False)
+
+
+def score(nll_fn: Any, params: Any, docs: Iterable[tuple[np.ndarray, str, int]], eos_id: int, seq_len: int,
           batch_size: int) -> dict[str, Tally]:
-    """Tallies per corpus and overall (key ``""``) for (token ids, corpus, bytes) docs."""
-    rows: list[tuple[int, np.ndarray, np.ndarray, int]] = []
-    for d, (ids, _, _) in enumerate(docs):
-        rows.extend((d, x, y, n) for x, y, n in windows(ids, eos_id, seq_len))
-    per_doc = np.zeros(len(docs), dtype=np.float64)
-    for b in range(0, len(rows), batch_size):
-        chunk = rows[b : b + batch_size]
-        pad = batch_size - len(chunk)  # fixed shapes: one compiled function
-        xs = np.stack([r[1] for r in chunk] + [chunk[0][1]] * pad)
-        ys = np.stack([r[2] for r in chunk] + [chunk[0][2]] * pad)
-        nll = np.asarray(nll_fn(params, xs, ys), dtype=np.float64)  # (B, T)
-        for k, (d, _, _, n) in enumerate(chunk):
-            per_doc[d] += nll[k, :n].sum()
+    """Tallies per corpus and overall (key ``""``) for (token ids, corpus, bytes) docs.
+
+    Windows of consecutive documents fill fixed batches in order; only one batch and the
+    documents it touches are held. Each document's NLL is summed window by window and
+    tallied in document order, once all its windows are scored."""
     tallies: dict[str, Tally] = defaultdict(Tally)
-    for d, (ids, corpus, n_bytes) in enumerate(docs):
-        for key in ("", corpus):
-            tallies[key].add(float(per_doc[d]), len(ids), n_bytes)
+    pending: deque[_Doc] = deque()
+    rows: list[tuple[_Doc, np.ndarray, np.ndarray, int]] = []
+
+    def tally_finished() -> None:
+        while pending and pending[0].left == 0:
+            d = pending.popleft()
+            for key in ("", d.corpus):
+                tallies[key].add(float(d.nll), d.tokens, d.n_bytes)
+
+    for ids, corpus, n_bytes in docs:
+        ws = list(windows(ids, eos_id, seq_len))
+        doc = _Doc(len(ids), corpus, n_bytes, len(ws))
+        pending.append(doc)
+        for x, y, n in ws:
+            rows.append((doc, x, y, n))
+            if len(rows) == batch_size:
+                _score_rows(nll_fn, params, rows, batch_size)
+                rows = []
+        tally_finished()
+    if rows:
+        _score_rows(nll_fn, params, rows, batch_size)
+    tally_finished()
     return dict(tallies)
 
 
-def unigram(train_ids: list[np.ndarray], vocab_size: int, docs: list[tuple[np.ndarray, str, int]]) -> dict[str, Tally]:
-    """The same tallies under an add-one-smoothed unigram model of the train tokens."""
-    counts = np.ones(vocab_size, dtype=np.float64)
-    for ids in train_ids:
+def _score_rows(nll_fn: Any, params: Any, rows: list[tuple[_Doc, np.ndarray, np.ndarray, int]],
+                batch_size: int) -> None:
+    """Add each row's summed NLL to its document."""
+    pad = batch_size - len(rows)  # fixed shapes: one compiled function
+    xs = np.stack([r[1] for r in rows] + [rows[0][1]] * pad)
+    ys = np.stack([r[2] for r in rows] + [rows[0][2]] * pad)
+    nll = np.asarray(nll_fn(params, xs, ys), dtype=np.float64)  # (B, T)
+    for k, (doc, _, _, n) in enumerate(rows):
+        doc.nll += nll[k, :n].sum()
+        doc.left -= 1
+
+
+def token_counts(chunks: Iterable[np.ndarray], vocab_size: int) -> np.ndarray:
+    """How often each id below ``vocab_size`` occurs in the chunks of token ids (int64)."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for ids in chunks:
         counts += np.bincount(ids, minlength=vocab_size)[:vocab_size]
-    logp = np.log(counts / counts.sum())
+    return counts
+
+
+def unigram(counts: np.ndarray, docs: Iterable[tuple[np.ndarray, str, int]]) -> dict[str, Tally]:
+    """The same tallies under an add-one-smoothed unigram model with train ``counts``."""
+    # Integer counts below 2**53 are exact in float64: the same values as summing per document.
+    smoothed = (counts + 1).astype(np.float64)
+    logp = np.log(smoothed / smoothed.sum())
     tallies: dict[str, Tally] = defaultdict(Tally)
     for ids, corpus, n_bytes in docs:
         nll = float(-logp[ids].sum())

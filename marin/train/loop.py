@@ -20,13 +20,13 @@ from marin.config import Params
 from marin.data import manifest
 from marin.errors import StageError
 from marin.ledger import Input, Run, exact
-from marin.ledger.index import Index
+from marin.ledger.index import Index, hash_cache
 from marin.ledger.run import Plan
 from marin.ledger.store import RunLog, read_run
 from marin.model import ModelConfig, count_params
 from marin.paths import ledger_dir
 from marin.train import checkpoint, runtime, seeds, step, weights
-from marin.train.loader import Loader, read_stream
+from marin.train.loader import CACHE, Loader, open_stream
 
 TOKENS, CKPT = Path("data/tokens"), Path("checkpoints")
 MODEL, CURVE = Path("models/final"), Path("metrics/train_curve.csv")
@@ -110,8 +110,9 @@ def setup(root: Path, params: Params) -> Setup:
     graphdef, abstract = step.abstract_state(cfg, optimizer)
     shardings = step.state_shardings(abstract, mesh, rt.param_sharding)
     shards = [root / TOKENS / s["file"] for s in tok["splits"]["train"]["shards"]]
-    loader = Loader(read_stream(shards, tok["tokenizer"]["eos_id"]), cfg.max_seq_len, tp.batch_size,
-                    seeds.key_bytes(params.seed, "data_order"))
+    hashes = hash_cache(root)  # the digests Plan.make just took of the same files
+    stream = open_stream(shards, tok["tokenizer"]["eos_id"], root / CACHE, lambda p: hashes(p)[0])
+    loader = Loader(stream, cfg.max_seq_len, tp.batch_size, seeds.key_bytes(params.seed, "data_order"))
     return Setup(cfg, mesh, optimizer, step.lr_schedule(tp), graphdef, abstract, shardings, loader,
                  step.make_train_step(graphdef, optimizer, shardings, mesh), tok["tokenizer"])
 
