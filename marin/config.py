@@ -26,14 +26,22 @@ from marin.errors import ParamsError
 
 @dataclass(frozen=True)
 class Extract:
-    """Which members of a source archive become documents, and how."""
+    """Which members of a source archive become documents, and how.
+
+    ``text``: one member is one document. ``jsonl`` (``.jsonl``; ``.gz`` and ``.zst`` members
+    are decompressed) and ``parquet``: one record is one document, or, with ``group_by``,
+    consecutive records with the same values of those fields are one (their texts joined by
+    newlines). ``license_field``: a record's own license (a string; null or absent: the
+    source's), kept per document in the curated ``license`` column.
+    """
 
     corpus: str  # the label documents carry ("shakespeare", "milton", "bible")
     include: tuple[str, ...]  # glob patterns over member paths
-    format: str  # "text": one file = one document; "jsonl": records grouped by group_by
+    format: str  # text | jsonl | parquet
     exclude: tuple[str, ...] = ()
-    text_field: str | None = None
+    text_field: str | None = None  # the JSON field or Parquet column holding the text
     group_by: tuple[str, ...] = ()
+    license_field: str | None = None
 
 
 @dataclass(frozen=True)

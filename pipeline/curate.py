@@ -1,16 +1,17 @@
 """Stage curate: raw archives → NFC-normalized, filtered, deduplicated, split documents.
 
 Outputs data/curated/{train,validation}.parquet and manifest.json (the curation funnel).
+The per-shard work runs on the data engine (runtime.data), recorded as the run's execution.
 """
 
+import shutil
 from pathlib import Path
-
-import pyarrow as pa
 
 from marin import fsutil, hashing
 from marin.config import Params
-from marin.data import manifest, parquet, sources
+from marin.data import manifest, sources
 from marin.data.curate import curate
+from marin.data.engine import Engine
 from marin.errors import StageError
 from marin.ledger import Input, Run
 from marin.stage import stage_main
@@ -27,45 +28,36 @@ def curate_stage(root: Path, params: Params) -> None:
         archives.append((src, path))
     inputs = [Input(f"archive:{s.name}", p.relative_to(root).as_posix(), s.license, s.locator)
               for s, p in archives]
-    with Run.start(root, "curate", params=params.section("fetch", "curate"), inputs=inputs) as run:
-        result = curate(archives, params.curate)
+    engine = Engine.from_params(params)
+    with Run.start(root, "curate", params=params.section("fetch", "curate"), inputs=inputs,
+                   execution=engine.describe()) as run:
         with fsutil.atomic_dir(root / OUT) as tmp:
-            splits = {}
-            for split in ("train", "validation"):
-                docs = [d for d, s in result.kept if s == split]
-                table = pa.table({
-                    "doc_id": [d.doc_id for d in docs],
-                    "corpus": [d.corpus for d in docs],
-                    "source": [d.source for d in docs],
-                    "name": [d.name for d in docs],
-                    "license": [d.license for d in docs],
-                    "n_bytes": pa.array([d.n_bytes for d in docs], pa.int64()),
-                    "text": [d.text for d in docs],
-                })
-                parquet.write(table, tmp / f"{split}.parquet")
-                splits[split] = {"file": f"{split}.parquet", "digest": hashing.file_digest(tmp / f"{split}.parquet"),
-                                 "docs": len(docs), "bytes": sum(d.n_bytes for d in docs)}
-            manifest.write({
+            work = tmp / ".work"  # scratch inside the staged output: a killed run's is removed with it
+            work.mkdir()
+            result = curate(archives, params.curate, engine, tmp, work)
+            splits = result.close()
+            funnel = result.funnel.as_dict()
+            manifest.write_streamed({
                 "kind": "curate",
                 "params": params.raw["curate"],
                 "sources": [{"name": s.name, "path": p.relative_to(root).as_posix(),
                              "digest": hashing.path_digest(p), "license": s.license,
                              "license_note": s.license_note, "locator": f"{s.kind}:{s.locator}"}
                             for s, p in archives],
-                "funnel": result.funnel(),
-                "removed": [{"corpus": r.corpus, "name": r.name, "step": r.step, "detail": r.detail,
-                             "bytes": r.n_bytes, "doc_id": r.doc_id} for r in result.removed],
+                "funnel": funnel,
+                "removed": [],  # streamed from the spool
                 "splits": splits,
-            }, tmp / "manifest.json")
+            }, result.removed, tmp / "manifest.json")
+            shutil.rmtree(work)
             for name in ("train.parquet", "validation.parquet", "manifest.json"):  # recorded, then published
                 run.output(name.split(".")[0] if name != "manifest.json" else "curate_manifest", OUT / name,
                            source=tmp / name)
             run.output("curated", OUT, source=tmp)
-        for step in result.funnel()["steps"]:
+        for step in funnel["steps"]:
             if step["removed"]["docs"]:
                 print(f"curate: {step['step']:22} removed {step['removed']['docs']:5} docs "
                       f"({step['removed']['bytes']:,} bytes)")
-        print(f"curate: kept {len(result.kept)} documents: "
+        print(f"curate: kept {splits['train']['docs'] + splits['validation']['docs']} documents: "
               f"{splits['train']['docs']} train, {splits['validation']['docs']} validation")
 
 

@@ -1,22 +1,31 @@
 """Read members of a raw archive (tar, zip, a directory or a single file) by glob.
 
-Members are read into memory, never extracted. An archive with any member that could
-escape it or is not a plain file or directory (a '..' or absolute name, a link, a device,
-a fifo) is refused whole, as is one declaring hostile sizes (over MAX_MEMBER_BYTES per
-member, or a zip member expanding more than MAX_RATIO times its compressed size).
+Members are read as streams (:func:`open_members`), never extracted; :func:`members` reads
+each whole. An archive with any member that could escape it or is not a plain file or
+directory (a '..' or absolute name, a link, a device, a fifo) is refused whole, as is one
+declaring hostile sizes (over MAX_MEMBER_BYTES per member, or a zip member expanding more
+than MAX_RATIO times its compressed size). A ``.gz`` or ``.zst`` member read through
+:func:`decompressed` is held to the same ratio.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import gzip
+import io
 import os
 import re
+import shutil
 import stat
 import tarfile
 import zipfile
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
+
+import zstandard
 
 from marin.errors import StageError
 from marin.fsutil import shown
@@ -24,6 +33,7 @@ from marin.fsutil import shown
 MAX_MEMBER_BYTES = 4 << 30
 MAX_RATIO = 200  # deflate tops out near 1032:1; text compresses 3-10:1
 RATIO_MIN_BYTES = 1 << 20  # below this a high ratio cannot hurt
+ZSTD_MAX_WINDOW = 1 << 27  # zstd's default limit, spelled out: a frame cannot ask for more memory
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _SPECIAL = ((stat.S_ISLNK, "is a symbolic link"), (stat.S_ISCHR, "is a character device"),
             (stat.S_ISBLK, "is a block device"), (stat.S_ISFIFO, "is a fifo"),
@@ -103,54 +113,99 @@ def _selected(name: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> 
     )
 
 
+class Readable(Protocol):
+    def read(self, n: int = -1, /) -> bytes: ...
+
+
+@dataclass
+class Member:
+    """A selected regular file of an archive; ``stream`` is readable until the next member."""
+
+    name: str
+    size: int  # bytes, uncompressed as the archive stores them
+    stream: Readable
+    path: Path | None = None  # the file itself, for a directory's members or a single-file archive
+
+
 def members(
     archive: Path, include: tuple[str, ...], exclude: tuple[str, ...] = ()
 ) -> Iterator[tuple[str, bytes]]:
-    """(member path, bytes) of every selected regular file, sorted by path. Every member
-    is checked, selected or not, before the first one is read."""
+    """(member path, bytes) of every selected regular file, sorted by path (each read whole)."""
+    for m in open_members(archive, include, exclude):
+        yield m.name, m.stream.read()
+
+
+def open_members(
+    archive: Path, include: tuple[str, ...], exclude: tuple[str, ...] = (), spool: Path | None = None
+) -> Iterator[Member]:
+    """Every selected regular file as a stream, sorted by path. Every member is checked,
+    selected or not, before the first one is read. ``spool``: a directory where a compressed
+    tar whose members are not stored in path order is decompressed once, so reading them in
+    path order does not re-decompress from the start for each one."""
     if archive.is_symlink():
         raise _refuse(archive.parent, archive.name, "is a symbolic link")
     if archive.is_dir():
         yield from _dir_members(archive, include, exclude)
     elif tarfile.is_tarfile(archive):
-        yield from _tar_members(archive, include, exclude)
+        yield from _tar_members(archive, include, exclude, spool)
     elif zipfile.is_zipfile(archive):
         yield from _zip_members(archive, include, exclude)
     elif _selected(archive.name, include, exclude):
-        yield archive.name, archive.read_bytes()
+        with open(archive, "rb") as f:
+            yield Member(archive.name, os.fstat(f.fileno()).st_size, f, archive)
 
 
-def _dir_members(archive: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[tuple[str, bytes]]:
+def _dir_members(archive: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[Member]:
     bad = tree_problem(archive)
     if bad is not None:
         raise _refuse(archive, *bad)
     files = {p.relative_to(archive).as_posix(): p for p in archive.rglob("*") if p.is_file()}
     for name in sorted(files):
         if _selected(name, include, exclude):
-            yield name, files[name].read_bytes()
+            with open(files[name], "rb") as f:
+                yield Member(name, os.fstat(f.fileno()).st_size, f, files[name])
 
 
-def _tar_members(archive: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[tuple[str, bytes]]:
+def _tar_infos(archive: Path, tf: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    infos = []
+    try:
+        for m in tf:  # header by header: a bad one is refused before its data is even skipped
+            why = tar_problem(m)
+            if why is not None:
+                raise _refuse(archive, m.name, why)
+            if m.isfile():
+                infos.append(m)
+    except tarfile.TarError as e:
+        raise StageError(f"{shown(archive)}: not a readable tar archive ({e}); fetch it again") from None
+    return infos
+
+
+def _tar_members(
+    archive: Path, include: tuple[str, ...], exclude: tuple[str, ...], spool: Path | None
+) -> Iterator[Member]:
     with tarfile.open(archive) as tf:
-        infos = []
-        try:
-            for m in tf:  # header by header: a bad one is refused before its data is even skipped
-                why = tar_problem(m)
-                if why is not None:
-                    raise _refuse(archive, m.name, why)
-                if m.isfile():
-                    infos.append(m)
-        except tarfile.TarError as e:
-            raise StageError(f"{shown(archive)}: not a readable tar archive ({e}); fetch it again") from None
-        for m in sorted(infos, key=lambda m: m.name):
-            if _selected(m.name, include, exclude):
-                f = tf.extractfile(m)
-                if f is None:
-                    raise StageError(f"{shown(archive)}: cannot read member {m.name}")
-                yield m.name, f.read()
+        infos = _tar_infos(archive, tf)
+        wanted = [m for m in sorted(infos, key=lambda m: m.name) if _selected(m.name, include, exclude)]
+        compressed = not isinstance(tf.fileobj, io.BufferedReader)
+        if spool is not None and compressed and wanted != sorted(wanted, key=lambda m: m.offset):
+            # a backward seek in a gzip stream decompresses again from the start: O(members x size)
+            plain = spool / f"{archive.name}.tar"
+            tf.fileobj.seek(0)
+            with open(plain, "wb") as out:
+                shutil.copyfileobj(_Checked(tf.fileobj, archive, "(the archive)"), out, 1 << 20)
+            try:
+                yield from _tar_members(plain, include, exclude, None)
+            finally:
+                plain.unlink(missing_ok=True)
+            return
+        for m in wanted:
+            f = tf.extractfile(m)
+            if f is None:
+                raise StageError(f"{shown(archive)}: cannot read member {m.name}")
+            yield Member(m.name, m.size, _Checked(f, archive, m.name))
 
 
-def _zip_members(archive: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[tuple[str, bytes]]:
+def _zip_members(archive: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[Member]:
     with zipfile.ZipFile(archive) as zf:
         infos = zf.infolist()
         for info in infos:
@@ -159,9 +214,46 @@ def _zip_members(archive: Path, include: tuple[str, ...], exclude: tuple[str, ..
                 raise _refuse(archive, info.filename, why)
         for info in sorted((i for i in infos if not i.is_dir()), key=lambda i: i.filename):
             if _selected(info.filename, include, exclude):
-                try:
-                    data = zf.read(info)
-                except (zipfile.BadZipFile, zlib.error, EOFError) as e:  # e.g. more bytes than it declared
-                    raise StageError(f"{shown(archive)}: member {info.filename!r} is corrupt ({e}); "
-                                     "refusing the archive; fetch it again") from None
-                yield info.filename, data
+                with zf.open(info) as f:
+                    yield Member(info.filename, info.file_size, _Checked(f, archive, info.filename))
+
+
+_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, tarfile.TarError, gzip.BadGzipFile, zstandard.ZstdError)
+
+
+class _Checked:
+    """A member's stream whose read errors (corrupt data, more bytes than declared, a
+    truncated archive) are one StageError naming the archive and member; with ``limit``,
+    reading past that many bytes is refused as a decompression bomb."""
+
+    def __init__(self, raw: Readable, archive: Path, name: str, limit: int | None = None):
+        self.raw, self.archive, self.name, self.limit, self.done = raw, archive, name, limit, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        try:
+            data = self.raw.read(n)
+        except _READ_ERRORS as e:
+            raise StageError(f"{shown(self.archive)}: member {self.name!r} is corrupt ({e}); "
+                             "refusing the archive; fetch it again") from None
+        self.done += len(data)
+        if self.limit is not None and self.done > self.limit:
+            raise _refuse(self.archive, self.name, f"expands to over {self.limit:,} bytes, more than "
+                          f"{MAX_RATIO}x its stored size (a decompression bomb?)")
+        return data
+
+
+def decompressed(m: Member, archive: Path) -> Readable:
+    """``m``'s bytes, decompressed if its name ends in ``.gz`` or ``.zst``, at most MAX_RATIO
+    times its stored size (or RATIO_MIN_BYTES); other members as they are."""
+    limit = max(m.size * MAX_RATIO, RATIO_MIN_BYTES)
+    if m.name.endswith(".gz"):
+        raw: Readable = gzip.GzipFile(fileobj=m.stream, mode="rb")
+    elif m.name.endswith(".zst"):
+        zd = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
+        raw = zd.stream_reader(m.stream, read_across_frames=True)
+    else:
+        return m.stream
+    return _Checked(raw, archive, m.name, limit)

@@ -1,97 +1,111 @@
 """Curation: documents from raw archives → normalized, filtered, deduplicated, split.
 
-Documents are natural units: a play, a poem, a Milton work, a Bible chapter. The
-funnel (documents and bytes in, removed per step with the reason, kept) is counted per
-corpus and per step for the manifest.
+Documents are natural units: a play, a poem, a Milton work, a Bible chapter. The work is
+cut into shards by input only — a bundle of whole text members, a line-aligned chunk of a
+JSONL member, a batch of Parquet rows — never by worker. :func:`process_shard` (decode,
+normalize, filter, exact digest, MinHash signature) runs on the data engine; the driver
+runs the global steps over the results in shard order (:class:`Curation`): exact dedup and
+near dedup (the first document in the fixed order wins), the split, the Parquet row groups
+and the manifest's removed list. So the outputs are the same for any engine and worker
+count, and memory holds a few shards, the open row groups and the dedup indexes' bounded
+in-memory part, never the corpus. The funnel (documents and bytes in, removed per step
+with the reason, kept) is counted per corpus and per step for the manifest.
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
+import shutil
 import unicodedata
-from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from marin import hashing
 from marin.config import CurateParams, Extract, Source
-from marin.data import archive, filters
-from marin.data.dedup import NearDuplicateIndex
+from marin.data import archive, dedup, filters, manifest, parquet
+from marin.data.engine import Engine
 from marin.errors import StageError
+from marin.fsutil import shown
+
+SHARD_BYTES = 4 << 20  # input per shard: cheap to ship, and many shards per worker on a real corpus
+SHARD_ROWS = 2048  # Parquet rows per shard
+SPLITS = ("train", "validation")
+STEPS = ("utf8", "empty", *(n for n, _ in filters.RULES), "exact_dedup", "near_dedup")
+SCHEMA = pa.schema([("doc_id", pa.string()), ("corpus", pa.string()), ("source", pa.string()),
+                    ("name", pa.string()), ("license", pa.string()), ("n_bytes", pa.int64()),
+                    ("text", pa.string())])
 
 
 @dataclass(frozen=True)
-class Doc:
+class Origin:
     corpus: str
     source: str
-    license: str
-    name: str  # member path, or member path + group key for grouped records
-    text: str
-
-    @property
-    def n_bytes(self) -> int:
-        return len(self.text.encode("utf-8"))
-
-    @property
-    def doc_id(self) -> str:
-        return hashing.bytes_digest(self.text.encode("utf-8"))
+    license: str  # the source's
 
 
 @dataclass(frozen=True)
-class Removal:
-    corpus: str
-    name: str
-    step: str
+class Shard:
+    """A slice of one extract's input, in document order."""
+
+    archive: str  # as shown in errors
+    origin: Origin
+    ex: Extract
+    p: CurateParams
+    stream: int  # one member as read by one extract: groups are joined only within it
+    member: str
+    first: int  # number of the first line (JSONL) or row (Parquet), from 1
+    data: Any  # text: [(member, bytes)]; jsonl: bytes; parquet: pa.RecordBatch
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One document after the per-shard steps."""
+
+    origin: Origin
+    name: str  # member path, or member path + '#' + line, row or group key
+    license: str
+    raw_bytes: int  # before normalization
+    step: str | None  # the removal step (utf8, empty, a filter), or None: a candidate
     detail: str
-    n_bytes: int
-    doc_id: str | None = None
+    doc_id: str | None
+    text: bytes | None = None  # normalized UTF-8 (candidates)
+    sig: np.ndarray | None = None  # MinHash values (candidates, when near dedup is on)
+    group: tuple[int, str, int] | None = None  # (stream, repr(key), first line) of grouped records
+
+
+@dataclass
+class Part:
+    """Consecutive records with one group key at a shard's edge: the group may go on in the next shard."""
+
+    where: str  # archive: member, for errors
+    origin: Origin
+    stream: int
+    member: str
+    key: tuple[Any, ...]
+    license: str | None  # the records' own, if any
+    line: int
+    texts: list[str] = field(default_factory=list)
+
+    def add(self, text: str, license: str | None, line: int) -> None:
+        if license != self.license:
+            raise StageError(f"{self.where} line {line}: license {license!r} differs from {self.license!r} of the "
+                             f"records before it in group {self.key} (from line {self.line}); a document has one "
+                             "license: give its records the same one")
+        self.texts.append(text)
 
 
 def _decode(data: bytes) -> str:
     text = data.decode("utf-8-sig")  # strict: a bad byte is a removal, not a silent fix
     return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-def _jsonl_docs(name: str, text: str, ex: Extract) -> Iterator[tuple[str, str]]:
-    groups: dict[tuple[Any, ...], list[str]] = {}
-    for i, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-            key = tuple(rec[k] for k in ex.group_by) if ex.group_by else (i,)
-            groups.setdefault(key, []).append(str(rec[ex.text_field]))
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise StageError(f"{name} line {i}: not a JSON record with field(s) {ex.text_field!r}, "
-                             f"{list(ex.group_by)}: {e}") from None
-    for key, parts in groups.items():  # first-appearance order, as in the file
-        yield f"{name}#{' '.join(str(k) for k in key)}", "\n".join(parts)
-
-
-def read_documents(source: Source, archive_path: Path) -> Iterator[Doc | Removal]:
-    """Documents of one source in a fixed order; undecodable members become removals."""
-    for ex in source.extract:
-        found = False
-        for name, data in archive.members(archive_path, ex.include, ex.exclude):
-            found = True
-            try:
-                text = _decode(data)
-            except UnicodeDecodeError as e:
-                yield Removal(ex.corpus, name, "utf8", f"not UTF-8 at byte {e.start}", len(data))
-                continue
-            if ex.format == "text":
-                yield Doc(ex.corpus, source.name, source.license, name, text)
-            else:
-                for dname, dtext in _jsonl_docs(name, text, ex):
-                    yield Doc(ex.corpus, source.name, source.license, dname, dtext)
-        if not found:
-            raise StageError(
-                f"fetch.sources[{source.name}].extract[{ex.corpus}]: no member of "
-                f"{archive_path.name} matches {list(ex.include)}; check the include patterns"
-            )
 
 
 def normalize(text: str, form: str) -> str:
@@ -105,86 +119,312 @@ def split_of(doc_id: str, salt: str, validation_fraction: float) -> str:
     return "validation" if int.from_bytes(h[:8], "big") / 2**64 < validation_fraction else "train"
 
 
-STEPS = ("utf8", "empty", *(n for n, _ in filters.RULES), "exact_dedup", "near_dedup")
+def judge(origin: Origin, name: str, license: str, text: str, p: CurateParams,
+          group: tuple[int, str, int] | None = None) -> Outcome:
+    """Normalize, check emptiness and the filters, digest, and sign (MinHash) one document."""
+    raw = len(text.encode())
+    norm = normalize(text, p.normalization)
+    data = norm.encode()
+    doc_id = hashing.bytes_digest(data)
+    why = filters.first_failure(filters.stats(norm), p.filters) if norm else ("empty", "no text after normalization")
+    if why is not None:
+        return Outcome(origin, name, license, raw, why[0], why[1], doc_id, group=group)
+    sig = dedup.signature(norm, p.dedup.near) if p.dedup.near.enabled else None
+    return Outcome(origin, name, license, raw, None, "", doc_id, data, sig, group)
 
 
-@dataclass
-class Curated:
-    kept: list[tuple[Doc, str]] = field(default_factory=list)  # (doc, split)
-    removed: list[Removal] = field(default_factory=list)
-    docs_in: list[tuple[str, int]] = field(default_factory=list)  # (corpus, bytes)
-    corpus_meta: dict[str, dict[str, str]] = field(default_factory=dict)
-
-    def funnel(self) -> dict[str, Any]:
-        """Per corpus and per step: documents and bytes in, removed (by reason), kept."""
-        def zero() -> dict[str, int]:
-            return {"docs": 0, "bytes": 0}
-
-        per: dict[str, dict[str, Any]] = defaultdict(
-            lambda: {"in": zero(), "removed": {s: zero() for s in STEPS}, "kept": zero(),
-                     "train": zero(), "validation": zero()}
-        )
-        for corpus, n in self.docs_in:
-            per[corpus]["in"]["docs"] += 1
-            per[corpus]["in"]["bytes"] += n
-        for r in self.removed:
-            per[r.corpus]["removed"][r.step]["docs"] += 1
-            per[r.corpus]["removed"][r.step]["bytes"] += r.n_bytes
-        for d, split in self.kept:
-            for k in ("kept", split):
-                per[d.corpus][k]["docs"] += 1
-                per[d.corpus][k]["bytes"] += d.n_bytes
-        steps = []
-        live = {"docs": len(self.docs_in), "bytes": sum(n for _, n in self.docs_in)}
-        for s in STEPS:
-            rem = {"docs": sum(p["removed"][s]["docs"] for p in per.values()),
-                   "bytes": sum(p["removed"][s]["bytes"] for p in per.values())}
-            out = {"docs": live["docs"] - rem["docs"], "bytes": live["bytes"] - rem["bytes"]}
-            steps.append({"step": s, "in": live, "removed": rem, "out": out})
-            live = out
-        corpora = {c: {**self.corpus_meta.get(c, {}), **v} for c, v in sorted(per.items())}
-        return {"corpora": corpora, "steps": steps}
+def finish(part: Part, p: CurateParams) -> Outcome:
+    """The document of a complete group of records."""
+    name = f"{part.member}#{' '.join(str(k) for k in part.key)}"
+    return judge(part.origin, name, part.license or part.origin.license, "\n".join(part.texts), p,
+                 (part.stream, repr(part.key), part.line))
 
 
-def curate(sources: list[tuple[Source, Path]], p: CurateParams) -> Curated:
-    """Run every step over the documents of every source, in params order."""
-    out = Curated()
-    seen: dict[str, str] = {}  # exact text digest -> name of the first document
-    near = NearDuplicateIndex(p.dedup.near) if p.dedup.near.enabled else None
+# -- per shard, on the engine -------------------------------------------------------------
+
+def process_shard(sh: Shard) -> list[Outcome | Part]:
+    """The per-shard steps over one shard's documents, in order. Groups of records at the
+    shard's two edges come back as Parts for the driver to join with its neighbours'."""
+    if sh.ex.format == "text":
+        return [_text_doc(sh.origin, name, data, sh.p) for name, data in sh.data]
+    records = _jsonl_records(sh) if sh.ex.format == "jsonl" else _parquet_records(sh)
+    if not sh.ex.group_by:
+        return [judge(sh.origin, f"{sh.member}#{n}", lic or sh.origin.license, text, sh.p)
+                for n, _, text, lic in records]
+    parts: list[Part] = []
+    for n, key, text, lic in records:
+        if parts and parts[-1].key == key:
+            parts[-1].add(text, lic, n)
+        else:
+            parts.append(Part(f"{sh.archive}: member {sh.member!r}", sh.origin, sh.stream, sh.member, key, lic, n,
+                              [text]))
+    if len(parts) <= 2:
+        return list(parts)
+    return [parts[0], *(finish(x, sh.p) for x in parts[1:-1]), parts[-1]]
+
+
+def _text_doc(origin: Origin, name: str, data: bytes, p: CurateParams) -> Outcome:
+    try:
+        text = _decode(data)
+    except UnicodeDecodeError as e:
+        return Outcome(origin, name, origin.license, len(data), "utf8", f"not UTF-8 at byte {e.start}", None)
+    return judge(origin, name, origin.license, text, p)
+
+
+Record = tuple[int, tuple[Any, ...], str, str | None]  # (line or row, group key, text, own license)
+
+
+def _jsonl_records(sh: Shard) -> Iterator[Record]:
+    where = f"{sh.archive}: member {sh.member!r}"
+    try:
+        text = sh.data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = sh.first + _newlines(sh.data[: e.start])
+        raise StageError(f"{where} line {line}: not UTF-8 ({e.reason}); JSON Lines are UTF-8: re-encode the "
+                         "file (e.g. iconv -t UTF-8) and pin its new sha256") from None
+    ex = sh.ex
+    for j, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n")):
+        if not line.strip():
+            continue
+        n = sh.first + j
+        try:
+            rec = json.loads(line)
+            key = tuple(rec[k] for k in ex.group_by)
+            value = str(rec[ex.text_field])
+            own = rec.get(ex.license_field) if ex.license_field else None
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+            fields = [ex.text_field, *ex.group_by]
+            raise StageError(f"{where} line {n}: not a JSON record with field(s) {fields}: {e!r}; fix the line, "
+                             "or the extract's text_field / group_by in params.yaml") from None
+        yield n, key, value, _own_license(own, ex, where, f"line {n}")
+
+
+def _own_license(value: Any, ex: Extract, where: str, at: str) -> str | None:
+    if value is None or (isinstance(value, str) and value):
+        return value
+    raise StageError(f"{where} {at}: {ex.license_field} is {value!r}, not a license; give a license string "
+                     "(an SPDX expression) or null for the source's")
+
+
+def _parquet_records(sh: Shard) -> Iterator[Record]:
+    ex, batch = sh.ex, sh.data
+    texts = batch.column(ex.text_field).to_pylist()
+    owns = batch.column(ex.license_field).to_pylist() if ex.license_field else [None] * len(texts)
+    keys = zip(*(batch.column(k).to_pylist() for k in ex.group_by), strict=True) if ex.group_by else None
+    where = f"{sh.archive}: member {sh.member!r}"
+    for i, (text, own) in enumerate(zip(texts, owns, strict=True)):
+        n = sh.first + i
+        key = next(keys) if keys is not None else ()
+        yield n, tuple(key), "" if text is None else text, _own_license(own, ex, where, f"row {n}")
+
+
+# -- the driver: shards in, in document order ------------------------------------------------
+
+def shards(sources: list[tuple[Source, Path]], p: CurateParams, spool: Path) -> Iterator[Shard]:
+    """Every source's documents (in params order, members sorted by path) as shards."""
+    stream = 0
     for source, path in sources:
-        for item in read_documents(source, path):
-            if isinstance(item, Removal):
-                out.docs_in.append((item.corpus, item.n_bytes))
-                out.removed.append(item)
-                continue
-            out.corpus_meta.setdefault(item.corpus, {"source": source.name, "license": source.license})
-            raw_bytes = item.n_bytes
-            out.docs_in.append((item.corpus, raw_bytes))
-            doc = Doc(item.corpus, item.source, item.license, item.name,
-                      normalize(item.text, p.normalization))
-            step = _remove_reason(doc, p, seen, near)
-            if step is not None:
-                out.removed.append(Removal(doc.corpus, doc.name, step[0], step[1], raw_bytes, doc.doc_id))
-                continue
-            out.kept.append((doc, split_of(doc.doc_id, p.split.salt, p.split.validation_fraction)))
-    return out
+        for ex in source.extract:
+            found, bundle, size = False, [], 0
+            o = Origin(ex.corpus, source.name, source.license)
+            for m in archive.open_members(path, ex.include, ex.exclude, spool):
+                found, stream = True, stream + 1
+                make = partial(Shard, shown(path), o, ex, p, stream, m.name)
+                if ex.format == "text":
+                    bundle.append((m.name, m.stream.read()))
+                    size += len(bundle[-1][1])
+                    if size >= SHARD_BYTES:
+                        yield Shard(shown(path), o, ex, p, stream, bundle[0][0], 1, bundle)
+                        bundle, size = [], 0
+                elif ex.format == "jsonl":
+                    for first, chunk in line_chunks(archive.decompressed(m, path)):
+                        yield make(first, chunk)
+                else:
+                    yield from (make(first, batch) for first, batch in _parquet_batches(m, path, ex, spool))
+            if bundle:
+                yield Shard(shown(path), o, ex, p, stream, bundle[0][0], 1, bundle)
+            if not found:
+                raise StageError(f"fetch.sources[{source.name}].extract[{ex.corpus}]: no member of {path.name} "
+                                 f"matches {list(ex.include)}; check the include patterns")
 
 
-def _remove_reason(
-    doc: Doc, p: CurateParams, seen: dict[str, str], near: NearDuplicateIndex | None
-) -> tuple[str, str] | None:
-    if not doc.text:
-        return "empty", "no text after normalization"
-    failed = filters.first_failure(filters.stats(doc.text), p.filters)
-    if failed is not None:
-        return failed
-    if p.dedup.exact:
-        first = seen.get(doc.doc_id)
-        if first is not None:
-            return "exact_dedup", f"identical to {first}"
-        seen[doc.doc_id] = doc.name
-    if near is not None:
-        dup = near.add(doc.name, doc.text)
-        if dup is not None:
-            return "near_dedup", f"estimated Jaccard {dup[1]:.3f} with {dup[0]}"
-    return None
+def _newlines(data: bytes) -> int:
+    """Line ends in ``data``, counted as the old whole-member reader did: \\r\\n, \\r or \\n."""
+    return data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
+
+
+def _read(stream: archive.Readable, n: int) -> bytes:
+    parts, got = [], 0
+    while got < n and (b := stream.read(n - got)):
+        parts.append(b)
+        got += len(b)
+    return b"".join(parts)
+
+
+def line_chunks(stream: archive.Readable, size: int = SHARD_BYTES) -> Iterator[tuple[int, bytes]]:
+    """(number of the first line, bytes) of consecutive chunks of about ``size`` bytes that
+    end at a line end (a longer line makes a longer chunk); a leading BOM is dropped."""
+    line, rest, start = 1, b"", True
+    while True:
+        block = _read(stream, size)
+        buf = rest + block
+        if start:
+            if block and len(buf) < len(codecs.BOM_UTF8):
+                rest = buf
+                continue
+            buf, start = buf.removeprefix(codecs.BOM_UTF8), False
+        if not block:
+            if buf:
+                yield line, buf
+            return
+        cut = buf.rfind(b"\n") + 1 or buf.rfind(b"\r", 0, len(buf) - 1) + 1  # never between \r and \n
+        if cut == 0:
+            rest = buf
+            continue
+        chunk, rest = buf[:cut], buf[cut:]
+        yield line, chunk
+        line += _newlines(chunk)
+
+
+def _parquet_batches(m: archive.Member, path: Path, ex: Extract, spool: Path) -> Iterator[tuple[int, pa.RecordBatch]]:
+    where = f"{shown(path)}: member {m.name!r}"
+    local = m.path
+    if local is None:  # inside a tar or zip: Parquet needs to seek, so the member is copied out (to disk)
+        local = spool / "member.parquet"
+        with open(local, "wb") as f:
+            shutil.copyfileobj(m.stream, f, 1 << 20)
+    try:
+        with pq.ParquetFile(local) as pf:
+            columns = _parquet_columns(pf.schema_arrow, ex, where)
+            row = 1
+            for batch in pf.iter_batches(batch_size=SHARD_ROWS, columns=columns, use_threads=False):
+                yield row, batch
+                row += batch.num_rows
+    except (pa.ArrowException, OSError) as e:
+        raise StageError(f"{where}: not a readable Parquet file ({e}); check the extract's format, or fetch "
+                         "it again") from None
+    finally:
+        if local != m.path:
+            local.unlink(missing_ok=True)
+
+
+def _parquet_columns(schema: pa.Schema, ex: Extract, where: str) -> list[str]:
+    columns = [c for c in (ex.text_field, ex.license_field, *ex.group_by) if c is not None]
+    for c in dict.fromkeys(columns):
+        if c not in schema.names:
+            raise StageError(f"{where}: no column {c!r} (it has {', '.join(schema.names)}); set text_field, "
+                             "license_field and group_by to its columns")
+        t = schema.field(c).type
+        if c in (ex.text_field, ex.license_field) and not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+            raise StageError(f"{where}: column {c!r} is {t}, not text; name a string column")
+    return list(dict.fromkeys(columns))
+
+
+def stitched(results: Iterable[list[Outcome | Part]], p: CurateParams) -> Iterator[Outcome]:
+    """The documents in order: a group that a shard boundary cut is joined, then finished."""
+    carry: Part | None = None
+    for items in results:
+        for x in items:
+            if isinstance(x, Part) and carry is not None and (carry.stream, carry.key) == (x.stream, x.key):
+                for t in x.texts:
+                    carry.add(t, x.license, x.line)
+                continue
+            if carry is not None:
+                yield finish(carry, p)
+                carry = None
+            if isinstance(x, Part):
+                carry = x
+            else:
+                yield x
+    if carry is not None:
+        yield finish(carry, p)
+
+
+# -- the driver: the global steps --------------------------------------------------------
+
+_SPLIT = {"file": "x.parquet", "digest": "sha256:" + "0" * 64, "docs": 0, "bytes": 0}
+_SKELETON = {"kind": "curate", "params": {}, "sources": [], "funnel": {"corpora": {}, "steps": []},
+             "removed": [], "splits": {"train": _SPLIT, "validation": _SPLIT}}
+
+
+class Curation:
+    """The global steps over documents in order: exact dedup, near dedup, the split. Kept
+    documents go to their split's Parquet file a row group at a time, removed ones to the
+    manifest's removed list on disk."""
+
+    def __init__(self, p: CurateParams, out: Path, work: Path):
+        self.p, self.out = p, out
+        self.funnel = manifest.Funnel(STEPS)
+        self.store = dedup.Store(work / "dedup.sqlite")
+        self.exact = dedup.ExactIndex(self.store) if p.dedup.exact else None
+        self.near = dedup.NearIndex(p.dedup.near, self.store) if p.dedup.near.enabled else None
+        self.groups = dedup.ExactIndex(self.store, "groups")
+        self.writers = {s: parquet.Writer(out / f"{s}.parquet", SCHEMA, spool=work) for s in SPLITS}
+        self.removed = manifest.ListSpool(work / "removed.json", "removed", _SKELETON)
+        self.kept = {s: [0, 0] for s in SPLITS}  # docs, bytes
+
+    def add(self, o: Outcome) -> None:
+        c = o.origin.corpus
+        self.funnel.doc_in(c, o.raw_bytes)
+        if o.step != "utf8":
+            self.funnel.meta.setdefault(c, {"source": o.origin.source, "license": o.origin.license})
+        if o.group is not None:
+            self._check_group(o)
+        why = (o.step, o.detail) if o.step is not None else self._duplicate(o)
+        if why is not None:
+            self.funnel.removed(c, why[0], o.raw_bytes)
+            self.removed.add({"corpus": c, "name": o.name, "step": why[0], "detail": why[1],
+                              "bytes": o.raw_bytes, "doc_id": o.doc_id})
+            return
+        assert o.text is not None and o.doc_id is not None
+        split = split_of(o.doc_id, self.p.split.salt, self.p.split.validation_fraction)
+        n = len(o.text)
+        self.funnel.kept(c, split, n)
+        self.kept[split][0] += 1
+        self.kept[split][1] += n
+        self.writers[split].add((o.doc_id, c, o.origin.source, o.name, o.license, n, o.text), n)
+
+    def _duplicate(self, o: Outcome) -> tuple[str, str] | None:
+        assert o.doc_id is not None
+        if self.exact is not None:
+            first = self.exact.first(bytes.fromhex(o.doc_id.removeprefix(hashing.PREFIX)), o.name)
+            if first is not None:
+                return "exact_dedup", f"identical to {first}"
+        if self.near is not None:
+            assert o.sig is not None
+            dup = self.near.add(o.name, o.sig)
+            if dup is not None:
+                return "near_dedup", f"estimated Jaccard {dup[1]:.3f} with {dup[0]}"
+        return None
+
+    def _check_group(self, o: Outcome) -> None:
+        assert o.group is not None
+        stream, key, line = o.group
+        earlier = self.groups.first(hashlib.sha256(f"{stream}\0{key}".encode()).digest(), str(line))
+        if earlier is not None:
+            raise StageError(f"{o.name.rsplit('#', 1)[0]} line {line}: records of group {key} again, after other "
+                             f"groups (it began at line {earlier}); group_by takes consecutive records with the "
+                             "same key as one document: sort the file by the group_by fields")
+
+    def close(self) -> dict[str, dict[str, Any]]:
+        """Finish both Parquet files; their entries for the manifest's splits."""
+        splits = {}
+        for s, w in self.writers.items():
+            w.close()
+            if w.rows == 0:  # as before streaming: an empty table's columns are typed null, n_bytes int64
+                parquet.write(pa.table({f.name: pa.array([], f.type if f.name == "n_bytes" else pa.null())
+                                        for f in SCHEMA}), w.path)
+            splits[s] = {"file": w.path.name, "digest": hashing.file_digest(w.path),
+                         "docs": self.kept[s][0], "bytes": self.kept[s][1]}
+        self.store.close()
+        return splits
+
+
+def curate(sources: list[tuple[Source, Path]], p: CurateParams, engine: Engine, out: Path,
+           work: Path) -> Curation:
+    """Curate every source into ``out``/{train,validation}.parquet; ``work`` holds scratch
+    (dedup spill, the removed list, copied-out members). Call ``close()`` on the result."""
+    c = Curation(p, out, work)
+    for o in stitched(engine.map(process_shard, shards(sources, p, work)), p):
+        c.add(o)
+    return c
