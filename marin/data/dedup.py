@@ -14,6 +14,8 @@ dedup and 600 + 4·num_perm bytes per indexed document for near dedup.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import sqlite3
 from pathlib import Path
@@ -67,12 +69,29 @@ class Store:
 
     def __init__(self, path: Path, cache_mib: int = 4):
         self.path = path
-        self.db = sqlite3.connect(path, isolation_level=None)
+        try:
+            self.db = sqlite3.connect(path, isolation_level=None)
+        except sqlite3.Error as e:
+            raise self.failed(e) from None
         for pragma in ("journal_mode=OFF", "synchronous=OFF", "locking_mode=EXCLUSIVE",
                        f"cache_size=-{cache_mib * 1024}", "temp_store=FILE"):
-            self.db.execute(f"PRAGMA {pragma}")
+            self.create(f"PRAGMA {pragma}")
 
-    def failed(self, e: sqlite3.Error) -> StageError:
+    def create(self, sql: str) -> None:
+        """Run one setup statement (a pragma, a table); a full disk is a one-line StageError."""
+        try:
+            self.db.execute(sql)
+        except sqlite3.Error as e:
+            raise self.failed(e) from None
+
+    def failed(self, e: sqlite3.Error) -> Exception:
+        """A full disk as the OSError it is (the staged output's writer names the output);
+        any other database failure as a StageError naming this file."""
+        code = getattr(e, "sqlite_errorcode", None)
+        if code == sqlite3.SQLITE_FULL or "disk is full" in str(e):
+            return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if code == sqlite3.SQLITE_IOERR or "disk i/o error" in str(e).lower():
+            return OSError(errno.EIO, os.strerror(errno.EIO))
         return StageError(f"{self.path}: the dedup work database failed ({e}); free space on that disk "
                           "and rerun")
 
@@ -87,7 +106,7 @@ class ExactIndex:
         self.store, self.table, self.spill_at = store, table, spill_at or EXACT_SPILL_AT
         self.mem: dict[bytes, str] = {}
         self.spilled = False
-        store.db.execute(f"CREATE TABLE {table} (digest BLOB PRIMARY KEY, name TEXT) WITHOUT ROWID")
+        store.create(f"CREATE TABLE {table} (digest BLOB PRIMARY KEY, name TEXT) WITHOUT ROWID")
 
     def first(self, digest: bytes, name: str) -> str | None:
         """The name of an earlier document with ``digest``; else None, and ``name`` is recorded."""
@@ -127,8 +146,8 @@ class NearIndex:
         self.mem_bands: dict[bytes, list[int]] = {}
         self.n = 0
         self.spilled = False
-        store.db.execute("CREATE TABLE near_doc (id INTEGER PRIMARY KEY, name TEXT, sig BLOB)")
-        store.db.execute("CREATE TABLE near_band (key BLOB, id INTEGER, PRIMARY KEY (key, id)) WITHOUT ROWID")
+        store.create("CREATE TABLE near_doc (id INTEGER PRIMARY KEY, name TEXT, sig BLOB)")
+        store.create("CREATE TABLE near_band (key BLOB, id INTEGER, PRIMARY KEY (key, id)) WITHOUT ROWID")
 
     def _keys(self, sig: np.ndarray) -> list[bytes]:
         # band number + the band's values: equal keys <=> equal bands, no hash collisions to rule out
