@@ -8,7 +8,7 @@ size N is that project plus N synthetic runs of older pipelines (fetch, curate, 
 train with metrics and checkpoints, evaluate; chained by digest), written with the ledger's
 own record API (``Record.create``: validated, canonical, hash-chained, with Merkle roots).
 Every command runs as its own process, forked by a tiny launcher that reads the child's
-own CPU time and peak RSS with ``os.wait4``; each is run twice, cold (the derived index is
+own CPU time and peak RSS with ``os.wait4`` (tests/proc.py); each is run twice, cold (the derived index is
 built on first use) and warm. Growth exponents are least-squares slopes of log CPU over
 log runs (0: independent of history; 1: linear). Prints; asserts nothing.
 
@@ -37,24 +37,10 @@ sys.path.insert(0, str(ROOT))
 from marin import hashing  # noqa: E402
 from marin.ledger import merkle  # noqa: E402
 from marin.ledger.records import Record, exact  # noqa: E402
+from tests import proc  # noqa: E402
 from tests.conftest import built_project, env_for_subprocess, make_corpus  # noqa: E402
 
 PY = sys.executable
-# Forks the command and reads its own rusage with os.wait4 (a child forked straight from a big
-# parent would report the parent's peak RSS as its own).
-LAUNCHER = """
-import json, os, sys
-pid = os.fork()
-if pid == 0:
-    try:
-        os.execv(sys.argv[2], sys.argv[2:])
-    finally:
-        os._exit(127)
-_, status, ru = os.wait4(pid, 0)
-with open(sys.argv[1], "w") as f:
-    json.dump({"code": os.waitstatus_to_exitcode(status), "cpu_s": ru.ru_utime + ru.ru_stime,
-               "rss_kib": ru.ru_maxrss}, f)
-"""
 STARTUP = """
 import sys
 from pathlib import Path
@@ -72,12 +58,9 @@ SYNC = "from pathlib import Path; from marin.tracking.sync import sync; print(sy
 
 
 def measure(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> tuple[float, float, int]:
-    """(CPU s, peak RSS MB, exit code) of one command, as its own process."""
-    with tempfile.NamedTemporaryFile(suffix=".json") as usage:
-        subprocess.run([PY, "-I", "-S", "-c", LAUNCHER, usage.name, *argv], cwd=cwd, capture_output=True,
-                       env={**env_for_subprocess(), **(env or {})}, timeout=3600, check=True)
-        u = json.loads(Path(usage.name).read_text())
-    return u["cpu_s"], u["rss_kib"] / 1024, u["code"]
+    """(CPU s, peak RSS MB, exit code) of one command, as its own process (tests/proc.py)."""
+    c = proc.measure(cwd, *argv, env={**env_for_subprocess(), **(env or {})}, timeout=3600)
+    return c.cpu_s, c.rss_kib / 1024, c.code
 
 
 # -- synthetic history ---------------------------------------------------------------------

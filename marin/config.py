@@ -112,10 +112,21 @@ class CurateParams:
 
 
 @dataclass(frozen=True)
+class PretrainedTokenizer:
+    """A tokenizers JSON file inside the project, pinned by sha256 (used instead of training)."""
+
+    path: str
+    sha256: str
+    eos: str = "<|endoftext|>"
+
+
+@dataclass(frozen=True)
 class TokenizeParams:
-    vocab_size: int
+    vocab_size: int  # vocab_size and min_frequency: ignored when pretrained is set
     min_frequency: int
     shard_max_tokens: int
+    train_sample_bytes: int = 16 << 20  # above the shipped train split (9.3 MB): its tokenizer is the full-split one
+    pretrained: PretrainedTokenizer | None = None
 
 
 @dataclass(frozen=True)
@@ -427,6 +438,7 @@ _NESTED: dict[tuple[str, str], type] = {
     ("Params", "fetch"): FetchParams,
     ("Params", "curate"): CurateParams,
     ("Params", "tokenize"): TokenizeParams,
+    ("TokenizeParams", "pretrained"): PretrainedTokenizer,
     ("Params", "model"): ModelParams,
     ("Params", "train"): TrainParams,
     ("Params", "runtime"): RuntimeParams,

@@ -6,18 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import os
 import random
-import secrets
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
-import time
 from pathlib import Path
 
-import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -26,7 +17,8 @@ from marin import config
 from marin.data import curate as cm
 from marin.data import dedup, manifest, parquet
 from marin.data.engine import Engine
-from tests.conftest import BIN, Project, env_for_subprocess, make_corpus, mini_params
+from tests.conftest import Project, make_corpus, mini_params
+from tests.ray_cluster import NO_UV_HOOK, ray_head
 
 OUTPUTS = ("train.parquet", "validation.parquet", "manifest.json")
 
@@ -192,79 +184,18 @@ def test_stage_workers_1_2_4_same_bytes_and_predicted_funnel(project: Project, t
 
 # -- Ray: a real head on 127.0.0.1, and a local Ray the engine starts itself ----------------
 
-# pytest runs under `uv run`, and Ray then starts its workers with `uv run` in a copy of the
-# project (which cannot build without README.md); the stage's own interpreter is what we test
-NO_UV_HOOK = {"RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "RAY_USAGE_STATS_ENABLED": "0"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ray_processes(temp_dir: str) -> list[psutil.Process]:
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(temp_dir in a for a in p.info["cmdline"] or ()):
-                out.append(p)
-        except psutil.Error:
-            continue
-    return out
-
-
 @pytest.mark.slow
 def test_ray_cluster_gives_the_same_bytes(project: Project) -> None:
     project.stage("fetch")
     project.stage("curate")
     local = _stage_outputs(project)
-    port, temp_dir = _free_port(), tempfile.mkdtemp(prefix="ray", dir="/tmp")  # a short path: Ray's sockets live in it
-    # Ray 2.60 heads require a token: this cluster's own, given to the head and the stage alike
-    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), **NO_UV_HOOK}
-    env = {**env_for_subprocess(), **auth}
-    # --block: the head lives as long as this one process, and takes its processes with it on SIGTERM
-    head = subprocess.Popen([str(BIN / "ray"), "start", "--head", f"--port={port}", "--num-cpus=2",
-                             "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}",
-                             "--block"], cwd=project.root, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_for_port(port, head)
+    with ray_head(project.root) as env:
         _with_engine(project, "ray", 2)
-        project.env.update(auth, RAY_ADDRESS=f"127.0.0.1:{port}")
+        project.env.update(env)
         project.stage("curate")
         assert _stage_outputs(project) == local
         started = project.runs("curate")[-1][0]["body"]
-        assert started["execution"] == {"engine": "ray", "workers": 2, "ray_address": f"127.0.0.1:{port}"}
-    finally:
-        _stop(head, temp_dir)
-        left = _ray_processes(temp_dir)
-        shutil.rmtree(temp_dir, ignore_errors=True)
-    assert not left
-
-
-def _wait_for_port(port: int, head: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert head.poll() is None, "ray start exited"
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.5)
-    raise AssertionError(f"the Ray head did not listen on {port} within {timeout} s")
-
-
-def _stop(head: subprocess.Popen, temp_dir: str) -> None:
-    """The head and every process of its session, by id: nothing else on this machine."""
-    head.send_signal(signal.SIGTERM)
-    try:
-        head.wait(60)
-    except subprocess.TimeoutExpired:
-        os.killpg(head.pid, signal.SIGKILL)
-        head.wait(10)
-    for p in _ray_processes(temp_dir):
-        p.kill()
-    psutil.wait_procs(_ray_processes(temp_dir), timeout=10)
+        assert started["execution"] == {"engine": "ray", "workers": 2, "ray_address": env["RAY_ADDRESS"]}
 
 
 @pytest.mark.slow

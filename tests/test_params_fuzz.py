@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import codecs
 import copy
-import json
-import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests import proc
 from tests.conftest import BIN, Project, copy_project, env_for_subprocess
 
 CPU_BUDGET_S = 2.0
@@ -36,52 +34,21 @@ COMMANDS = {
     "tokenize": ("-m", "pipeline.tokenize"),
 }
 
-# Forks the command, caps its CPU (a regression such as an alias bomb must not run for
-# minutes), waits for it with os.wait4 and writes its exit code and rusage as JSON.
-LAUNCHER = """
-import json, os, resource, sys
-pid = os.fork()
-if pid == 0:
-    try:
-        resource.setrlimit(resource.RLIMIT_CPU, (20, 20))
-        os.execv(sys.argv[2], sys.argv[2:])
-    finally:
-        os._exit(127)
-_, status, ru = os.wait4(pid, 0)
-with open(sys.argv[1], "w") as f:
-    json.dump({"code": os.waitstatus_to_exitcode(status), "cpu_s": ru.ru_utime + ru.ru_stime,
-               "rss_kib": ru.ru_maxrss}, f)
-"""
+CPU_CAP_S = 20  # a regression such as an alias bomb must not run for minutes
 
 
-@dataclass(frozen=True)
-class Child:
-    code: int
-    cpu_s: float
-    rss_kib: int
-    stdout: str
-    stderr: str
-
-
-def measure(cwd: Path, scratch: Path, *argv: str) -> Child:
-    """Run ``argv`` in ``cwd`` as a grandchild of a tiny launcher; its own rusage."""
-    usage = scratch / "usage.json"
-    usage.unlink(missing_ok=True)
-    p = subprocess.run([sys.executable, "-I", "-S", "-c", LAUNCHER, str(usage), *argv], cwd=cwd,
-                       env=env_for_subprocess(), capture_output=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    u = json.loads(usage.read_text())
-    return Child(u["code"], u["cpu_s"], u["rss_kib"], p.stdout.decode(errors="replace"),
-                 p.stderr.decode(errors="replace"))
+def measure(cwd: Path, *argv: str) -> proc.Child:
+    """Run ``argv`` in ``cwd`` as a grandchild of the launcher (tests/proc.py); its own rusage."""
+    return proc.measure(cwd, *argv, env=env_for_subprocess(), cpu_limit_s=CPU_CAP_S, timeout=120)
 
 
 def test_meter_sees_the_childs_own_usage(tmp_path: Path) -> None:
     ballast = bytearray(300 << 20)  # this process grows; a child must not inherit the count
     ballast[:: 4096] = b"\x01" * len(ballast[:: 4096])
-    small = measure(tmp_path, tmp_path, sys.executable, "-c", "pass")
-    big = measure(tmp_path, tmp_path, sys.executable, "-c",
+    small = measure(tmp_path, sys.executable, "-c", "pass")
+    big = measure(tmp_path, sys.executable, "-c",
                   "b = bytearray(300 << 20); b[::4096] = b'x' * len(b[::4096])")
-    busy = measure(tmp_path, tmp_path, sys.executable, "-c",
+    busy = measure(tmp_path, sys.executable, "-c",
                    "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass")
     del ballast
     assert small.code == 0 and small.rss_kib < 50 * 1024, small
@@ -276,8 +243,6 @@ class Bench:
 
     def __init__(self, source: Project, base: Path) -> None:
         self.source, self.base, self.copies = source, base, 0
-        self.scratch = base / "scratch"
-        self.scratch.mkdir()
         self.fresh()
 
     def fresh(self) -> None:
@@ -293,7 +258,7 @@ def bench(tmp_path_factory: pytest.TempPathFactory, _data_project: Project) -> B
 
 
 def test_good_params_pass_within_budget(bench: Bench) -> None:
-    r = measure(bench.proj.root, bench.scratch, str(BIN / "python"), *COMMANDS["params-check"])
+    r = measure(bench.proj.root, str(BIN / "python"), *COMMANDS["params-check"])
     assert r.code == 0 and r.stderr == "" and r.stdout.endswith("params.yaml: valid\n"), r
     assert r.cpu_s < CPU_BUDGET_S and r.rss_kib < RSS_BUDGET_KIB, r
 
@@ -309,7 +274,7 @@ def test_hostile_params_refused(bench: Bench, kind: str) -> None:
     params = proj.root / "params.yaml"
     params.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8", "surrogatepass"))
     try:
-        results = {name: measure(proj.root, bench.scratch, str(BIN / "python"), *argv)
+        results = {name: measure(proj.root, str(BIN / "python"), *argv)
                    for name, argv in COMMANDS.items()}
     finally:
         params.write_bytes(bench.good)
