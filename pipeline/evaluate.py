@@ -60,8 +60,8 @@ def evaluate_stage(root: Path, params: Params) -> None:
         logits_fn = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x))
         samples = []
         for prompt in params.evaluate.prompts:
-            out = ev.greedy(logits_fn, model_params, tokenizer.encode(prompt).ids, eos, seq_len,
-                            params.evaluate.sample_tokens)
+            ids = tokenizer.encode(prompt, add_special_tokens=False).ids  # as in the shards: no special tokens
+            out = ev.greedy(logits_fn, model_params, ids, eos, seq_len, params.evaluate.sample_tokens)
             samples.append({"prompt": prompt, "completion": tokenizer.decode(out), "token_ids": out})
         run.record("eval", {"name": "greedy_samples", "split": "prompts",
                             "values": {"tokens_per_sample": params.evaluate.sample_tokens}, "samples": samples})

@@ -175,6 +175,8 @@ def test_a_pinned_tokenizer_saved_with_truncation_and_padding_encodes_whole_docu
     lengths, ids = tk.encode_task(tk.EncodeTask(pinned.tokenizer.to_str(), texts))
     assert lengths.tolist() == [len(tok.encode(t).ids) for t in texts] and all(n > 64 for n in lengths)
     assert ids.tolist() == [i for t in texts for i in tok.encode(t).ids]
+    loaded = tk.load(tmp_path / "t.json")  # as evaluate loads data/tokens/tokenizer.json
+    assert loaded.truncation is None and loaded.padding is None and saved.truncation is not None
 
 
 def _wordlevel(n: int) -> bytes:

@@ -101,7 +101,15 @@ def train_tokenizer(texts: Iterable[str], p: TokenizeParams) -> Tokenizer:
 
 
 def load(path: Path) -> Tokenizer:
-    return Tokenizer.from_file(str(path))
+    return plain(Tokenizer.from_file(str(path)))
+
+
+def plain(tok: Tokenizer) -> Tokenizer:
+    """``tok`` with truncation and padding off: a file saved with either on would cut or pad
+    every document (a pretrained ``tokenizer.json`` may carry them)."""
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
 
 
 # -- a pretrained tokenizer, pinned by digest ---------------------------------------------
@@ -156,9 +164,7 @@ def pretrained(root: Path, p: PretrainedTokenizer) -> Pinned:
     if tok.token_to_id(p.eos) is None:
         raise StageError(f"tokenize.pretrained.eos: {p.eos!r} is not a token of {rel}; set "
                          "tokenize.pretrained.eos to its end-of-text token")
-    tok.no_truncation()  # a file saved with truncation or padding on would cut or pad every document
-    tok.no_padding()
-    return Pinned(rel, data, tok, p.eos)
+    return Pinned(rel, data, plain(tok), p.eos)
 
 
 def describe(tok: Tokenizer, eos: str) -> dict[str, Any]:
