@@ -6,7 +6,8 @@ would report that process's size as its own. :func:`measure` therefore forks eac
 from a tiny launcher (a bare ``python -I -S``, ~10 MB) that waits for it with ``os.wait4``
 and writes its exit code and rusage as JSON. CPU is the command's own plus that of the
 children it reaped (a spawned pool's workers); peak RSS is the largest of those processes,
-not their sum (``tree_rss_kib``, sampled while it runs, is the sum).
+not their sum (``tree_rss_kib``, sampled while it runs, is the sum; ``own_cpu_s``, sampled
+too, is the command's CPU without its workers').
 """
 
 from __future__ import annotations
@@ -48,20 +49,25 @@ class Child:
     stdout: str
     stderr: str
     tree_rss_kib: int = 0  # the largest sampled sum over the command and its descendants (0: not sampled)
+    own_cpu_s: float = 0.0  # the command's own CPU, without its children's, as last sampled (0: not sampled)
 
 
-def _tree_rss(launcher: psutil.Process) -> int:
-    total = 0
+def _sample(launcher: psutil.Process) -> tuple[int, float]:
+    """(summed RSS in KiB of the command's process tree, the command's own CPU s) now."""
+    total, own = 0, 0.0
     try:
         procs = launcher.children(recursive=True)
     except psutil.Error:
-        return 0
+        return 0, 0.0
     for p in procs:
         try:
             total += p.memory_info().rss
+            if p.ppid() == launcher.pid:
+                t = p.cpu_times()
+                own = t.user + t.system
         except psutil.Error:
             continue
-    return total >> 10
+    return total >> 10, own
 
 
 def measure(cwd: Path, *argv: str, env: dict[str, str] | None = None, cpu_limit_s: int = 0,
@@ -71,7 +77,7 @@ def measure(cwd: Path, *argv: str, env: dict[str, str] | None = None, cpu_limit_
     with tempfile.TemporaryDirectory(prefix="measure-") as scratch:
         usage = Path(scratch) / "usage.json"
         out, err = Path(scratch) / "out", Path(scratch) / "err"
-        t0, tree = time.perf_counter(), 0
+        t0, tree, own = time.perf_counter(), 0, 0.0
         with open(out, "wb") as o, open(err, "wb") as e:
             p = subprocess.Popen([sys.executable, "-I", "-S", "-c", LAUNCHER, str(usage), str(cpu_limit_s), *argv],
                                  cwd=cwd, env=env, stdout=o, stderr=e)
@@ -80,7 +86,8 @@ def measure(cwd: Path, *argv: str, env: dict[str, str] | None = None, cpu_limit_
                     if time.perf_counter() - t0 > timeout:
                         raise subprocess.TimeoutExpired(argv, timeout)
                     if sample_s:
-                        tree = max(tree, _tree_rss(psutil.Process(p.pid)))
+                        rss, cpu = _sample(psutil.Process(p.pid))
+                        tree, own = max(tree, rss), max(own, cpu)
                     time.sleep(sample_s or 0.02)
             finally:
                 if p.poll() is None:  # timed out or interrupted: the command and its workers, then the launcher
@@ -93,4 +100,4 @@ def measure(cwd: Path, *argv: str, env: dict[str, str] | None = None, cpu_limit_
             raise RuntimeError(f"the launcher failed ({p.returncode}): {err.read_text(errors='replace')}")
         u = json.loads(usage.read_text())
         return Child(u["code"], u["cpu_s"], u["rss_kib"], wall, out.read_text(errors="replace"),
-                     err.read_text(errors="replace"), tree)
+                     err.read_text(errors="replace"), tree, own)
