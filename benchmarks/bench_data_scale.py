@@ -200,11 +200,11 @@ def summary(rows: list[dict]) -> None:
     top = max(r["scale"] for r in rows)
     if ("curate", 1, top) in by and ("curate", 2, top) in by:
         a, b = by[("curate", 1, top)], by[("curate", 2, top)]
-        # CPU-bound on 2 idle cores: the driver's own work and the workers' (halved) overlap at best
-        bound = max(b["own"], (b["cpu"] - b["own"]) / 2)
+        # CPU-bound on 2 idle cores: all of the 2-worker run's CPU shares them, the driver's own is serial
+        bound = max(b["own"], b["cpu"] / 2)
         print(f"\ncurate at {top}x: 2 workers {a['wall'] / b['wall']:.2f}x the throughput (MB per wall s) of 1 "
               f"(target >= 1.7); on 2 idle cores at most {a['cpu'] / bound:.2f}x (1 worker's CPU over the larger of "
-              "the 2-worker driver's own CPU and half its workers')")
+              "the 2-worker run's driver CPU and half its total CPU)")
     for r in rows:
         if r["stage"] == "tokenize" and r["scale"] == top:
             print(f"tokenize at {top}x, {r['workers']} worker(s): {r['mb'] / r['cpu']:.2f} MB per CPU s = "
