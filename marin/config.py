@@ -171,9 +171,10 @@ class DataRuntime:
 @dataclass(frozen=True)
 class RuntimeParams:
     xla_cpu_threads: int  # NPROC for XLA's CPU thread pool: decides the bits
-    devices: int  # size of the mesh's data axis (simulated CPU devices when > 1)
+    devices: int  # devices per process (simulated CPU devices when > 1)
     param_sharding: str  # replicated | fsdp
     data: DataRuntime = DataRuntime()
+    processes: int = 1  # jax.distributed processes; the mesh's data axis has processes * devices devices
 
 
 @dataclass(frozen=True)
@@ -479,6 +480,10 @@ def _cross_checks(p: Params) -> list[str]:
     if p.train.batch_size % p.runtime.devices:
         problems.append(f"train.batch_size: {p.train.batch_size} is not divisible by runtime.devices "
                         f"({p.runtime.devices}); each device needs an equal share")
+    elif p.train.batch_size % (p.runtime.devices * p.runtime.processes):
+        problems.append(f"train.batch_size: {p.train.batch_size} is not divisible by runtime.processes x "
+                        f"runtime.devices ({p.runtime.processes} x {p.runtime.devices}); each device needs an "
+                        "equal share")
     if p.train.warmup_steps >= p.train.steps:
         problems.append(f"train.warmup_steps: {p.train.warmup_steps} is not below train.steps ({p.train.steps})")
     names = [s.name for s in p.fetch.sources]

@@ -36,8 +36,10 @@ def guarded(fn: Callable[[], int], verbose: bool = False) -> int:
         return 130
 
 
-def stage_main(stage: Callable[[Path, config.Params], None]) -> None:
-    """Entry point of a pipeline/ script: validate params, run the stage, exit cleanly."""
+def stage_main(stage: Callable[[Path, config.Params], bool | None]) -> None:
+    """Entry point of a pipeline/ script: validate params, run the stage, exit cleanly. A stage
+    returns False in a process that must not mirror the run into MLflow (a train worker other
+    than process 0, or the launcher of local workers)."""
     verbose = "-v" in sys.argv or "--verbose" in sys.argv
 
     def go() -> int:
@@ -47,7 +49,8 @@ def stage_main(stage: Callable[[Path, config.Params], None]) -> None:
 
         for problem in schemas.pin_problems()[:1]:  # records are written only against the pinned schemas
             raise SchemaError(problem)
-        stage(root, params)
+        if stage(root, params) is False:
+            return 0
         from marin.tracking import sync_quietly
 
         sync_quietly(root)  # the MLflow view; never fails the stage

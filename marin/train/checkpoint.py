@@ -20,11 +20,12 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from marin import hashing
+from marin.train import distributed
 
 
 def tensors(state: Any) -> dict[str, np.ndarray]:
     """Every leaf of a pytree as a host array, by its pytree path (``jax.tree_util.keystr``)."""
-    return {jax.tree_util.keystr(path): np.asarray(jax.device_get(leaf))
+    return {jax.tree_util.keystr(path): distributed.host_array(leaf)  # gathered across processes if sharded
             for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]}
 
 

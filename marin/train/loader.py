@@ -224,8 +224,13 @@ class Loader:
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
         """inputs and targets, each (B, T) int32, for optimizer step ``step``."""
+        return self.rows(step, 0, self.batch_size)
+
+    def rows(self, step: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        """Rows ``[lo, hi)`` of step ``step``'s batch, reading only their windows: the part of
+        the global batch one process (or device) holds."""
         if self.windows < 1:
             raise ValueError(f"the token stream ({len(self.stream)} tokens) is shorter than one sequence")
-        ws = sample_windows(step, self.batch_size, self.windows, self.key)
-        x = np.stack([self.stream.read(*window_bounds(int(w), self.seq_len)) for w in ws])  # (B, T + 1)
+        ws = sample_windows(step, self.batch_size, self.windows, self.key)[lo:hi]
+        x = np.stack([self.stream.read(*window_bounds(int(w), self.seq_len)) for w in ws])  # (hi - lo, T + 1)
         return {"inputs": x[:, :-1], "targets": x[:, 1:]}

@@ -7,6 +7,7 @@ Call :func:`marin.train.runtime.configure` before importing this module.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from marin.ledger.run import Plan
 from marin.ledger.store import RunLog, read_run
 from marin.model import ModelConfig, count_params
 from marin.paths import ledger_dir
-from marin.train import checkpoint, runtime, seeds, step, weights
+from marin.train import checkpoint, distributed, runtime, seeds, step, weights
 from marin.train.loader import CACHE, Loader, open_stream
 
 TOKENS, CKPT = Path("data/tokens"), Path("checkpoints")
@@ -54,16 +55,16 @@ def find_resumable(root: Path, recipe: str) -> RunLog | None:
     return None
 
 
-def last_good_checkpoint(log: RunLog, ckpts: checkpoint.Checkpoints, abstract: Any,
+def last_good_checkpoint(recorded: list[tuple[int, str]], ckpts: checkpoint.Checkpoints, abstract: Any,
                          shardings: Any) -> tuple[int, Any] | None:
-    """The latest recorded checkpoint that orbax committed and whose tensors still match."""
+    """The latest recorded (step, digest) checkpoint that orbax committed and whose tensors
+    still match. Every process calls it with the same list (restores are collective)."""
     committed = set(ckpts.steps())
-    for rec in reversed(log.of_kind("checkpoint")):
-        s = rec.body["step"]
+    for s, digest in reversed(recorded):
         if s not in committed:
             continue
         state, _ = ckpts.restore(s, abstract, shardings)
-        if checkpoint.state_digest(state) == rec.body["digest"]:
+        if checkpoint.state_digest(state) == digest:
             return s, state
         print(f"train: checkpoint {s} does not match its record; trying an earlier one")
     return None
@@ -92,7 +93,25 @@ class Setup:
 
     def step(self, state: Any, i: int) -> tuple[Any, Any]:
         """Optimizer step ``i`` (0-based) on batch ``i``."""
-        return self.train_step(state, jax.device_put(self.loader.batch(i), step.batch_sharding(self.mesh)))
+        return self.train_step(state, self.global_batch(i))
+
+    def global_batch(self, i: int) -> dict[str, Any]:
+        """Batch ``i`` as global arrays over the mesh, this process reading only the rows of its
+        own devices (the same pure (seed, step) order in every process)."""
+        sharding = step.batch_sharding(self.mesh)
+        shape = (self.loader.batch_size, self.cfg.max_seq_len)
+        rows: dict[tuple[int, int], dict[str, Any]] = {}
+
+        def part(name: str) -> Any:
+            def load(index: tuple[slice, ...]) -> Any:
+                lo, hi, _ = index[0].indices(shape[0])
+                if (lo, hi) not in rows:
+                    rows[lo, hi] = self.loader.rows(i, lo, hi)
+                return rows[lo, hi][name]
+
+            return jax.make_array_from_callback(shape, sharding, load)
+
+        return {"inputs": part("inputs"), "targets": part("targets")}
 
     def metric_values(self, metrics: Any, i: int) -> dict[str, Any]:
         """The exact metrics of step ``i`` (a host sync)."""
@@ -125,76 +144,116 @@ def is_checkpoint_step(tp: Any, done: int) -> bool:
     return done % tp.checkpoint_every == 0 or done == tp.steps
 
 
-def run(root: Path, params: Params) -> None:
-    tp, rt = params.train, params.runtime
-    fp = env.fingerprint()
-    plan = Plan.make(root, "train", params=params.section("seed", "model", "train", "runtime"),
-                     inputs=[Input("tokens", TOKENS.as_posix())], det_class=runtime.determinism_class(rt, fp),
-                     seeds=seeds.record(params.seed), fingerprint=fp)
-    su = setup(root, params)
-    cfg, abstract, shardings, loader = su.cfg, su.abstract, su.shardings, su.loader
+@dataclass
+class Begun:
+    """Where training starts: the ledger run (process 0 only), its id, the state and step, and
+    what a resumed run recorded already (its replayed values must agree)."""
 
-    # Resume an unfinished run of the same recipe, in the same ledger run, or start.
-    prior = find_resumable(root, plan.recipe_digest)
-    recorded_metrics: dict[int, dict[str, Any]] = {}
-    recorded_ckpts: dict[int, str] = {}
-    state = None
-    if prior is not None:
-        ckpts = checkpoint.Checkpoints(root / CKPT / prior.run_id)
-        found = last_good_checkpoint(prior, ckpts, abstract, shardings)
-        start_step, state = found if found is not None else (0, None)
-        recorded_metrics = {r.body["step"]: r.body["values"] for r in prior.of_kind("metric")}
-        recorded_ckpts = {r.body["step"]: r.body["digest"] for r in prior.of_kind("checkpoint")}
-        run = Run.resume(root, prior.run_id, reason="unfinished run of the same recipe", from_step=start_step)
-        print(f"train: resuming {run.run_id} from step {start_step}")
-    else:
+    run: Run | None
+    run_id: str
+    state: Any
+    metrics: dict[int, dict[str, Any]]
+    ckpts: dict[int, str]
+
+
+def begin(root: Path, params: Params, topo: distributed.Topology) -> tuple[Setup, Begun]:
+    """Plan the run; resume an unfinished run of the same recipe, in the same ledger run, or start.
+
+    Process 0 alone reads and writes the ledger; the others learn the run and the recorded
+    checkpoints from it (a collective), and every process restores the same checkpoint."""
+    rt = params.runtime
+    fp = env.fingerprint()
+    procs = distributed.allgather_json(distributed.process_entry(fp)) if rt.processes > 1 else None
+    execution = {"processes": procs, "coordinator": topo.coordinator or "cluster auto-detection"} if procs else None
+    plan = prior = su = None
+    if topo.primary:
+        plan = Plan.make(root, "train", params=params.section("seed", "model", "train", "runtime"),
+                         inputs=[Input("tokens", TOKENS.as_posix())], det_class=runtime.determinism_class(rt, fp),
+                         seeds=seeds.record(params.seed), fingerprint=fp, execution=execution)
+        su = setup(root, params)  # first, alone: it may build the token cache the others then read
+        prior = find_resumable(root, plan.recipe_digest)
+    found = {"run_id": prior.run_id, "ckpts": [[r.body["step"], r.body["digest"]] for r in prior.of_kind("checkpoint")]
+             } if prior is not None else None
+    if rt.processes > 1:
+        found = distributed.from_primary(found)
+    su = su or setup(root, params)
+    state, start, metrics, ckpts = None, 0, {}, {}
+    if found is not None:
+        ck = checkpoint.Checkpoints(root / CKPT / found["run_id"])
+        got = last_good_checkpoint([tuple(c) for c in found["ckpts"]], ck, su.abstract, su.shardings)
+        ck.close()
+        start, state = got if got is not None else (0, None)
+        ckpts = dict(tuple(c) for c in found["ckpts"])
+    run = None
+    if topo.primary and prior is not None:
+        metrics = {r.body["step"]: r.body["values"] for r in prior.of_kind("metric")}
+        extra = {"execution": execution} if execution else {}
+        run = Run.resume(root, prior.run_id, reason="unfinished run of the same recipe", from_step=start, **extra)
+        print(f"train: resuming {run.run_id} from step {start}")
+    elif topo.primary:
         run = Run.begin(plan)
-        ckpts = checkpoint.Checkpoints(root / CKPT / run.run_id)
+    run_id = distributed.from_primary(run.run_id if run else None) if rt.processes > 1 else run.run_id
     if state is None:
         state = su.init_state(params)
+    return su, Begun(run, run_id, state, metrics, ckpts)
 
-    with run:
+
+def run(root: Path, params: Params, topo: distributed.Topology | None = None) -> None:
+    topo = topo or distributed.Topology(1)
+    tp = params.train
+    su, b = begin(root, params, topo)
+    cfg, abstract, shardings, loader, run, state = su.cfg, su.abstract, su.shardings, su.loader, b.run, b.state
+    ckpts = checkpoint.Checkpoints(root / CKPT / b.run_id)
+
+    with (run if run is not None else contextlib.nullcontext()), distributed.peer_guard(topo):
         n_params = count_params(state.params)
         tokens_per_step = tp.batch_size * cfg.max_seq_len
         start = int(state.step)
-        bar = tqdm(total=tp.steps, initial=start, desc="train", unit="step", dynamic_ncols=True)
+        bar = tqdm(total=tp.steps, initial=start, desc="train", unit="step", dynamic_ncols=True,
+                   disable=not topo.primary)
         t_last, steps_since = time.perf_counter(), 0
         for i in range(start, tp.steps):
             state, metrics = su.step(state, i)
             done, steps_since = i + 1, steps_since + 1
             bar.update(1)
 
-            if is_log_step(tp, done):  # host sync only here
+            if is_log_step(tp, done) and run is not None:  # host sync only here
                 values = su.metric_values(metrics, i)
                 now = time.perf_counter()
                 tok_s = steps_since * tokens_per_step / (now - t_last)
                 t_last, steps_since = now, 0
-                _record_once(run, "metric", done, recorded_metrics, values,
+                _record_once(run, "metric", done, b.metrics, values,
                              {"step": done, "values": values, "timing": {"tokens_per_s": round(tok_s, 3)}})
                 bar.set_postfix(loss=f"{values['loss']['value']:.4f}", tok_s=f"{tok_s:,.0f}")
 
-            if is_checkpoint_step(tp, done):
-                ckpts.save(done, state, {"step": done, "loader": loader.position(done), "run_id": run.run_id})
-                restored, _ = ckpts.restore(done, abstract, shardings)  # digest what is on disk
+            if is_checkpoint_step(tp, done):  # every process saves its part, then all digest what is on disk
+                ckpts.save(done, state, {"step": done, "loader": loader.position(done), "run_id": b.run_id})
+                restored, _ = ckpts.restore(done, abstract, shardings)
                 digest = checkpoint.state_digest(restored)
-                _record_once(run, "checkpoint", done, recorded_ckpts, digest, {
-                    "step": done, "path": (CKPT / run.run_id / str(done)).as_posix(), "digest": digest,
-                    "params_digest": weights.params_digest(restored.params), "loader": loader.position(done),
-                    "leaves": len(jax.tree.leaves(restored))})
+                body = {"step": done, "path": (CKPT / b.run_id / str(done)).as_posix(), "digest": digest,
+                        "params_digest": weights.params_digest(restored.params), "loader": loader.position(done),
+                        "leaves": len(jax.tree.leaves(restored))}
+                if run is not None:
+                    _record_once(run, "checkpoint", done, b.ckpts, digest, body)
         bar.close()
         ckpts.close()
+        host_params = jax.tree.map(distributed.host_array, state.params)  # a collective for sharded params
+        if run is not None:
+            _publish(root, run, su, host_params, n_params, int(state.step))
 
-        # The released model and the training curve (exact values, so it repeats bit for bit).
-        with fsutil.atomic_dir(root / MODEL) as tmp:
-            tensor_digest = weights.save(tmp, state.params, cfg, {
-                "n_params": n_params, "step": int(state.step), "recipe_digest": run.recipe_digest,
-                "tokenizer": {"path": (TOKENS / "tokenizer.json").as_posix(), "digest": su.tokenizer["digest"],
-                              "eos_id": su.tokenizer["eos_id"]},
-                "packing": "documents joined with EOS separators; attention is not masked at boundaries"})
-            run.output("model", MODEL, source=tmp, tensor_digest=tensor_digest,  # recorded, then published
-                       meta={"n_params": n_params, "step": int(state.step)})
-        _write_curve(root / CURVE, run)
-        print(f"train: {n_params:,} parameters, {tp.steps} steps, final model {tensor_digest}")
+
+def _publish(root: Path, run: Run, su: Setup, params: Any, n_params: int, steps: int) -> None:
+    """The released model and the training curve (exact values, so it repeats bit for bit)."""
+    with fsutil.atomic_dir(root / MODEL) as tmp:
+        tensor_digest = weights.save(tmp, params, su.cfg, {
+            "n_params": n_params, "step": steps, "recipe_digest": run.recipe_digest,
+            "tokenizer": {"path": (TOKENS / "tokenizer.json").as_posix(), "digest": su.tokenizer["digest"],
+                          "eos_id": su.tokenizer["eos_id"]},
+            "packing": "documents joined with EOS separators; attention is not masked at boundaries"})
+        run.output("model", MODEL, source=tmp, tensor_digest=tensor_digest,  # recorded, then published
+                   meta={"n_params": n_params, "step": steps})
+    _write_curve(root / CURVE, run)
+    print(f"train: {n_params:,} parameters, {steps} steps, final model {tensor_digest}")
 
 
 def _record_once(run: Run, kind: str, s: int, recorded: dict[int, Any], value: Any, body: dict[str, Any]) -> None:

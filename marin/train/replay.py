@@ -14,6 +14,7 @@ the XLA thread and device count from it before jax starts, like the stage.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -45,8 +46,12 @@ def distances(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, d
     return out
 
 
-def _load(root: Path) -> tuple[config.Params, Any]:
+def _load(root: Path, one_process: bool = False) -> tuple[config.Params, Any]:
+    """The recorded params and the stage's setup. ``one_process``: a multi-process run's mesh
+    in this one process (restoring and digesting checkpoints gives the same tensors)."""
     params = config.load(root / "params.yaml")
+    if one_process:
+        params = dataclasses.replace(params, runtime=runtime.single_process(params.runtime))
     runtime.configure(params.runtime)  # before jax initializes
     from marin.train import loop
 
@@ -92,7 +97,7 @@ def segments(root: Path, ckpt_dir: Path, intervals: list[tuple[int, int]]) -> di
 
 
 def compare(root: Path, dir_a: Path, dir_b: Path, steps: list[int]) -> dict[str, Any]:
-    _, su = _load(root)
+    _, su = _load(root, one_process=True)
     from marin.train import checkpoint
 
     a, b = checkpoint.Checkpoints(dir_a, create=False), checkpoint.Checkpoints(dir_b, create=False)

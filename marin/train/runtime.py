@@ -10,6 +10,7 @@ affinity; the pool size decides the bits of reductions. ``taskset -c 0`` with
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from typing import Any
@@ -36,31 +37,46 @@ def configure(rt: RuntimeParams) -> None:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
+def global_devices(rt: RuntimeParams) -> int:
+    """Devices on the mesh: ``runtime.devices`` in each of ``runtime.processes`` processes."""
+    return rt.devices * rt.processes
+
+
 def make_mesh(rt: RuntimeParams) -> Any:
-    """A 1-D mesh over ``runtime.devices`` devices with axis ``data``."""
+    """A 1-D mesh with axis ``data`` over every process's ``runtime.devices`` devices."""
     import jax
 
-    if jax.device_count() < rt.devices:
+    n = global_devices(rt)
+    if jax.device_count() < n:
         raise StageError(
-            f"runtime.devices is {rt.devices} but jax sees {jax.device_count()} device(s); "
+            f"runtime.devices x runtime.processes is {n} but jax sees {jax.device_count()} device(s); "
             "on CPU the count is set through XLA_FLAGS before jax starts (marin does this)"
         )
-    return jax.make_mesh((rt.devices,), ("data",), axis_types=(jax.sharding.AxisType.Auto,),
-                         devices=jax.devices()[: rt.devices])
+    return jax.make_mesh((n,), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:n])
+
+
+def single_process(rt: RuntimeParams) -> RuntimeParams:
+    """The same mesh size in one process (``processes x devices`` simulated devices): enough to
+    restore and digest a multi-process run's checkpoints."""
+    return dataclasses.replace(rt, devices=global_devices(rt), processes=1)
 
 
 def determinism_class(rt: RuntimeParams, fp: dict[str, Any]) -> dict[str, Any]:
     """What can change the bits of a JAX computation here."""
     import jax
 
-    devices = jax.devices()[: rt.devices]
+    devices = jax.devices()[: global_devices(rt)]
     flags = sorted(f for f in os.environ.get("XLA_FLAGS", "").split() if f)
+    mesh: dict[str, Any] = {"axes": {"data": len(devices)}, "param_sharding": rt.param_sharding}
+    if rt.processes > 1:  # the collectives cross processes (gloo on CPU): see docs/architecture.md
+        mesh.update(processes=rt.processes, devices_per_process=rt.devices,
+                    cpu_collectives=str(jax.config.jax_cpu_collectives_implementation))
     return {
         "kind": "jax",
         "backend": jax.default_backend(),
         "device_kind": devices[0].device_kind,
         "device_count": len(devices),
-        "mesh": {"axes": {"data": rt.devices}, "param_sharding": rt.param_sharding},
+        "mesh": mesh,
         "jax": fp["packages"]["jax"],
         "jaxlib": fp["packages"]["jaxlib"],
         "xla_flags": flags,

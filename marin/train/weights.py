@@ -18,6 +18,7 @@ from safetensors.numpy import load_file, save_file
 
 from marin import fsutil, hashing
 from marin.model import ModelConfig, Transformer
+from marin.train import distributed
 
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
 
@@ -31,7 +32,7 @@ def _name(path: tuple[Any, ...]) -> str:
 
 def flat(params: Any) -> dict[str, np.ndarray]:
     """{dotted path: host array} of a parameter pytree."""
-    return {_name(p): np.asarray(jax.device_get(x)) for p, x in jax.tree_util.tree_flatten_with_path(params)[0]}
+    return {_name(p): distributed.host_array(x) for p, x in jax.tree_util.tree_flatten_with_path(params)[0]}
 
 
 def params_digest(params: Any) -> str:

@@ -26,6 +26,10 @@ def check_segments(root: Path, log: RunLog, k: int) -> None:
     stage = log.started.body["stage"]
     if stage != "train":
         raise CannotVerify(f"--segments replays checkpoint intervals of a train run; {log.run_id} is {stage}")
+    processes = log.started.body["params"].get("runtime", {}).get("processes", 1)
+    if processes > 1:  # its bits are those of its process topology (docs/architecture.md), not one process's
+        raise CannotVerify(f"--segments replays intervals in one process; run {log.run_id} trained on {processes} "
+                           "processes, whose bits differ from one process's: verify it with a full replay")
     ckpts = log.of_kind("checkpoint")
     if not 1 <= k <= len(ckpts):
         raise CannotVerify(f"--segments {k}: run {log.run_id} has {len(ckpts)} checkpoint intervals; "

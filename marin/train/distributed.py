@@ -1,0 +1,291 @@
+"""Training across processes and hosts with ``jax.distributed``.
+
+``runtime.processes: N`` trains on N processes of ``runtime.devices`` devices each. Every
+process runs the same stage code (:func:`worker`); they differ only in how they learn their
+place:
+
+- a cluster: every host runs the stage command with ``MARIN_COORDINATOR`` (host:port of
+  process 0), ``MARIN_PROCESS_ID`` and ``MARIN_NUM_PROCESSES``, or ``MARIN_CLUSTER=auto`` to
+  let JAX detect SLURM, Open MPI, Kubernetes or Cloud TPU;
+- one machine (none of these set): the stage is a launcher (:func:`launch_local`) that starts
+  the N worker processes itself, on 127.0.0.1 with a free port, sets those variables for
+  them, and watches them.
+
+CPU collectives go through gloo. If any process dies, the others stop within a bounded time:
+the launcher watches its children (poll every 50 ms) and kills the rest; each child dies
+with its launcher (``PR_SET_PDEATHSIG``); a collective that fails because a peer is gone ends
+the process at once with :data:`PEER_LOST` (the ledger run stays unfinished, so the next run
+resumes it); and the coordination service's heartbeat (:data:`HEARTBEAT_S`) ends processes
+whose peer vanished without a word (a dead host).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from marin.config import RuntimeParams
+from marin.errors import StageError
+
+COORDINATOR, PROCESS_ID, NUM_PROCESSES, CLUSTER = ("MARIN_COORDINATOR", "MARIN_PROCESS_ID",
+                                                    "MARIN_NUM_PROCESSES", "MARIN_CLUSTER")
+PEER_LOST = 75  # exit status of a process that stopped because another one is gone (EX_TEMPFAIL)
+HEARTBEAT_S = 20  # the coordination service declares a silent process dead after this long
+POLL_S = 0.05
+INIT_TIMEOUT_S = 120
+LOGS = Path(".marin/logs/train")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where this process stands: one of ``processes``; ``launch`` when it must start them."""
+
+    processes: int
+    process_id: int = 0
+    coordinator: str | None = None  # host:port; None with auto-detection or a single process
+    auto: bool = False  # JAX's cluster detection
+    launch: bool = False  # this process is the local launcher, not a worker
+
+    @property
+    def primary(self) -> bool:
+        """Process 0 writes the ledger, the model, the curve and the MLflow view."""
+        return self.process_id == 0 and not self.launch
+
+
+def topology(rt: RuntimeParams, environ: dict[str, str] | None = None) -> Topology:
+    """This process's place, from the environment (see the module docstring)."""
+    e = os.environ if environ is None else environ
+    if CLUSTER in e:
+        if e[CLUSTER] != "auto":
+            raise StageError(f"{CLUSTER}={e[CLUSTER]!r}: the only value is 'auto' (JAX's cluster detection); "
+                             f"or set {COORDINATOR}, {PROCESS_ID} and {NUM_PROCESSES}")
+        return Topology(rt.processes, auto=True)
+    given = [k for k in (COORDINATOR, PROCESS_ID, NUM_PROCESSES) if k in e]
+    if not given:
+        return Topology(rt.processes, launch=rt.processes > 1)
+    if len(given) < 3:
+        missing = sorted({COORDINATOR, PROCESS_ID, NUM_PROCESSES} - set(given))
+        raise StageError(f"{', '.join(given)} set without {', '.join(missing)}; a worker needs all three")
+    try:
+        n, i = int(e[NUM_PROCESSES]), int(e[PROCESS_ID])
+    except ValueError:
+        raise StageError(f"{PROCESS_ID}={e[PROCESS_ID]!r}, {NUM_PROCESSES}={e[NUM_PROCESSES]!r}: "
+                         "both must be integers") from None
+    if n != rt.processes or not 0 <= i < n:
+        raise StageError(f"{NUM_PROCESSES}={n}, {PROCESS_ID}={i}: params.yaml runtime.processes is "
+                         f"{rt.processes}; every host needs the same params and an id in [0, {rt.processes})")
+    return Topology(n, i, e[COORDINATOR])
+
+
+# -- a worker --------------------------------------------------------------------------------
+
+def initialize(topo: Topology, rt: RuntimeParams) -> None:
+    """Join the other processes (gloo CPU collectives); check the topology JAX sees."""
+    if topo.processes == 1 and not topo.auto:
+        return
+    import jax
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    kw: dict[str, Any] = {"initialization_timeout": INIT_TIMEOUT_S, "heartbeat_timeout_seconds": HEARTBEAT_S,
+                          "shutdown_timeout_seconds": 30}
+    if not topo.auto:
+        kw.update(coordinator_address=topo.coordinator, num_processes=topo.processes, process_id=topo.process_id)
+    try:
+        jax.distributed.initialize(**kw)
+    except Exception as e:  # an unreachable coordinator, a timeout: say where
+        raise StageError(f"jax.distributed.initialize ({topo.coordinator or 'cluster auto-detection'}, process "
+                         f"{topo.process_id} of {topo.processes}) failed: {str(e).splitlines()[0]}") from None
+    if jax.process_count() != rt.processes or jax.local_device_count() != rt.devices:
+        raise StageError(f"jax sees {jax.process_count()} process(es) with {jax.local_device_count()} device(s) "
+                         f"here; params.yaml asks for runtime.processes {rt.processes} x runtime.devices "
+                         f"{rt.devices}")
+
+
+def shutdown(topo: Topology) -> None:
+    """Leave the coordination service together, before process 0 syncs MLflow (so no process
+    waits at exit for a peer that is still busy)."""
+    if topo.processes > 1 or topo.auto:
+        import jax
+
+        jax.distributed.shutdown()
+
+
+def process_entry(fp: dict[str, Any]) -> dict[str, Any]:
+    """What one process records about itself: host, devices, thread count, environment."""
+    import jax
+
+    return {"process_id": jax.process_index(), "host": socket.gethostname(),
+            "devices": [{"id": d.id, "kind": d.device_kind} for d in jax.local_devices()],
+            "xla_cpu_threads": int(os.environ["NPROC"]), "env": fp}
+
+
+def allgather_json(obj: Any) -> list[Any]:
+    """Every process's ``obj`` (JSON), in process order; a collective every process must call."""
+    import jax
+
+    data = json.dumps(obj, sort_keys=True).encode()
+    if jax.process_count() == 1:
+        return [json.loads(data)]
+    from jax.experimental import multihost_utils as mh
+
+    sizes = mh.process_allgather(np.array([len(data)], np.int64))[:, 0]  # (P,)
+    buf = np.zeros(int(sizes.max()), np.uint8)
+    buf[: len(data)] = np.frombuffer(data, np.uint8)
+    rows = mh.process_allgather(buf)  # (P, max)
+    return [json.loads(rows[i, : int(n)].tobytes()) for i, n in enumerate(sizes)]
+
+
+def from_primary(obj: Any) -> Any:
+    """Process 0's ``obj`` on every process (a collective)."""
+    return allgather_json(obj)[0]
+
+
+def barrier(name: str) -> None:
+    import jax
+
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils as mh
+
+        mh.sync_global_devices(name)
+
+
+def host_array(x: Any) -> np.ndarray:
+    """A whole array on the host: a shard held by other processes is gathered (a collective)."""
+    if getattr(x, "is_fully_addressable", True) or x.is_fully_replicated:
+        import jax
+
+        return np.asarray(jax.device_get(x))
+    from jax.experimental import multihost_utils as mh
+
+    return np.asarray(mh.process_allgather(x, tiled=True))
+
+
+@contextlib.contextmanager
+def peer_guard(topo: Topology) -> Iterator[None]:
+    """A JAX runtime error in a multi-process run means, almost always, that a peer is gone: end
+    this process at once with PEER_LOST. Nothing is marked failed (the ledger run stays
+    unfinished and the next run resumes it), and no exit handler waits on the dead peer."""
+    import jax
+
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as e:
+        if topo.processes == 1:
+            raise
+        line = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        print(f"marin: error: train: process {topo.process_id} of {topo.processes} stopped: another process is "
+              f"gone ({line}); the run stays unfinished: rerun the stage to resume", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(PEER_LOST)
+
+
+# -- the local launcher ------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In a child, before exec: SIGKILL when the launcher dies (Linux), so no worker outlives it."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _how(rc: int) -> str:
+    if rc < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-rc).name}"
+        return f"was killed by signal {-rc}"
+    return "stopped because another process was gone" if rc == PEER_LOST else f"exited with status {rc}"
+
+
+def _last_error(log: Path) -> str:
+    """The worker's own one-line error, if its log ends with one."""
+    with contextlib.suppress(OSError):
+        lines = [x for x in log.read_text(errors="replace").splitlines() if x.startswith("marin: error: ")]
+        if lines:
+            return ": " + lines[-1].removeprefix("marin: error: ")
+    return ""
+
+
+def launch_local(root: Path, processes: int, argv: list[str] | None = None) -> None:
+    """Start ``processes`` workers of this stage on 127.0.0.1, wait for all of them; if one
+    fails, stop the others and raise one StageError naming it."""
+    port = free_port()
+    logs = root / LOGS
+    logs.mkdir(parents=True, exist_ok=True)
+    argv = argv or [sys.executable, *_self_argv()]
+    print(f"train: {processes} processes on 127.0.0.1:{port} (progress and errors: {LOGS}/process-<i>.log)",
+          flush=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for i in range(processes):
+            env = {**os.environ, COORDINATOR: f"127.0.0.1:{port}", PROCESS_ID: str(i),
+                   NUM_PROCESSES: str(processes)}
+            with open(logs / f"process-{i}.log", "wb") as log:
+                procs.append(subprocess.Popen(argv, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                              preexec_fn=_die_with_parent))
+        failed = _watch(procs)
+    finally:
+        _stop(procs)  # also on KeyboardInterrupt or an error of the launcher itself
+    if not failed:  # process 0's own summary lines
+        lines = (logs / "process-0.log").read_text(errors="replace").splitlines()
+        print("\n".join(x for x in lines if x.startswith("train: ") and "%|" not in x), flush=True)  # not the bar
+        return
+    first = failed[0]
+    raise StageError(
+        f"train: process {first} of {processes} (pid {procs[first].pid}) {_how(procs[first].returncode)}"
+        f"{_last_error(logs / f'process-{first}.log')}; the other process(es) were stopped; the run stays "
+        f"unfinished: rerun the stage (dvc repro) to resume it from its last checkpoint (logs: {LOGS}/)")
+
+
+def _self_argv() -> list[str]:
+    """How this stage was started (``-m pipeline.train``, or a script path)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:
+        return ["-m", spec.name, *sys.argv[1:]]
+    return list(sys.argv)
+
+
+def _watch(procs: list[subprocess.Popen[bytes]]) -> list[int]:
+    """Wait until every process ended well, or one failed; the failed ones, the cause first."""
+    while True:
+        codes = [p.poll() for p in procs]
+        bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
+        if bad:
+            time.sleep(POLL_S)  # a peer's own exit lands right after: name the cause, not the echo
+            bad = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
+            bad.sort(key=lambda i: (procs[i].returncode == PEER_LOST, i))
+            return bad
+        if all(c == 0 for c in codes):
+            return []
+        time.sleep(POLL_S)
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGKILL every live worker. Not SIGTERM: jax's preemption notifier catches it (measured: a
+    worker went on training for the whole grace period). A killed worker leaves nothing half
+    written: ledger appends are atomic, and orbax ignores an uncommitted checkpoint."""
+    for p in procs:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+    for p in procs:
+        p.wait()
