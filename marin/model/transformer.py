@@ -101,6 +101,44 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return out.astype(x.dtype)
 
 
+@jax.custom_vjp
+def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
+    """``x (..., Din) @ w (Din, Dout)`` whose weight gradient transposes the narrower operand.
+
+    The weight gradient contracts the flattened token axis M of the input (M, Din) and of
+    the output cotangent (M, Dout); XLA's CPU matmul wants one of them transposed first,
+    and left alone it transposes the input, whatever its width. Here the narrower one is
+    transposed: for the tied output projection (Din = D, Dout = V) that is x rather than
+    the (M, V) logit gradient, for ``w_down`` the (M, D) cotangent rather than the (M, F)
+    hidden state. Same products and sums as ``x @ w``'s own gradient, other summation
+    order (other bits)."""
+    return x @ w
+
+
+def _matmul_fwd(x: jax.Array, w: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    return x @ w, (x, w)
+
+
+def _matmul_bwd(res: tuple[jax.Array, jax.Array], g: jax.Array) -> tuple[jax.Array, jax.Array]:
+    x, w = res
+    x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])  # (M, Din), (M, Dout)
+    if w.shape[0] <= w.shape[1]:
+        dw = jnp.einsum("mi,mo->io", x2, g2)  # x transposed
+    else:
+        dw = jnp.einsum("mo,mi->oi", g2, x2).T  # g transposed, then the (Dout, Din) result
+    return (g @ w.T).astype(x.dtype), dw.astype(w.dtype)
+
+
+matmul.defvjp(_matmul_fwd, _matmul_bwd)
+
+
+def linear(x: jax.Array, *layers: nnx.Linear) -> jax.Array:
+    """x times the kernels of ``layers`` joined along their output axis, in one matmul."""
+    kernels = [layer.kernel[...] for layer in layers]
+    w = kernels[0] if len(kernels) == 1 else jnp.concatenate(kernels, axis=1)  # (Din, sum Dout)
+    return matmul(x, w.astype(x.dtype))
+
+
 class RMSNorm(nnx.Module):
     def __init__(self, dim: int, *, eps: float = 1e-6, rngs: nnx.Rngs):
         del rngs  # deterministic init (ones); kept for a uniform constructor signature.
@@ -128,10 +166,8 @@ class Attention(nnx.Module):
     def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
         b, t, _ = x.shape  # (B, T, D)
         h, k, dh = self.n_heads, self.n_kv_heads, self.head_dim
-        # One matmul for q, k and v: the kernels are joined along the output axis in that
-        # order (the parameters stay separate; the join is a small weight copy per step).
-        w = jnp.concatenate([self.wq.kernel[...], self.wk.kernel[...], self.wv.kernel[...]], axis=1)
-        qkv = (x @ w.astype(x.dtype)).reshape(b, t, h + 2 * k, dh)  # (B, T, H + 2K, Dh)
+        # One matmul for q, k and v (kernels joined in that order; the parameters stay separate).
+        qkv = linear(x, self.wq, self.wk, self.wv).reshape(b, t, h + 2 * k, dh)  # (B, T, H + 2K, Dh)
         # Heads first, once, for all of q, k, v: (B, H + 2K, T, Dh); rope on the q and k heads.
         qkv = qkv.transpose(0, 2, 1, 3)
         qk = apply_rope(qkv[:, : h + k], cos[None, None], sin[None, None])  # (B, H + K, T, Dh)
@@ -144,7 +180,7 @@ class Attention(nnx.Module):
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype).reshape(b, k, (h // k) * t, t)
         out = jnp.einsum("bkqs,bksd->bkqd", probs, v)  # (B, K, G*T, Dh)
         out = out.reshape(b, h, t, dh).transpose(0, 2, 1, 3).reshape(b, t, h * dh)  # (B, T, H*Dh)
-        return self.wo(out)  # (B, T, D)
+        return linear(out, self.wo)  # (B, T, D)
 
 
 class SwiGLU(nnx.Module):
@@ -155,10 +191,9 @@ class SwiGLU(nnx.Module):
         self.w_down = _dense(cfg, cfg.d_ff, cfg.d_model, out_std, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        # One matmul for gate and up: kernels joined along the output axis, gate first.
-        w = jnp.concatenate([self.w_gate.kernel[...], self.w_up.kernel[...]], axis=1)  # (D, 2F)
-        gate, up = jnp.split(x @ w.astype(x.dtype), 2, axis=-1)  # (B, T, F) each
-        return self.w_down(jax.nn.silu(gate) * up)  # (B, T, D)
+        # One matmul for gate and up (kernels joined, gate first).
+        gate, up = jnp.split(linear(x, self.w_gate, self.w_up), 2, axis=-1)  # (B, T, F) each
+        return linear(jax.nn.silu(gate) * up, self.w_down)  # (B, T, D)
 
 
 class Block(nnx.Module):
@@ -197,7 +232,10 @@ class Transformer(nnx.Module):
         for block in self.blocks:
             x = block(x, cos, sin)  # (B, T, D)
         x = self.final_norm(x)  # (B, T, D)
-        logits = self.embed.attend(x) if self.lm_head is None else self.lm_head(x)  # (B, T, V)
+        if self.lm_head is None:  # tied: x @ embedding.T
+            logits = matmul(x, self.embed.embedding[...].astype(x.dtype).T)  # (B, T, V)
+        else:
+            logits = linear(x, self.lm_head)  # (B, T, V)
         return logits.astype(jnp.float32)
 
 
