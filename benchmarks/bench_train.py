@@ -1,13 +1,21 @@
 """Training throughput: marin's jitted JAX step against the matmul peak of this machine
-and against a plain PyTorch reference of the same model, measured side by side.
+and against a plain PyTorch eager reference of the same model, measured side by side,
+at two sizes: the default model of params.yaml and a larger one (d_model 256, 8 layers,
+d_ff 768, seq 256, same heads, vocabulary and batch).
 
-    uv run python benchmarks/bench_train.py [--rounds 3] [--steps 15] [--torch-python python3]
+    uv run python benchmarks/bench_train.py [--rounds 3] [--steps 10] [--sizes default,large]
+        [--torch-cmd "uv run --no-project --with torch==2.13.0 python"]
 
-The PyTorch reference (benchmarks/torch_reference.py) runs in a worker process using
-an interpreter that has torch (install the CPU build with `python3 -m pip install
-torch==2.13.0`); rounds alternate JAX / PyTorch so machine noise hits both alike. Model
-FLOPs per token follow Kaplan et al. 2020 (6N plus attention 6·L·T·d, counting the
-tied output projection). Prints ratios; asserts nothing.
+The PyTorch reference (benchmarks/torch_reference.py) runs in one worker process per size,
+started with ``--torch-cmd`` (by default an ephemeral uv environment with torch from
+PyPI: the first start downloads it, ~2 min; later starts reuse uv's cache). Rounds
+alternate JAX / PyTorch at each size so machine noise hits both alike: on a shared machine
+read the per-round ratios (and their median), not the absolute tokens/s. Both use
+``runtime.xla_cpu_threads`` threads. Model FLOPs per token follow Kaplan et al. 2020 (6N
+plus attention 6·L·T·d, counting the tied output projection); MFU is against the best
+f32 1024³ matmul of the same rounds. Also printed: compile time of the step, seconds per
+checkpoint (save, wait for commit, restore, digest: what the train loop does) and the
+evaluate function's tokens/s. Prints; asserts nothing.
 """
 
 from __future__ import annotations
@@ -16,109 +24,209 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+TORCH_CMD = "uv run --no-project --python 3.11 --with torch==2.13.0 python"
+
+
+def load_params() -> Any:
+    from marin import config
+
+    p = config.load(ROOT / "params.yaml")
+    os.environ["NPROC"] = str(p.runtime.xla_cpu_threads)  # before jax starts
+    return p
+
+
+def sizes(p: Any) -> dict[str, Any]:
+    """name -> (ModelConfig, TrainParams, batch size)."""
+    from marin.train import loop
+
+    cfg = loop.model_config(p, p.tokenize.vocab_size)
+    large = dataclasses.replace(cfg, d_model=256, n_layers=8, d_ff=768, max_seq_len=256)
+    return {"default": (cfg, p.train, p.train.batch_size), "large": (large, p.train, p.train.batch_size)}
+
+
+class JaxBench:
+    """marin's own step (marin.train.step) on a fixed random batch."""
+
+    def __init__(self, spec: Any):
+        import jax
+        import numpy as np
+
+        from marin.train import step
+
+        self.cfg, tp, self.b = spec
+        self.t = self.cfg.max_seq_len
+        mesh = jax.make_mesh((1,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+        self.opt = step.make_optimizer(tp)
+        self.graphdef, abstract = step.abstract_state(self.cfg, self.opt)
+        self.shardings = step.state_shardings(abstract, mesh, "replicated")
+        self.abstract = abstract
+        keys = jax.random.key(0), jax.random.key(1)
+        self.state = jax.jit(lambda: step.init_state(self.cfg, *keys, self.opt)[1],
+                             out_shardings=self.shardings)()
+        self.train_step = step.make_train_step(self.graphdef, self.opt, self.shardings, mesh)
+        x = np.random.default_rng(0).integers(0, self.cfg.vocab_size, (self.b, self.t + 1), dtype=np.int32)
+        self.batch = {"inputs": x[:, :-1], "targets": x[:, 1:]}
+        t0 = time.perf_counter()
+        self.compiled = self.train_step.lower(self.state, self.batch).compile()
+        self.compile_s = time.perf_counter() - t0
+        self.run(1)
+        self.n_params = sum(v.size for v in jax.tree.leaves(self.state.params))
+        self.flops_per_token = 6 * self.n_params + 6 * self.cfg.n_layers * self.t * self.cfg.d_model
+
+    def compiled_text(self) -> str:
+        return self.compiled.as_text()
+
+    def run(self, steps: int) -> float:
+        """tokens/s over ``steps`` steps."""
+        import jax
+
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            self.state, metrics = self.train_step(self.state, self.batch)
+        jax.block_until_ready((self.state, metrics))
+        return steps * self.b * self.t / (time.perf_counter() - t0)
+
+    def checkpoint_s(self, n: int = 2) -> float:
+        """Seconds per checkpoint as the train loop takes one: save, commit, restore, digest."""
+        from marin.train import checkpoint, weights
+
+        with tempfile.TemporaryDirectory() as d:
+            ckpts = checkpoint.Checkpoints(Path(d) / "ckpt")
+            t0 = time.perf_counter()
+            for i in range(1, n + 1):
+                ckpts.save(i, self.state, {"step": i})
+                restored, _ = ckpts.restore(i, self.abstract, self.shardings)
+                checkpoint.state_digest(restored), weights.params_digest(restored.params)
+            ckpts.close()
+            return (time.perf_counter() - t0) / n
+
+    def eval_tokens_s(self, steps: int) -> float:
+        """tokens/s of evaluate's jitted per-token NLL (marin.train.step.eval_nll_fn)."""
+        import jax
+
+        from marin.train import step
+
+        nll = step.eval_nll_fn(self.graphdef)
+        x, y = self.batch["inputs"], self.batch["targets"]
+        jax.block_until_ready(nll(self.state.params, x, y))
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            out = nll(self.state.params, x, y)
+        jax.block_until_ready(out)
+        return steps * self.b * self.t / (time.perf_counter() - t0)
+
+
+class TorchWorker:
+    """benchmarks/torch_reference.py in its own process (torch lives outside marin's venv)."""
+
+    def __init__(self, cmd: str, spec: Any, threads: int):
+        cfg, tp, b = spec
+        conf = {"vocab_size": cfg.vocab_size, "d_model": cfg.d_model, "n_layers": cfg.n_layers,
+                "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads, "d_ff": cfg.d_ff, "seq_len": cfg.max_seq_len,
+                "rope_theta": cfg.rope_theta, "batch_size": b, "threads": threads,
+                "lr": tp.lr, "betas": [tp.beta1, tp.beta2], "eps": tp.eps, "weight_decay": tp.weight_decay,
+                "grad_clip": tp.grad_clip}
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        self.proc = subprocess.Popen([*shlex.split(cmd), str(ROOT / "benchmarks/torch_reference.py")],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        self.ask(f"CONFIG {json.dumps(conf)}", "OK")
+
+    def ask(self, line: str, expect: str | None = None) -> str:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        out = self.proc.stdout.readline().strip()
+        if expect is not None and out != expect:
+            raise OSError(f"torch worker answered {out!r}")
+        return out
+
+    def run(self, steps: int) -> float:
+        return float(self.ask(f"RUN {steps}"))
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def matmul_peak(n: int = 1024, reps: int = 20) -> float:
+    import jax
+    import jax.numpy as jnp
+
+    mm = jax.jit(lambda u, v: u @ v)
+    u = jnp.ones((n, n), jnp.float32)
+    jax.block_until_ready(mm(u, u))
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        out = mm(u, u)
+    jax.block_until_ready(out)
+    return reps * 2 * n**3 / (time.perf_counter() - t0)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=15)
-    ap.add_argument("--torch-python", default="python3")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--sizes", default="default,large")
+    ap.add_argument("--torch-cmd", default=TORCH_CMD, help="command line of a python that has torch ('' = none)")
     a = ap.parse_args()
+    p = load_params()
+    threads = p.runtime.xla_cpu_threads
+    specs = {k: v for k, v in sizes(p).items() if k in a.sizes.split(",")}
+    jaxb, workers = {}, {}
+    for name, spec in specs.items():
+        jaxb[name] = JaxBench(spec)
+        if a.torch_cmd:
+            try:
+                workers[name] = TorchWorker(a.torch_cmd, spec, threads)
+            except OSError as e:
+                print(f"(no PyTorch reference for {name}: {e})")
 
-    from marin import config
+    peaks: list[float] = []
+    jx: dict[str, list[float]] = {k: [] for k in specs}
+    th: dict[str, list[float]] = {k: [] for k in specs}
+    for r in range(a.rounds):
+        peaks.append(matmul_peak())
+        for name in specs:
+            jx[name].append(jaxb[name].run(a.steps))
+            if name in workers:
+                th[name].append(workers[name].run(a.steps))
+            ratio = f"  ratio {jx[name][-1] / th[name][-1]:.2f}" if th[name] else ""
+            print(f"round {r + 1} {name:8s} jax {jx[name][-1]:8.0f} tok/s"
+                  + (f"  torch {th[name][-1]:8.0f} tok/s" if th[name] else "") + ratio, flush=True)
+    for w in workers.values():
+        w.close()
 
-    p = config.load(ROOT / "params.yaml")
-    os.environ["NPROC"] = str(p.runtime.xla_cpu_threads)
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from marin.train import loop, step
-
-    cfg = loop.model_config(p, p.tokenize.vocab_size)
-    b, t = p.train.batch_size, cfg.max_seq_len
-    mesh = jax.make_mesh((1,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
-    opt = step.make_optimizer(p.train)
-    graphdef, state = step.init_state(cfg, jax.random.key(0), jax.random.key(1), opt)
-    shard = step.state_shardings(state, mesh, "replicated")
-    state = jax.device_put(state, shard)
-    train_step = step.make_train_step(graphdef, opt, shard, mesh)
-    rng = np.random.default_rng(0)
-    x = rng.integers(0, cfg.vocab_size, (b, t + 1), dtype=np.int32)
-    batch = {"inputs": x[:, :-1], "targets": x[:, 1:]}
-    state, _ = train_step(state, batch)
-    jax.block_until_ready(state)
-
-    n_params = sum(v.size for v in jax.tree.leaves(state.params))
-    flops_per_token = 6 * n_params + 6 * cfg.n_layers * t * cfg.d_model
-
-    n = 1024
-    mm = jax.jit(lambda u, v: u @ v)
-    u = jnp.ones((n, n), jnp.float32)
-    jax.block_until_ready(mm(u, u))
-
-    def peak() -> float:
-        t0 = time.perf_counter()
-        for _ in range(20):
-            out = mm(u, u)
-        jax.block_until_ready(out)
-        return 20 * 2 * n**3 / (time.perf_counter() - t0)
-
-    def jax_round() -> float:
-        nonlocal state
-        t0 = time.perf_counter()
-        for _ in range(a.steps):
-            state, _ = train_step(state, batch)
-        jax.block_until_ready(state)
-        return a.steps * b * t / (time.perf_counter() - t0)
-
-    torch_cfg = {"vocab_size": cfg.vocab_size, "d_model": cfg.d_model, "n_layers": cfg.n_layers,
-                 "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads, "d_ff": cfg.d_ff, "seq_len": t,
-                 "rope_theta": cfg.rope_theta, "batch_size": b, "threads": p.runtime.xla_cpu_threads}
-    worker = None
-    try:
-        worker = subprocess.Popen([a.torch_python, str(ROOT / "benchmarks/torch_reference.py")],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        worker.stdin.write(f"CONFIG {json.dumps(torch_cfg)}\n")
-        worker.stdin.flush()
-        if worker.stdout.readline().strip() != "OK":
-            worker = None
-    except OSError:
-        worker = None
-    if worker is None:
-        print(f"(no PyTorch reference: {a.torch_python} cannot import torch)")
-
-    jx, th, pk = [], [], []
-    for _ in range(a.rounds):
-        pk.append(peak())
-        jx.append(jax_round())
-        if worker is not None:
-            worker.stdin.write(f"RUN {a.steps}\n")
-            worker.stdin.flush()
-            th.append(float(worker.stdout.readline()))
-    if worker is not None:
-        worker.stdin.close()
-        worker.wait()
-
-    best_jax, best_peak = max(jx), max(pk)
-    print(f"model: {n_params:,} params, batch {b} x {t} tokens, {flops_per_token / 1e6:.1f} MFLOP/token, "
-          f"{p.runtime.xla_cpu_threads} threads, best of {a.rounds} alternating rounds")
-    print(f"matmul peak (f32 {n}x{n}):   {best_peak / 1e9:8.1f} GFLOP/s")
-    mfu = best_jax * flops_per_token / best_peak
-    print(f"marin JAX train step:        {best_jax:8.0f} tokens/s   "
-          f"{best_jax * flops_per_token / 1e9:6.1f} GFLOP/s   MFU vs matmul peak {mfu:.1%}")
-    if th:
-        best_torch = max(th)
-        print(f"PyTorch eager reference:     {best_torch:8.0f} tokens/s   "
-              f"{best_torch * flops_per_token / 1e9:6.1f} GFLOP/s   MFU vs matmul peak "
-              f"{best_torch * flops_per_token / best_peak:.1%}")
-        print(f"ratio JAX / PyTorch tokens/s: {best_jax / best_torch:.2f}")
+    peak = max(peaks)
+    print(f"\n{threads} threads, best of {a.rounds} alternating rounds of {a.steps} steps (machine may be shared: "
+          "per-round ratios are the comparison)")
+    print(f"matmul peak (f32 1024^3): {peak / 1e9:.1f} GFLOP/s")
+    for name, jb in jaxb.items():
+        cfg = jb.cfg
+        print(f"\n[{name}] d_model {cfg.d_model}, {cfg.n_layers} layers, {cfg.n_heads}/{cfg.n_kv_heads} heads, "
+              f"d_ff {cfg.d_ff}, vocab {cfg.vocab_size}, batch {jb.b} x {jb.t}: {jb.n_params:,} params, "
+              f"{jb.flops_per_token / 1e6:.1f} MFLOP/token")
+        best = max(jx[name])
+        print(f"  marin JAX train step:    {best:8.0f} tokens/s  {best * jb.flops_per_token / 1e9:6.1f} GFLOP/s  "
+              f"MFU {best * jb.flops_per_token / peak:.1%}")
+        if th[name]:
+            bt = max(th[name])
+            ratios = [j / t for j, t in zip(jx[name], th[name])]
+            print(f"  PyTorch eager reference: {bt:8.0f} tokens/s  {bt * jb.flops_per_token / 1e9:6.1f} GFLOP/s  "
+                  f"MFU {bt * jb.flops_per_token / peak:.1%}")
+            print(f"  JAX / PyTorch: best {best / bt:.2f}, per round {', '.join(f'{x:.2f}' for x in ratios)} "
+                  f"(median {statistics.median(ratios):.2f})")
+        print(f"  compile: {jb.compile_s:.1f} s   checkpoint: {jb.checkpoint_s():.2f} s each   "
+              f"evaluate: {jb.eval_tokens_s(a.steps):.0f} tokens/s")
 
 
 # -- process topology (issue 13): 1 process x 4 devices against 2 processes x 2 devices ---------

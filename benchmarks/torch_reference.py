@@ -88,7 +88,11 @@ def main() -> None:
             c = json.loads(arg)
             torch.set_num_threads(c["threads"])
             model = LM(c)
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+            decay = [q for q in model.parameters() if q.ndim >= 2]  # as marin: matrices only
+            rest = [q for q in model.parameters() if q.ndim < 2]
+            opt = torch.optim.AdamW([{"params": decay}, {"params": rest, "weight_decay": 0.0}],
+                                    lr=c.get("lr", 1e-3), betas=tuple(c.get("betas", (0.9, 0.95))),
+                                    eps=c.get("eps", 1e-8), weight_decay=c.get("weight_decay", 0.1))
             print("OK", flush=True)
         elif cmd == "RUN":
             steps, b, t = int(arg), c["batch_size"], c["seq_len"]
@@ -99,7 +103,7 @@ def main() -> None:
                 loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), c.get("grad_clip", 1.0))
                 opt.step()
 
             step()  # warm-up

@@ -23,6 +23,16 @@ query heads per kv head, Dh head dim, F d_ff, V vocab.
 
 Parameters are always float32; `ModelConfig.dtype` is the compute dtype of the matmuls.
 Normalisation, softmax and the returned logits are computed in float32.
+
+Parameter layout (what checkpoints, ``model.safetensors`` and exports see): one module
+per projection, kernels ``(d_in, d_out)`` (``y = x @ kernel``, the transpose of a
+``torch.nn.Linear`` weight): ``blocks.<i>.attn.{wq,wk,wv,wo}.kernel``,
+``blocks.<i>.mlp.{w_gate,w_up,w_down}.kernel``, ``blocks.<i>.{attn_norm,mlp_norm}.scale``,
+``final_norm.scale``, ``embed.embedding`` (V, D). For speed the forward pass joins kernels
+along their output axis and runs one matmul per group, then splits the result:
+``[wq | wk | wv]`` (q, k, v in that order; columns ``h * Dh + j`` of ``wq`` are query head
+``h``, of ``wk``/``wv`` kv head ``h``) and ``[w_gate | w_up]`` (gate first). The join is
+a small weight copy per step; parameters are never stored joined.
 """
 
 from __future__ import annotations
@@ -83,11 +93,50 @@ def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[jax.Array, j
 
 
 def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """Rotates channel pairs (i, i + Dh/2) of x (B, T, N, Dh) by position-dependent angles."""
-    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)  # (B, T, N, Dh/2) each
-    cos, sin = cos[None, :, None, :], sin[None, :, None, :]  # (1, T, 1, Dh/2)
-    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)  # (B, T, N, Dh)
+    """Rotates channel pairs (i, i + Dh/2) of x (..., T, Dh) by position-dependent angles;
+    cos/sin (T, Dh/2) broadcast against x's leading axes (pass them expanded to match).
+    Computed in float32 (a no-op cast for float32 x)."""
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)  # (..., T, Dh/2) each
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)  # (..., T, Dh)
     return out.astype(x.dtype)
+
+
+@jax.custom_vjp
+def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
+    """``x (..., Din) @ w (Din, Dout)`` whose weight gradient transposes the narrower operand.
+
+    The weight gradient contracts the flattened token axis M of the input (M, Din) and of
+    the output cotangent (M, Dout); XLA's CPU matmul wants one of them transposed first,
+    and left alone it transposes the input, whatever its width. Here the narrower one is
+    transposed: for the tied output projection (Din = D, Dout = V) that is x rather than
+    the (M, V) logit gradient, for ``w_down`` the (M, D) cotangent rather than the (M, F)
+    hidden state. Same products and sums as ``x @ w``'s own gradient, other summation
+    order (other bits)."""
+    return x @ w
+
+
+def _matmul_fwd(x: jax.Array, w: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    return x @ w, (x, w)
+
+
+def _matmul_bwd(res: tuple[jax.Array, jax.Array], g: jax.Array) -> tuple[jax.Array, jax.Array]:
+    x, w = res
+    x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])  # (M, Din), (M, Dout)
+    if w.shape[0] <= w.shape[1]:
+        dw = jnp.einsum("mi,mo->io", x2, g2)  # x transposed
+    else:
+        dw = jnp.einsum("mo,mi->oi", g2, x2).T  # g transposed, then the (Dout, Din) result
+    return (g @ w.T).astype(x.dtype), dw.astype(w.dtype)
+
+
+matmul.defvjp(_matmul_fwd, _matmul_bwd)
+
+
+def linear(x: jax.Array, *layers: nnx.Linear) -> jax.Array:
+    """x times the kernels of ``layers`` joined along their output axis, in one matmul."""
+    kernels = [layer.kernel[...] for layer in layers]
+    w = kernels[0] if len(kernels) == 1 else jnp.concatenate(kernels, axis=1)  # (Din, sum Dout)
+    return matmul(x, w.astype(x.dtype))
 
 
 class RMSNorm(nnx.Module):
@@ -117,18 +166,21 @@ class Attention(nnx.Module):
     def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
         b, t, _ = x.shape  # (B, T, D)
         h, k, dh = self.n_heads, self.n_kv_heads, self.head_dim
-        q = apply_rope(self.wq(x).reshape(b, t, h, dh), cos, sin)  # (B, T, H, Dh)
-        kk = apply_rope(self.wk(x).reshape(b, t, k, dh), cos, sin)  # (B, T, K, Dh)
-        v = self.wv(x).reshape(b, t, k, dh)  # (B, T, K, Dh)
-        # Query head h uses kv head h // G (same as repeating each kv head G times).
-        q = q.reshape(b, t, k, h // k, dh)  # (B, T, K, G, Dh)
-        scores = jnp.einsum("btkgd,bskd->bkgts", q, kk).astype(jnp.float32)  # (B, K, G, T, T)
-        scores = scores / math.sqrt(dh)
+        # One matmul for q, k and v (kernels joined in that order; the parameters stay separate).
+        qkv = linear(x, self.wq, self.wk, self.wv).reshape(b, t, h + 2 * k, dh)  # (B, T, H + 2K, Dh)
+        # Heads first, once, for all of q, k, v: (B, H + 2K, T, Dh); rope on the q and k heads.
+        qkv = qkv.transpose(0, 2, 1, 3)
+        qk = apply_rope(qkv[:, : h + k], cos[None, None], sin[None, None])  # (B, H + K, T, Dh)
+        q = qk[:, :h].reshape(b, k, (h // k) * t, dh)  # (B, K, G*T, Dh): query head h uses kv head h // G
+        kk, v = qk[:, h:], qkv[:, h + k:]  # (B, K, T, Dh) each
+        scores = jnp.einsum("bkqd,bksd->bkqs", q, kk, preferred_element_type=jnp.float32)  # (B, K, G*T, T)
+        scores = scores.reshape(b, k, h // k, t, t) * (1.0 / math.sqrt(dh))  # (B, K, G, T, T)
         causal = jnp.tril(jnp.ones((t, t), dtype=bool))  # (T, T): query t sees keys s <= t
         scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)  # (B, K, G, T, T)
-        out = jnp.einsum("bkgts,bskd->btkgd", probs, v)  # (B, T, K, G, Dh)
-        return self.wo(out.reshape(b, t, h * dh))  # (B, T, D)
+        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype).reshape(b, k, (h // k) * t, t)
+        out = jnp.einsum("bkqs,bksd->bkqd", probs, v)  # (B, K, G*T, Dh)
+        out = out.reshape(b, h, t, dh).transpose(0, 2, 1, 3).reshape(b, t, h * dh)  # (B, T, H*Dh)
+        return linear(out, self.wo)  # (B, T, D)
 
 
 class SwiGLU(nnx.Module):
@@ -139,8 +191,9 @@ class SwiGLU(nnx.Module):
         self.w_down = _dense(cfg, cfg.d_ff, cfg.d_model, out_std, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        hidden = jax.nn.silu(self.w_gate(x)) * self.w_up(x)  # (B, T, F)
-        return self.w_down(hidden)  # (B, T, D)
+        # One matmul for gate and up (kernels joined, gate first).
+        gate, up = jnp.split(linear(x, self.w_gate, self.w_up), 2, axis=-1)  # (B, T, F) each
+        return linear(jax.nn.silu(gate) * up, self.w_down)  # (B, T, D)
 
 
 class Block(nnx.Module):
@@ -179,7 +232,10 @@ class Transformer(nnx.Module):
         for block in self.blocks:
             x = block(x, cos, sin)  # (B, T, D)
         x = self.final_norm(x)  # (B, T, D)
-        logits = self.embed.attend(x) if self.lm_head is None else self.lm_head(x)  # (B, T, V)
+        if self.lm_head is None:  # tied: x @ embedding.T
+            logits = matmul(x, self.embed.embedding[...].astype(x.dtype).T)  # (B, T, V)
+        else:
+            logits = linear(x, self.lm_head)  # (B, T, V)
         return logits.astype(jnp.float32)
 
 
