@@ -34,6 +34,9 @@ class S3:
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
 
     def start(self) -> S3:
+        import logging
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         os.environ.update(S3_ENV)  # boto3 in this process (the client below)
         self.server.start()
         return self
