@@ -95,13 +95,11 @@ class Postgres:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{db}"
 
     def create_db(self, name: str) -> str:
-        import psycopg2
+        import psycopg
 
-        conn = psycopg2.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres")
-        conn.autocommit = True
-        with conn.cursor() as c:
-            c.execute(f'CREATE DATABASE "{name}"')
-        conn.close()
+        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres",
+                             autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
         return self.uri(name)
 
     def stop(self) -> None:
