@@ -85,6 +85,8 @@ def test_publish_records_where_each_object_lives(lab, s3) -> None:
             hexd = f["sha256"].split(":")[1]
             assert hashlib.sha256(s3.get(BUCKET, f"dvc/marin/sha256/{hexd[:2]}/{hexd[2:]}")).hexdigest() == hexd
     assert lab.marin("ledger", "check").returncode == 0
+    datasheet = (lab.root / "reports/marin-tiny/datasheet.md").read_text()
+    assert f"Distributed through the DVC remote `lab` (`s3://{BUCKET}/dvc`)" in datasheet
 
 
 def test_a_stranger_checks_the_run_from_a_fresh_clone(lab, tmp_path) -> None:
@@ -151,3 +153,12 @@ def test_publish_without_a_remote_says_what_to_do(trained_project) -> None:
     assert r.returncode == 1
     assert r.stderr.strip().startswith("marin: error: no DVC remote is configured: `dvc remote add -d")
     assert not trained_project.runs("publish")
+
+
+def test_the_datasheet_says_where_the_data_is() -> None:
+    from marin.report.cards import _distribution
+
+    assert "Not distributed" in _distribution(None) and "no DVC remote is configured" in _distribution(None)
+    there = _distribution({"name": "lab", "url": "s3://bucket/dvc"})
+    assert there.startswith("- Distributed through the DVC remote `lab` (`s3://bucket/dvc`)")
+    assert "with the project" not in there + _distribution(None)

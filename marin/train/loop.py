@@ -25,6 +25,7 @@ from marin.ledger.run import Plan
 from marin.ledger.store import RunLog, read_run
 from marin.model import ModelConfig, count_params
 from marin.paths import ledger_dir
+from marin.tracking.live import Live
 from marin.train import checkpoint, runtime, seeds, step, weights
 from marin.train.loader import CACHE, Loader, open_stream
 
@@ -153,6 +154,7 @@ def run(root: Path, params: Params) -> None:
     if state is None:
         state = su.init_state(params)
 
+    live = Live.start(root, run.run_id)  # metrics in MLflow while training: a background thread
     with run:
         n_params = count_params(state.params)
         tokens_per_step = tp.batch_size * cfg.max_seq_len
@@ -172,6 +174,7 @@ def run(root: Path, params: Params) -> None:
                 _record_once(run, "metric", done, recorded_metrics, values,
                              {"step": done, "values": values, "timing": {"tokens_per_s": round(tok_s, 3)}})
                 bar.set_postfix(loss=f"{values['loss']['value']:.4f}", tok_s=f"{tok_s:,.0f}")
+                live.step()
 
             if is_checkpoint_step(tp, done):
                 ckpts.save(done, state, {"step": done, "loader": loader.position(done), "run_id": run.run_id})
@@ -183,6 +186,7 @@ def run(root: Path, params: Params) -> None:
                     "leaves": len(jax.tree.leaves(restored))})
         bar.close()
         ckpts.close()
+        live.close()
 
         # The released model and the training curve (exact values, so it repeats bit for bit).
         with fsutil.atomic_dir(root / MODEL) as tmp:
