@@ -6,6 +6,7 @@ and the server stopped in the middle of it."""
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import time
@@ -113,16 +114,21 @@ def test_the_ui_opens_a_training_run_in_the_model_training_view(synced, team, tm
     assert {"loss", "lr", "grad_norm"} <= set(train.data.metrics)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "CI installs chromium from the Debian packages (.ci/run)"
-    url = f"{team.uri}/#/experiments/{exp}/runs/{train.info.run_id}/model-metrics"
+    # MLflow 3.17's UI picks GenAI or model training from a global switch (default GenAI) that a link
+    # can set: `marin mlflow sync` prints the experiment's link with it.
+    link = next(w for w in synced.marin("mlflow", "sync", check=True).stdout.split() if "workflowType=" in w)
+    assert link == f"{team.uri}/#/experiments/{exp}?workflowType=machine_learning"
+    url = f"{team.uri}/#/experiments/{exp}/runs/{train.info.run_id}/model-metrics?workflowType=machine_learning"
     args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,1000",
-            "--virtual-time-budget=20000", f"--user-data-dir={tmp_path / 'profile'}"]
+            "--virtual-time-budget=40000", f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run([*args, "--dump-dom", url], capture_output=True, text=True, timeout=180, check=True).stdout
-    shot = tmp_path / "run.png"
+    shot = Path(os.environ.get("MARIN_SCREENSHOT_DIR", tmp_path)) / "mlflow-train-run.png"
     subprocess.run([*args, f"--screenshot={shot}", url], capture_output=True, timeout=180, check=True)
     assert train.info.run_name in dom  # the run's own page
     for key in ("loss", "grad_norm", "tokens_per_s"):  # its metric charts
         assert f">{key}<" in dom, key
-    for genai in ("Traces", "Agent versions", "Evaluation runs", "Prompts"):  # the GenAI view's tabs
+    assert ">Models<" in dom  # the model-training view's sidebar: Runs, Models, Traces
+    for genai in ("Agent versions", "Evaluation runs", "Prompts", "Judges", "Sessions"):  # the GenAI view's
         assert f">{genai}<" not in dom, genai
     px = np.asarray(Image.open(shot).convert("RGB")).astype(int)
     assert px.std() > 10, "blank page"

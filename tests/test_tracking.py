@@ -199,7 +199,8 @@ def server(tmp_path):
 
 
 def test_server_stopped_during_a_stage_then_sync_catches_up(trained, server) -> None:
-    trained.env.update(MARIN_MLFLOW="on", MLFLOW_TRACKING_URI=server.uri)
+    # live metrics off: this is the end-of-stage sync's test (tests/test_team.py stops a server under them)
+    trained.env.update(MARIN_MLFLOW="on", MLFLOW_TRACKING_URI=server.uri, MARIN_MLFLOW_LIVE="off")
     trained.marin("mlflow", "sync", check=True)  # the server has the history so far
     before = {r[0]["run_id"] for r in trained.runs()}
     params = trained.params

@@ -59,14 +59,18 @@ class SyncReport:
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    experiment: str | None = None
 
     @property
     def changes(self) -> int:
         return len(self.created) + len(self.updated)
 
     def summary(self) -> str:
-        return (f"mlflow sync to {self.uri}: {len(self.created)} run(s) created, {len(self.updated)} updated, "
+        line = (f"mlflow sync to {self.uri}: {len(self.created)} run(s) created, {len(self.updated)} updated, "
                 f"{len(self.unchanged)} unchanged")
+        if self.experiment and self.uri.startswith("http"):  # MLflow 3.17's UI opens GenAI unless told
+            line += f"; open {self.uri.rstrip('/')}/#/experiments/{self.experiment}?workflowType=machine_learning"
+        return line
 
 
 def default_uri(root: Path) -> str:
@@ -136,10 +140,12 @@ class _Syncer:
                 "marin.project": str(self.root.name), EXPERIMENT_KIND[0]: EXPERIMENT_KIND[1],
                 "mlflow.note.content": EXPERIMENT_NOTE})
         except Exception:  # another stage created it at the same moment
-            exp = self.client.get_experiment_by_name(EXPERIMENT)
-            if exp is None:
-                raise
-            return exp.experiment_id
+            for _ in range(5):
+                time.sleep(0.3)
+                exp = self.client.get_experiment_by_name(EXPERIMENT)
+                if exp is not None:
+                    return exp.experiment_id
+            raise
 
     def _create_once(self, tag: str, value: str, **kw: Any) -> tuple[Any, bool]:
         """Create a run tagged ``tag=value`` unless another process (a stage syncing at the same
@@ -147,12 +153,25 @@ class _Syncer:
         deleted, so every process goes on with the same run. (run, created here)"""
         kw["tags"] = {**kw["tags"], CREATED: str(time.time_ns())}
         run = self.client.create_run(self.exp, **kw)
-        found = self.client.search_runs([self.exp], filter_string=f"tags.`{tag}` = '{value}'", max_results=50)
-        first = min(found or [run], key=lambda r: (int(r.data.tags.get(CREATED, "0")), r.info.run_id))
+        first = self._first(tag, value, run)
         if first.info.run_id != run.info.run_id:
             self.client.delete_run(run.info.run_id)
             return first, False
         return run, True
+
+    def _first(self, tag: str, value: str, mine: Any) -> Any:
+        found = self.client.search_runs([self.exp], filter_string=f"tags.`{tag}` = '{value}'", max_results=50)
+        return min([mine, *found], key=lambda r: (int(r.data.tags.get(CREATED, "0")), r.info.run_id))
+
+    def _lost_late(self, tag: str, value: str, mine: Any) -> bool:
+        """Checked again once a created run is synced: a run created a moment before it, whose
+        creation was not yet visible then, wins; this one goes (the winner's process logs the
+        same records)."""
+        first = self._first(tag, value, mine)
+        if first.info.run_id == mine.info.run_id:
+            return False
+        self.client.delete_run(mine.info.run_id)
+        return True
 
     def parent(self, log: RunLog) -> str:
         code = log.started.body["code"]
@@ -167,7 +186,11 @@ class _Syncer:
             tags={"marin.kind": "pipeline", "marin.pipeline": key, "mlflow.source.git.commit": code["git_commit"] or "",
                   "mlflow.note.content": PIPELINE_NOTE})
         if created:
-            self.client.set_terminated(run.info.run_id, "FINISHED", end_time=_ms(log.started.time))
+            time.sleep(0.5)  # a parent made at the same moment by another stage is visible by now
+            if self._lost_late("marin.pipeline", key, run):
+                run = self._first("marin.pipeline", key, run)
+            else:
+                self.client.set_terminated(run.info.run_id, "FINISHED", end_time=_ms(log.started.time))
         if self.known is not None:
             self.known["pipeline:" + key] = run
         return run.info.run_id
@@ -228,6 +251,10 @@ class _Syncer:
             RunTag("marin.verification.result", r.body["result"]), RunTag("marin.verification.mode", r.body["mode"]),
             RunTag("marin.verification.record", f"seq {r.seq} {r.digest}"))]
         self.client.log_batch(mlflow_id, tags=tags)
+        if created and self._lost_late("marin.run_id", log.run_id, run):
+            report.created.remove(log.run_id)
+            report.updated.append(log.run_id)
+            return
         if log.finished is not None:
             status = "FINISHED" if log.status == "succeeded" else "FAILED"
             self.client.set_terminated(mlflow_id, status, end_time=_ms(log.finished.time))
@@ -247,7 +274,7 @@ class _Syncer:
                                                    InputTag("marin.digest", b["digest"]),
                                                    InputTag("marin.path", b["path"])]))
         if datasets or models:
-            self.client.log_inputs(mlflow_id, datasets=datasets, models=models or None)
+            _racing(lambda: self.client.log_inputs(mlflow_id, datasets=datasets, models=models or None))
 
     def _metrics(self, r: Record, log: RunLog) -> list[Any]:
         from mlflow.entities import Metric
@@ -285,6 +312,7 @@ class _Syncer:
             tags={"marin.run_id": log.run_id, "marin.output_digest": b["digest"],
                   "marin.tensor_digest": b.get("tensor_digest", ""), "marin.location": path.resolve().as_uri(),
                   "marin.recipe_digest": log.started.body["recipe_digest"]})
+        time.sleep(0.5)  # a model made at the same moment by another stage is visible by now
         found = self.client.search_logged_models(  # a stage syncing at the same moment: the first one stays
             experiment_ids=[self.exp], filter_string=f"tags.`marin.output_digest` = '{b['digest']}'", max_results=50)
         first = min(found or [model], key=lambda m: (m.creation_timestamp, m.model_id))
@@ -318,6 +346,22 @@ class _Syncer:
         self.client.set_logged_model_tags(model_id, {"marin.files": ", ".join(files)})
 
 
+def _racing(write: Any, tries: int = 4) -> None:
+    """A write that another stage syncing at the same moment can collide with: MLflow makes an
+    experiment's datasets by check-then-insert, so one of two concurrent inserts fails on the
+    unique key; written again, it finds the other's row."""
+    for i in range(tries):
+        try:
+            write()
+            return
+        except Exception as e:
+            text = str(e)
+            if i == tries - 1 or not any(k in text for k in ("UniqueViolation", "UNIQUE constraint", "IntegrityError",
+                                                              "duplicate key")):
+                raise
+            time.sleep(0.2 * (i + 1))
+
+
 def sync(root: Path, uri: str | None = None, full: bool = True) -> SyncReport:
     """Create or complete one MLflow run per ledger run; unchanged runs are not touched.
 
@@ -339,6 +383,7 @@ def sync(root: Path, uri: str | None = None, full: bool = True) -> SyncReport:
 
 def _sync(root: Path, uri: str, idx: Index, full: bool) -> SyncReport:
     syncer, report = _Syncer(root, uri), SyncReport(uri)
+    report.experiment = syncer.exp
     if full:
         syncer.list_all()
     ledger = ledger_dir(root)
