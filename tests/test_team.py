@@ -26,13 +26,15 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def team(tmp_path_factory, s3):
     pg = Postgres().start()
-    s3.bucket("mlflow-team")
-    server = Server(tmp_path_factory.mktemp("team"), backend=pg.create_db("mlflow"),
-                    artifacts="s3://mlflow-team/artifacts", env={**S3_ENV, "MLFLOW_S3_ENDPOINT_URL": s3.url})
-    server.start()
-    yield server
-    server.stop()
-    pg.stop()
+    try:
+        s3.bucket("mlflow-team")
+        server = Server(tmp_path_factory.mktemp("team"), backend=pg.create_db("mlflow"),
+                        artifacts="s3://mlflow-team/artifacts", env={**S3_ENV, "MLFLOW_S3_ENDPOINT_URL": s3.url})
+        server.start()
+        yield server
+        server.stop()
+    finally:
+        pg.stop()
 
 
 @pytest.fixture(scope="module")
