@@ -194,6 +194,13 @@ def _cmd_pin(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_publish(args: argparse.Namespace) -> int:
+    from marin.publish import publish
+
+    publish(args.root, args.remote)
+    return 0
+
+
 # -- the parser: one function per command group, in the order `marin --help` lists them ----------
 
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -308,12 +315,19 @@ def _pin(sub: Sub) -> None:
     p.set_defaults(fn=_cmd_pin)
 
 
+def _publish(sub: Sub) -> None:
+    p = sub.add_parser("publish", help="push data, model, report and the checkpoints verify needs to the DVC "
+                                       "remote, and record where each object lives")
+    p.add_argument("--remote", help="the DVC remote (default: the project's default remote)")
+    p.set_defaults(fn=_cmd_publish)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="marin", description=__doc__)
     ap.add_argument("--root", type=Path, default=None, help="project root (default: auto)")
     ap.add_argument("-v", "--verbose", action="store_true", help="tracebacks and notes")
     sub = ap.add_subparsers(dest="command", required=True)
-    for group in (_ledger, _mlflow, _lineage, _diff, _verify, _report, _schemas, _params, _pin):
+    for group in (_ledger, _mlflow, _lineage, _diff, _verify, _report, _schemas, _params, _pin, _publish):
         group(sub)
     return ap
 

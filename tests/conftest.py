@@ -241,3 +241,13 @@ def _trained_project(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> 
 def trained_project(tmp_path: Path, _trained_project: Project) -> Project:
     """A copy of a project on the mini corpus whose whole pipeline ran with a tiny model."""
     return copy_project(_trained_project, tmp_path / "proj")
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A real S3 API (moto's server) on 127.0.0.1 for this test session (tests/servers.py)."""
+    from tests.servers import S3
+
+    server = S3().start()
+    yield server
+    server.stop()

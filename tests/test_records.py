@@ -46,6 +46,9 @@ EXAMPLES = {
                      "segments": {"seed": 7, "seed_source": "random", "k": 2, "n": 8, "drawn": [[0, 50], [150, 200]],
                                   "detection_probability": 0.25},
                      "time": {"total_s": 3.5}},
+    "publication": {"what": "checkpoint", "name": "checkpoint:50", "path": "checkpoints/train-x/50", "digest": D,
+                    "size": 1000, "remote": "lab", "url": "s3://lab/dvc/marin/sha256/ab/" + "ab" * 31,
+                    "run_id": "train-x", "step": 50, "manifest": D, "files": 7},
 }
 
 

@@ -68,9 +68,9 @@ def snapshot(client: MlflowClient, exp: str) -> dict:
     return out
 
 
-def assert_mirrors_the_ledger(trained: Project) -> None:
+def assert_mirrors_the_ledger(trained: Project, uri: str | None = None) -> None:
     """Every ledger run is in the MLflow store with its fields, read back through the client."""
-    client, exp = store(trained)
+    client, exp = store(trained, uri)
     runs = {x.data.tags["marin.run_id"]: x for x in client.search_runs([exp]) if "marin.run_id" in x.data.tags}
     ledger = trained.runs()
     assert set(runs) == {recs[0]["run_id"] for recs in ledger}
@@ -146,19 +146,23 @@ def free_port() -> int:
 
 
 class Server:
-    """A real `mlflow server` on 127.0.0.1 with a SQLite backend."""
+    """A real `mlflow server` on 127.0.0.1 with a SQLite backend (or ``backend``: a team's PostgreSQL,
+    with ``artifacts`` on S3 and ``env`` saying where the S3 server is: tests/test_team.py)."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, backend: str | None = None, artifacts: str | None = None,
+                 env: dict[str, str] | None = None):
         self.workdir, self.port, self.proc = workdir, free_port(), None
         self.uri = f"http://127.0.0.1:{self.port}"
+        self.backend = backend or f"sqlite:///{self.workdir / 'server.db'}"
+        self.artifacts, self.extra_env = artifacts or str(self.workdir / "artifacts"), env or {}
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
-             "--backend-store-uri", f"sqlite:///{self.workdir / 'server.db'}",
-             "--artifacts-destination", str(self.workdir / "artifacts")],
-            cwd=self.workdir, env=env_for_subprocess(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             "--backend-store-uri", self.backend, "--artifacts-destination", self.artifacts],
+            cwd=self.workdir, env={**env_for_subprocess(), **self.extra_env}, stdout=subprocess.DEVNULL,
+            stderr=open(self.workdir / "server.log", "ab"))  # noqa: SIM115 (the server's, for as long as it runs)
         deadline = time.time() + 120
         while time.time() < deadline:
             try:
@@ -195,7 +199,8 @@ def server(tmp_path):
 
 
 def test_server_stopped_during_a_stage_then_sync_catches_up(trained, server) -> None:
-    trained.env.update(MARIN_MLFLOW="on", MLFLOW_TRACKING_URI=server.uri)
+    # live metrics off: this is the end-of-stage sync's test (tests/test_team.py stops a server under them)
+    trained.env.update(MARIN_MLFLOW="on", MLFLOW_TRACKING_URI=server.uri, MARIN_MLFLOW_LIVE="off")
     trained.marin("mlflow", "sync", check=True)  # the server has the history so far
     before = {r[0]["run_id"] for r in trained.runs()}
     params = trained.params

@@ -71,6 +71,14 @@ def render_files(ledger: Ledger, meta: dict[str, Any], refs: References) -> tupl
     return {k: v.encode() for k, v in files.items()}, doc
 
 
+def _data_remote(root: Path) -> dict[str, str] | None:
+    """Where a reader can fetch the data: the project's default DVC remote (`marin publish` fills it)."""
+    from marin.publish import default_remote
+
+    found = default_remote(root)
+    return {"name": found[0], "url": found[1]} if found else None
+
+
 def _mof(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any], licenses: Path) -> dict[str, Any]:
     """The MOF release description, with the class it reaches (the schema has no field for it:
     an extra top-level key, which the schema allows)."""
@@ -150,6 +158,7 @@ def write(ledger: Ledger, p: ReportParams, refs: References, snapshot: Head, key
     root = ledger.root
     target = ledger.resolve(model)
     meta = meta_for(p, target.key if target.kind == "digest" else model)
+    meta["data_remote"] = _data_remote(root)
     files, doc = render_files(ledger, meta, refs)
     for r in doc["lineage"]:  # vouch for nothing over a ledger that does not check
         problems = check_run(ledger.runs[r["run_id"]])

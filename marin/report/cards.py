@@ -199,6 +199,16 @@ def model_card(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any])
 # ---------------------------------------------------------------- datasheet
 
 
+def _distribution(remote: dict[str, str] | None) -> str:
+    """Where the data is, as the project's DVC config says when the report was built."""
+    if remote:
+        return (f"- Distributed through the DVC remote `{remote['name']}` (`{remote['url']}`): `marin publish` "
+                "uploads it with the model and checkpoints, `dvc pull` fetches it; under the licences of its sources: ")
+    return ("- Not distributed: the data (`data/`, tracked by DVC) stays on the machine that ran the pipeline, as "
+            "no DVC remote is configured; each source can be fetched again from its recorded locator, under the "
+            "licences of its sources: ")
+
+
 def datasheet(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) -> str:
     """A datasheet for the training data, with the seven sections of Gebru et al. (2021)."""
     c = Ctx(facts, doc, meta)
@@ -250,7 +260,7 @@ def datasheet(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) 
             f"- Other tasks it could be used for, and tasks it should not be used for: {NR}.",
             f"- Impacts of its composition on future uses: {NR}.", "",
             "## Distribution", "",
-            "- Distributed with the project (`data/`, tracked by DVC) under the licences of its sources: "
+            _distribution(meta.get("data_remote"))
             + ", ".join(f"`{s['name']}` {md(s['license'])}" for s in d["sources"]) + ".",
             f"- Third-party IP restrictions or export controls: beyond the licences, {NR}.", "",
             "## Maintenance", "",

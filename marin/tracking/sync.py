@@ -5,6 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
+import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,9 +20,33 @@ from marin.ledger.store import RunLog, read_run
 from marin.paths import ledger_dir
 
 EXPERIMENT = "marin"
+# MLflow 3 opens an experiment by its kind: without it the UI guesses, and a run with a LoggedModel is
+# shown as GenAI "agent versions". Training runs belong in the model-training view.
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 CONTEXT = {"fetch": "training", "curate": "training", "tokenize": "training", "train": "training",
            "evaluate": "evaluation"}
 BATCH = 900  # MLflow accepts up to 1000 metrics per log_batch
+CREATED = "marin.created_ns"  # when this MLflow run was made: of two made at once, the first stays
+
+# Descriptions shown on MLflow's pages (the UI cuts long tag keys; these say what each one holds).
+EXPERIMENT_NOTE = """The MLflow view of a marin ledger: one run per ledger run (stage run), nested under one
+run per pipeline (git commit). The ledger (`ledger/runs/*.jsonl`, checked by `marin ledger check`) is
+the source of truth; `marin mlflow sync` rebuilds this view from it."""
+PIPELINE_NOTE = "All stage runs recorded at one git commit (`marin.pipeline`), each a child run."
+RUN_NOTE = """One marin ledger run (`ledger/<run id>.jsonl` under Artifacts). Tags:
+
+| tag | holds |
+|---|---|
+| `marin.run_id` | the ledger run id |
+| `marin.stage` | fetch, curate, tokenize, train, evaluate, report, publish |
+| `marin.recipe_digest` | digest of stage, command, params, code, inputs, determinism class |
+| `marin.determinism_digest` | digest of the determinism class (`determinism.*` params) |
+| `marin.code_digest` | digest of the pipeline's code |
+| `marin.output.<name>` | sha256 of each output: an input's digest leads to its producer |
+| `marin.status` | succeeded, failed or unfinished, as the ledger says |
+| `marin.synced_seq`, `marin.synced_digest` | the last ledger record this MLflow run reflects |
+| `marin.verification.*` | the latest `marin verify` of the run: result, mode, record |
+"""
 
 
 class TrackingError(MarinError):
@@ -32,14 +59,18 @@ class SyncReport:
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    experiment: str | None = None
 
     @property
     def changes(self) -> int:
         return len(self.created) + len(self.updated)
 
     def summary(self) -> str:
-        return (f"mlflow sync to {self.uri}: {len(self.created)} run(s) created, {len(self.updated)} updated, "
+        line = (f"mlflow sync to {self.uri}: {len(self.created)} run(s) created, {len(self.updated)} updated, "
                 f"{len(self.unchanged)} unchanged")
+        if self.experiment and self.uri.startswith("http"):  # MLflow 3.17's UI opens GenAI unless told
+            line += f"; open {self.uri.rstrip('/')}/#/experiments/{self.experiment}?workflowType=machine_learning"
+        return line
 
 
 def default_uri(root: Path) -> str:
@@ -100,10 +131,47 @@ class _Syncer:
     def _experiment(self) -> str:
         exp = self.client.get_experiment_by_name(EXPERIMENT)
         if exp is not None:
+            if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:  # made by an older marin
+                self.client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
             return exp.experiment_id
         artifacts = (self.root / "mlartifacts").resolve().as_uri() if self.uri.startswith("sqlite:") else None
-        return self.client.create_experiment(EXPERIMENT, artifact_location=artifacts,
-                                             tags={"marin.project": str(self.root.name)})
+        try:
+            return self.client.create_experiment(EXPERIMENT, artifact_location=artifacts, tags={
+                "marin.project": str(self.root.name), EXPERIMENT_KIND[0]: EXPERIMENT_KIND[1],
+                "mlflow.note.content": EXPERIMENT_NOTE})
+        except Exception:  # another stage created it at the same moment
+            for _ in range(5):
+                time.sleep(0.3)
+                exp = self.client.get_experiment_by_name(EXPERIMENT)
+                if exp is not None:
+                    return exp.experiment_id
+            raise
+
+    def _create_once(self, tag: str, value: str, **kw: Any) -> tuple[Any, bool]:
+        """Create a run tagged ``tag=value`` unless another process (a stage syncing at the same
+        moment) did: of the runs with the tag, the one created first stays and a later one is
+        deleted, so every process goes on with the same run. (run, created here)"""
+        kw["tags"] = {**kw["tags"], CREATED: str(time.time_ns())}
+        run = self.client.create_run(self.exp, **kw)
+        first = self._first(tag, value, run)
+        if first.info.run_id != run.info.run_id:
+            self.client.delete_run(run.info.run_id)
+            return first, False
+        return run, True
+
+    def _first(self, tag: str, value: str, mine: Any) -> Any:
+        found = self.client.search_runs([self.exp], filter_string=f"tags.`{tag}` = '{value}'", max_results=50)
+        return min([mine, *found], key=lambda r: (int(r.data.tags.get(CREATED, "0")), r.info.run_id))
+
+    def _lost_late(self, tag: str, value: str, mine: Any) -> bool:
+        """Checked again once a created run is synced: a run created a moment before it, whose
+        creation was not yet visible then, wins; this one goes (the winner's process logs the
+        same records)."""
+        first = self._first(tag, value, mine)
+        if first.info.run_id == mine.info.run_id:
+            return False
+        self.client.delete_run(mine.info.run_id)
+        return True
 
     def parent(self, log: RunLog) -> str:
         code = log.started.body["code"]
@@ -113,16 +181,47 @@ class _Syncer:
         found = self.lookup("pipeline:" + key)
         if found is not None:
             return found.info.run_id
-        run = self.client.create_run(self.exp, run_name=f"pipeline {key}", start_time=_ms(log.started.time),
-                                     tags={"marin.kind": "pipeline", "marin.pipeline": key,
-                                           "mlflow.source.git.commit": code["git_commit"] or ""})
-        self.client.set_terminated(run.info.run_id, "FINISHED", end_time=_ms(log.started.time))
+        run, created = self._create_once(
+            "marin.pipeline", key, run_name=f"pipeline {key}", start_time=_ms(log.started.time),
+            tags={"marin.kind": "pipeline", "marin.pipeline": key, "mlflow.source.git.commit": code["git_commit"] or "",
+                  "mlflow.note.content": PIPELINE_NOTE})
+        if created:
+            time.sleep(0.5)  # a parent made at the same moment by another stage is visible by now
+            if self._lost_late("marin.pipeline", key, run):
+                run = self._first("marin.pipeline", key, run)
+            else:
+                self.client.set_terminated(run.info.run_id, "FINISHED", end_time=_ms(log.started.time))
         if self.known is not None:
             self.known["pipeline:" + key] = run
         return run.info.run_id
 
+    def stage_run(self, log: RunLog) -> tuple[Any, bool]:
+        """The MLflow run of a ledger run, created (with its tags and params) if MLflow has none."""
+        from mlflow.entities import Param
+
+        found = self.lookup(log.run_id)
+        if found is not None:
+            return found, False
+        s = log.started.body
+        tags = {"marin.kind": "stage", "marin.run_id": log.run_id, "marin.recipe_digest": s["recipe_digest"],
+                "marin.stage": s["stage"], "mlflow.source.git.commit": s["code"]["git_commit"] or "",
+                "marin.determinism_digest": s["determinism_digest"], "marin.code_digest": s["code"]["code_digest"],
+                "mlflow.parentRunId": self.parent(log), "mlflow.note.content": RUN_NOTE}
+        run, created = self._create_once("marin.run_id", log.run_id, run_name=f"{s['stage']} {log.run_id}",
+                                         start_time=_ms(log.started.time), tags=tags)
+        if created:
+            params = _flat("", s["params"])
+            params.update(_flat("seeds", s["seeds"]) if s["seeds"] else {})
+            params.update(_flat("determinism", s["determinism_class"]))
+            plist = [Param(k[:250], str(v)[:6000]) for k, v in sorted(params.items())]
+            for i in range(0, len(plist), 100):
+                self.client.log_batch(run.info.run_id, params=plist[i : i + 100])
+        if self.known is not None:
+            self.known[log.run_id] = run
+        return run, created
+
     def sync_run(self, log: RunLog, report: SyncReport) -> None:
-        from mlflow.entities import Param, RunTag
+        from mlflow.entities import RunTag
 
         last = log.records[-1]
         found = self.lookup(log.run_id)
@@ -130,24 +229,9 @@ class _Syncer:
             report.unchanged.append(log.run_id)
             return
         s = log.started.body
-        if found is None:
-            tags = {"marin.kind": "stage", "marin.run_id": log.run_id, "marin.recipe_digest": s["recipe_digest"],
-                    "marin.stage": s["stage"], "mlflow.source.git.commit": s["code"]["git_commit"] or "",
-                    "marin.determinism_digest": s["determinism_digest"], "marin.code_digest": s["code"]["code_digest"],
-                    "mlflow.parentRunId": self.parent(log)}
-            run = self.client.create_run(self.exp, run_name=f"{s['stage']} {log.run_id}",
-                                         start_time=_ms(log.started.time), tags=tags)
-            mlflow_id, synced = run.info.run_id, -1
-            params = _flat("", s["params"])
-            params.update(_flat("seeds", s["seeds"]) if s["seeds"] else {})
-            params.update(_flat("determinism", s["determinism_class"]))
-            plist = [Param(k[:250], str(v)[:6000]) for k, v in sorted(params.items())]
-            for i in range(0, len(plist), 100):
-                self.client.log_batch(mlflow_id, params=plist[i : i + 100])
-            report.created.append(log.run_id)
-        else:
-            mlflow_id, synced = found.info.run_id, int(found.data.tags.get("marin.synced_seq", "-1"))
-            report.updated.append(log.run_id)
+        run, created = (found, False) if found is not None else self.stage_run(log)
+        mlflow_id, synced = run.info.run_id, int(run.data.tags.get("marin.synced_seq", "-1"))
+        (report.created if created else report.updated).append(log.run_id)
         new = [r for r in log.records if r.seq > synced]
         self._inputs(mlflow_id, s["stage"], [r for r in new if r.kind == "input"])
         metrics = [m for r in new for m in self._metrics(r, log)]
@@ -167,6 +251,10 @@ class _Syncer:
             RunTag("marin.verification.result", r.body["result"]), RunTag("marin.verification.mode", r.body["mode"]),
             RunTag("marin.verification.record", f"seq {r.seq} {r.digest}"))]
         self.client.log_batch(mlflow_id, tags=tags)
+        if created and self._lost_late("marin.run_id", log.run_id, run):
+            report.created.remove(log.run_id)
+            report.updated.append(log.run_id)
+            return
         if log.finished is not None:
             status = "FINISHED" if log.status == "succeeded" else "FAILED"
             self.client.set_terminated(mlflow_id, status, end_time=_ms(log.finished.time))
@@ -186,7 +274,7 @@ class _Syncer:
                                                    InputTag("marin.digest", b["digest"]),
                                                    InputTag("marin.path", b["path"])]))
         if datasets or models:
-            self.client.log_inputs(mlflow_id, datasets=datasets, models=models or None)
+            _racing(lambda: self.client.log_inputs(mlflow_id, datasets=datasets, models=models or None))
 
     def _metrics(self, r: Record, log: RunLog) -> list[Any]:
         from mlflow.entities import Metric
@@ -224,9 +312,54 @@ class _Syncer:
             tags={"marin.run_id": log.run_id, "marin.output_digest": b["digest"],
                   "marin.tensor_digest": b.get("tensor_digest", ""), "marin.location": path.resolve().as_uri(),
                   "marin.recipe_digest": log.started.body["recipe_digest"]})
+        time.sleep(0.5)  # a model made at the same moment by another stage is visible by now
+        found = self.client.search_logged_models(  # a stage syncing at the same moment: the first one stays
+            experiment_ids=[self.exp], filter_string=f"tags.`marin.output_digest` = '{b['digest']}'", max_results=50)
+        first = min(found or [model], key=lambda m: (m.creation_timestamp, m.model_id))
+        if first.model_id != model.model_id:
+            self.client.delete_logged_model(model.model_id)
+            self._models[b["digest"]] = first.model_id
+            return
+        self._model_files(model.model_id, path, b, config)
         self.client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
         self.client.log_outputs(mlflow_id, [LoggedModelOutput(model.model_id, b.get("meta", {}).get("step", 0))])
         self._models[b["digest"]] = model.model_id
+
+    def _model_files(self, model_id: str, path: Path, b: dict[str, Any], config: dict[str, Any]) -> None:
+        """The model's files (weights, config, tokenizer) as the LoggedModel's artifacts, when the copy
+        on disk is the recorded one (a later run may have replaced it: then a tag says so)."""
+        from marin import hashing
+
+        tok = self.root / config.get("tokenizer", {}).get("path", "data/tokens/tokenizer.json")
+        if not path.is_dir() or hashing.path_digest(path) != b["digest"]:
+            self.client.set_logged_model_tags(model_id, {"marin.files": f"not uploaded: {b['path']} on disk is "
+                                                                      "not the recorded version"})
+            return
+        with tempfile.TemporaryDirectory(prefix="marin-model-") as tmp:
+            for f in sorted(path.iterdir()):
+                if f.is_file():
+                    shutil.copyfile(f, Path(tmp) / f.name)
+            if tok.is_file() and hashing.file_digest(tok) == config.get("tokenizer", {}).get("digest"):
+                shutil.copyfile(tok, Path(tmp) / "tokenizer.json")  # the very tokenizer the model was trained with
+            files = sorted(os.listdir(tmp))
+            self.client.log_model_artifacts(model_id, tmp)
+        self.client.set_logged_model_tags(model_id, {"marin.files": ", ".join(files)})
+
+
+def _racing(write: Any, tries: int = 4) -> None:
+    """A write that another stage syncing at the same moment can collide with: MLflow makes an
+    experiment's datasets by check-then-insert, so one of two concurrent inserts fails on the
+    unique key; written again, it finds the other's row."""
+    for i in range(tries):
+        try:
+            write()
+            return
+        except Exception as e:
+            text = str(e)
+            if i == tries - 1 or not any(k in text for k in ("UniqueViolation", "UNIQUE constraint", "IntegrityError",
+                                                              "duplicate key")):
+                raise
+            time.sleep(0.2 * (i + 1))
 
 
 def sync(root: Path, uri: str | None = None, full: bool = True) -> SyncReport:
@@ -250,6 +383,7 @@ def sync(root: Path, uri: str | None = None, full: bool = True) -> SyncReport:
 
 def _sync(root: Path, uri: str, idx: Index, full: bool) -> SyncReport:
     syncer, report = _Syncer(root, uri), SyncReport(uri)
+    report.experiment = syncer.exp
     if full:
         syncer.list_all()
     ledger = ledger_dir(root)

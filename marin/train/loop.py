@@ -26,6 +26,7 @@ from marin.ledger.run import Plan
 from marin.ledger.store import RunLog, read_run
 from marin.model import ModelConfig, count_params
 from marin.paths import ledger_dir
+from marin.tracking.live import Live
 from marin.train import checkpoint, distributed, runtime, seeds, step, weights
 from marin.train.loader import CACHE, Loader, open_stream
 
@@ -198,12 +199,14 @@ def begin(root: Path, params: Params, topo: distributed.Topology) -> tuple[Setup
     return su, Begun(run, run_id, state, metrics, ckpts)
 
 
+
 def run(root: Path, params: Params, topo: distributed.Topology | None = None) -> None:
     topo = topo or distributed.Topology(1)
     tp = params.train
     su, b = begin(root, params, topo)
     cfg, abstract, shardings, loader, run, state = su.cfg, su.abstract, su.shardings, su.loader, b.run, b.state
     ckpts = checkpoint.Checkpoints(root / CKPT / b.run_id)
+    live = Live.start(root, b.run_id, enabled=run is not None)  # metrics in MLflow while training (process 0)
 
     with (run if run is not None else contextlib.nullcontext()), distributed.peer_guard(topo):
         n_params = count_params(state.params)
@@ -225,6 +228,7 @@ def run(root: Path, params: Params, topo: distributed.Topology | None = None) ->
                 _record_once(run, "metric", done, b.metrics, values,
                              {"step": done, "values": values, "timing": {"tokens_per_s": round(tok_s, 3)}})
                 bar.set_postfix(loss=f"{values['loss']['value']:.4f}", tok_s=f"{tok_s:,.0f}")
+                live.step()
 
             if is_checkpoint_step(tp, done):  # every process saves its part, then all digest what is on disk
                 ckpts.save(done, state, {"step": done, "loader": loader.position(done), "run_id": b.run_id})
@@ -237,6 +241,7 @@ def run(root: Path, params: Params, topo: distributed.Topology | None = None) ->
                     _record_once(run, "checkpoint", done, b.ckpts, digest, body)
         bar.close()
         ckpts.close()
+        live.close()
         host_params = jax.tree.map(distributed.host_array, state.params)  # a collective for sharded params
         if run is not None:
             _publish(root, run, su, host_params, n_params, int(state.step))

@@ -35,6 +35,7 @@ from marin.ledger.run import recipe_digest
 from marin.ledger.store import NoSuchRun, RunFile, RunLog, load_run, read_all
 from marin.lineage import Ledger
 from marin.paths import ledger_dir
+from marin.publish import checkpoints_dir
 from marin.verify.compare import Divergence, class_differences, compare, metric_distances
 from marin.verify.outcome import Outcome, Say, counts, json_run
 from marin.verify.segments import check_segments, draw, replay_segments
@@ -213,7 +214,7 @@ def _checkpoint_tensors(root: Path, log: RunLog, replay: RunLog, ws: Workspace, 
     recs, replayed = log.of_kind("checkpoint"), replay.of_kind("checkpoint")
     if not recs or not replayed:
         return
-    on_disk = root / Path(recs[0].body["path"]).parent
+    on_disk = checkpoints_dir(root, log)  # the project's, else the published ones, fetched by digest
     replay_dir = ws.root / Path(replayed[0].body["path"]).parent
     if not on_disk.is_dir():
         out.verifier["tensor_pass"] = f"skipped: the recorded checkpoints ({on_disk}) are not on this machine"

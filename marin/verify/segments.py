@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from marin.ledger.store import RunLog
+from marin.publish import checkpoints_dir
 from marin.verify.compare import Divergence, class_differences, values_divergence
 from marin.verify.outcome import Outcome, Say, counts, json_run
 from marin.verify.workspace import CannotVerify, Workspace
@@ -34,10 +35,11 @@ def check_segments(root: Path, log: RunLog, k: int) -> None:
     if not 1 <= k <= len(ckpts):
         raise CannotVerify(f"--segments {k}: run {log.run_id} has {len(ckpts)} checkpoint intervals; "
                            f"choose 1..{len(ckpts)}")
-    where = root / Path(ckpts[0].body["path"]).parent
+    where = checkpoints_dir(root, log)  # the project's, else those `marin publish` stored, fetched by digest
     if not where.is_dir():
         raise CannotVerify(f"--segments needs the run's checkpoints, and {where} is not on this machine "
-                           "(checkpoints are not DVC outputs); copy them here, or verify with a full replay")
+                           "(checkpoints are not DVC outputs) and no `marin publish` recorded them; copy them "
+                           "here, or verify with a full replay")
 
 
 def draw(seed: int, n: int, k: int) -> list[int]:
@@ -57,7 +59,7 @@ def replay_segments(root: Path, log: RunLog, ws: Workspace, replay_env: dict[str
     out.segments = {"seed": seed, "seed_source": source, "k": k, "n": n, "drawn": [list(b) for b in bounds],
                     "detection_probability": round(k / n, 6)}
     say(f"  6. replay: {k} of {n} checkpoint intervals, seed {seed} ({source}): {bounds}")
-    ckpt_dir = root / Path(ckpts[0].body["path"]).parent
+    ckpt_dir = checkpoints_dir(root, log)
     res_all = json_run(ws, replay_env, ["segments", "--checkpoints", str(ckpt_dir), "--intervals",
                                         ",".join(f"{a}:{b}" for a, b in bounds)], out)
     # What ran: the recorded code and params (as the full replay's own run.started shows them).

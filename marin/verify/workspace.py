@@ -105,7 +105,7 @@ class Workspace:
             if got == want:
                 _copy(src, dest)
                 return self._restored(rec, f"project copy at {rec['path']}")
-            tried.append(f"{rec['path']} in the project hashes to {got}{_changed_files(src, entries)}")
+            tried.append(f"{rec['path']} in the project hashes to {got}{_changed_files(self.project, rec, entries)}")
         else:
             tried.append(f"{rec['path']} is not in the project")
         raise InputUnavailable(rec, "; ".join(tried))
@@ -177,12 +177,18 @@ class InputUnavailable(MarinError):
                          f"{rec['digest']}: {tried}")
 
 
-def _changed_files(src: Path, entries: list[dict[str, Any]] | None) -> str:
-    """For a directory input, name the files that differ from the producing run's entries."""
+def _changed_files(project: Path, rec: dict[str, Any], entries: list[dict[str, Any]] | None) -> str:
+    """For a directory input, name the files that differ from the producing run's entries, and the
+    remote objects they came from when `marin publish` recorded them."""
+    from marin.publish import remote_objects
+
+    src = project / rec["path"]
     if not src.is_dir() or not entries:
-        return ""
+        return remote_objects(project, rec, []) if src.is_file() else ""
     changed = [rel for rel, _, _ in entry_changes(src, entries)]
-    return f" (files differing from the record: {', '.join(changed[:5])})" if changed else ""
+    if not changed:
+        return ""
+    return f" (files differing from the record: {', '.join(changed[:5])}{remote_objects(project, rec, changed)})"
 
 
 def _dvc_cache(project: Path) -> Path | None:

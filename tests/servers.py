@@ -1,0 +1,125 @@
+"""Real servers on 127.0.0.1 for the publishing and team-MLflow tests, started and stopped by them:
+an S3 API (moto's server), a throwaway PostgreSQL cluster (Debian's postgresql: initdb/pg_ctl,
+as the ``postgres`` user when the tests run as root), and ``mlflow server`` on both."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+          "AWS_EC2_METADATA_DISABLED": "true"}  # no instance-metadata lookups (seconds each)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class S3:
+    """moto's S3 server in a thread of the test process."""
+
+    def __init__(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+
+    def start(self) -> S3:
+        import logging
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+        os.environ.update(S3_ENV)  # boto3 in this process (the client below)
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def client(self):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.url, **{k.lower(): v for k, v in S3_ENV.items()
+                                                            if k.startswith("AWS_") and "KEY" in k},
+                            region_name=S3_ENV["AWS_DEFAULT_REGION"])
+
+    def bucket(self, name: str) -> str:
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def get(self, bucket: str, key: str) -> bytes:
+        return self.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+
+    def put(self, bucket: str, key: str, data: bytes) -> None:
+        self.client().put_object(Bucket=bucket, Key=key, Body=data)
+
+
+def _pg_bin(name: str) -> str:
+    found = shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None)
+    if found is None:
+        raise RuntimeError(f"PostgreSQL's {name} not found: apt-get install postgresql (.ci/run does)")
+    return found
+
+
+class Postgres:
+    """A throwaway cluster in a temporary directory; trust authentication on 127.0.0.1 only."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="marin-pg-"))
+        self.data = self.dir / "data"
+        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+    def _run(self, *cmd: str) -> None:
+        subprocess.run([*self.as_user, *cmd], check=True, capture_output=True, timeout=120)
+
+    def start(self) -> Postgres:
+        if self.as_user:  # postgres refuses to run as root
+            shutil.chown(self.dir, "postgres")
+        self._run(_pg_bin("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                  "--no-sync", "--no-instructions")
+        self._run(_pg_bin("pg_ctl"), "-D", str(self.data), "-w", "-l", str(self.dir / "log"), "-o",
+                  f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off "
+                  "-c synchronous_commit=off -c full_page_writes=off", "start")
+        return self
+
+    def uri(self, db: str) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{db}"
+
+    def create_db(self, name: str) -> str:
+        import psycopg
+
+        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres",
+                             autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.uri(name)
+
+    def stop(self) -> None:
+        try:
+            self._run(_pg_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def wait_http(url: str, proc: subprocess.Popen | None = None, timeout: float = 180) -> None:
+    import urllib.request
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[:3]} exited {proc.returncode} before {url} answered")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"{url} did not answer within {timeout:.0f} s")
