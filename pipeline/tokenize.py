@@ -1,6 +1,7 @@
 """Stage tokenize: train a byte-level BPE tokenizer on the train split, tokenize both
 splits into Parquet shards of token ids (one row per document), write the manifest."""
 
+import sys
 from pathlib import Path
 
 from marin import fsutil, hashing
@@ -17,12 +18,13 @@ def tokenize_stage(root: Path, params: Params) -> None:
     inputs = [Input(s, (CURATED / f"{s}.parquet").as_posix()) for s in ("train", "validation")]
     with Run.start(root, "tokenize", params=params.section("tokenize"), inputs=inputs) as run:
         tables = {s: parquet.read(root / CURATED / f"{s}.parquet") for s in ("train", "validation")}
+        print(f"tokenize: training the tokenizer on {tables['train'].num_rows} documents", file=sys.stderr)
         tok = tk.train_tokenizer(tables["train"]["text"].to_pylist(), params.tokenize)
         with fsutil.atomic_dir(root / OUT) as tmp:
             fsutil.write_bytes(tmp / "tokenizer.json", tok.to_str(pretty=True).encode())
             splits = {}
             for split, table in tables.items():
-                ids = tk.encode(tok, table["text"].to_pylist())
+                ids = tk.encode(tok, table["text"].to_pylist(), f"tokenize {split}")
                 shards = tk.write_shards(tmp, split, table, ids, params.tokenize.shard_max_tokens)
                 n_tokens, n_bytes = sum(len(x) for x in ids), sum(table["n_bytes"].to_pylist())
                 corpora: dict[str, dict[str, int]] = {}

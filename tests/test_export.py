@@ -118,7 +118,8 @@ def test_every_marin_tensor_gets_one_llama_name() -> None:
     model = {"n_layers": 1, "tie_embeddings": False}
     src = {k: np.ones((2, 3), np.float32) for k in (
         "embed.embedding", "final_norm.scale", "lm_head.kernel", "blocks.0.attn_norm.scale", "blocks.0.mlp_norm.scale",
-        *(f"blocks.0.attn.w{m}.kernel" for m in "qkvo"), *(f"blocks.0.mlp.w_{m}.kernel" for m in ("gate", "up", "down")))}
+        *(f"blocks.0.attn.w{m}.kernel" for m in "qkvo"),
+        *(f"blocks.0.mlp.w_{m}.kernel" for m in ("gate", "up", "down")))}
     out = hf.llama_tensors(src, model)
     assert len(out) == len(src) and out["lm_head.weight"].shape == (3, 2)  # Linear weights are (out, in)
     assert out["model.layers.0.self_attn.q_proj.weight"].shape == (3, 2)

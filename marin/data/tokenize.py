@@ -14,6 +14,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from marin import hashing
 from marin.config import TokenizeParams
 from marin.data import parquet
+from marin.progress import bar
 
 EOS = "<|endoftext|>"
 SPECIAL_TOKENS = [EOS]
@@ -36,9 +37,13 @@ def load(path: Path) -> Tokenizer:
     return Tokenizer.from_file(str(path))
 
 
-def encode(tok: Tokenizer, texts: list[str]) -> list[np.ndarray]:
-    """Token ids per document (uint16), without special tokens; the loader adds EOS."""
-    return [np.asarray(e.ids, dtype=np.uint16) for e in tok.encode_batch(texts)]
+def encode(tok: Tokenizer, texts: list[str], desc: str = "tokenize", chunk: int = 256) -> list[np.ndarray]:
+    """Token ids per document (uint16), without special tokens; the loader adds EOS.
+    Encoded ``chunk`` documents at a time, with a progress bar on stderr."""
+    out: list[np.ndarray] = []
+    for i in bar(range(0, len(texts), chunk), desc, total=-(-len(texts) // chunk), unit="chunk"):
+        out += [np.asarray(e.ids, dtype=np.uint16) for e in tok.encode_batch(texts[i : i + chunk])]
+    return out
 
 
 def shard_rows(token_counts: list[int], max_tokens: int) -> Iterator[tuple[int, int]]:

@@ -248,7 +248,18 @@ def sync(root: Path, uri: str | None = None, full: bool = True) -> SyncReport:
         idx.close()
 
 
+def quiet_mlflow() -> None:
+    """MLflow and its SQL migrations log INFO lines on every new store; a stage's output is its own."""
+    import logging
+
+    import mlflow  # noqa: F401  (it sets its loggers' levels when imported: set ours after)
+
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def _sync(root: Path, uri: str, idx: Index, full: bool) -> SyncReport:
+    quiet_mlflow()
     syncer, report = _Syncer(root, uri), SyncReport(uri)
     if full:
         syncer.list_all()
