@@ -95,7 +95,10 @@ def _cmd_ledger_log(args: argparse.Namespace) -> int:
     outputs: dict[str, list[str]] = {}
     for r in rows:
         for _, _, _, body in idx.entities(run_id=r.run_id, role="output"):
-            outputs.setdefault(r.run_id, []).append(f"{body['name']}={body['digest'].split(':')[1][:12]}")
+            shown = f"{body['name']}={body['digest'].split(':')[1][:12]}"
+            if "tensor_digest" in body:  # a model: its folder digest, then the digest over its tensors
+                shown += f" (tensors {body['tensor_digest'].split(':')[1][:12]})"
+            outputs.setdefault(r.run_id, []).append(shown)
     print(f"{'time':20} {'stage':9} {'run id':38} {'recipe':12} {'status':10} outputs")
     for r in rows:
         recipe = r.recipe.split(":")[1][:12] if r.recipe else "?"
