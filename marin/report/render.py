@@ -337,7 +337,8 @@ display:block;max-width:100%;overflow-x:auto}pre{overflow-x:auto;background:#f5f
 td,th{border:1px solid #ccd;padding:.25em .5em;text-align:left;vertical-align:top}th{background:#eef2f8}
 code{font-size:.9em;word-break:break-all}a{color:#1f5fa8;text-decoration:none}a:hover{text-decoration:underline}
 figure{margin:0}svg{max-width:100%;height:auto}h1{font-size:1.6em}h2{border-bottom:1px solid #ccd}
-.sources table{font-size:.74em}.sources td{padding:.1em .4em}.sources code{word-break:normal}.sources td:nth-child(-n+3){white-space:nowrap}
+.sources table{font-size:.74em}.sources td{padding:.1em .4em}.sources code{word-break:normal}
+.sources td:nth-child(-n+3){white-space:nowrap}
 figure.plot svg{max-width:640px}"""
 
 
