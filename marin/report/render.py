@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import io
 import re
+from collections.abc import Callable
 from typing import Any
 
 from marin import hashing
@@ -113,46 +114,57 @@ def _authors(meta: dict[str, Any]) -> str:
     return ", ".join(meta.get("authors") or []) or "authors not recorded"
 
 
-def _how_to_use(d: Doc, doc: dict[str, Any]) -> None:
+def how_to_use(v: Callable[[str | None], str], doc: dict[str, Any], level: str = "##") -> list[str]:
+    """The "How to use" section: the three lines that load the Hugging Face export."""
     ex = doc.get("export")
-    d.add("## How to use", "")
+    out = [f"{level} How to use", ""]
     if ex is None:
-        d.add("No Hugging Face export of this model is recorded: run `dvc repro export`, then `marin report`.", "")
-        return
-    d.add(f"`{ex['path']}` (export run `{ex['run_id']}`, folder digest {d.v(ex['digest'])}, tensor digest "
-          f"{d.v(ex['tensor_digest'])}) is a Llama checkpoint with its tokenizer that `transformers` loads:", "",
-          "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
-          f'model = AutoModelForCausalLM.from_pretrained("{ex["path"]}")',
-          f'tokenizer = AutoTokenizer.from_pretrained("{ex["path"]}")', "```", "",
-          "Then `model.generate(**tokenizer(\"ROMEO.\", return_tensors=\"pt\"), max_new_tokens=40)` continues a "
-          "text. Documents were separated by the end-of-text token in training, so a prompt may start with "
-          "`tokenizer.eos_token`.", "")
+        return [*out, "No Hugging Face export of this model is recorded: run `dvc repro export`, then `marin report`.",
+                ""]
+    return [*out, f"`{ex['path']}` (export run `{ex['run_id']}`, folder digest {v(ex['digest'])}, tensor digest "
+            f"{v(ex['tensor_digest'])}) is a Llama checkpoint with its tokenizer that `transformers` loads:", "",
+            "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
+            f'model = AutoModelForCausalLM.from_pretrained("{ex["path"]}")',
+            f'tokenizer = AutoTokenizer.from_pretrained("{ex["path"]}")', "```", "",
+            "Then `model.generate(**tokenizer(\"ROMEO.\", return_tensors=\"pt\"), max_new_tokens=40)` continues a "
+            "text. Documents were separated by the end-of-text token in training, so a prompt may start with "
+            "`tokenizer.eos_token`.", ""]
+
+
+def uses(v: Callable[[str | None], str], doc: dict[str, Any], level: str = "##") -> list[str]:
+    """Intended use, limitations and risks, written as such (the results are under Evaluation)."""
+    m, tr = doc["model"], doc["training"]
+    return [
+        f"{level} Intended use", "",
+        "Research and teaching on reproducible language-model training: a complete, small pipeline whose every "
+        "number can be re-derived from its ledger and whose runs can be replayed bit for bit (`marin verify`). "
+        "A baseline to compare data, training or provenance changes against.", "",
+        "Out of scope: any use that relies on the generated text being correct, safe or fluent: chat, advice, "
+        "content for publication, decisions about people.", "",
+        f"{level} Limitations", "",
+        f"- Scale: {v(m['n_params'])} parameters trained on {v(tr['tokens_seen'])} token positions. It "
+        "continues text in the style of its training data and does not follow instructions or answer "
+        "questions reliably.",
+        f"- Context: at most {v(m['architecture'].get('seq_len'))} tokens; longer inputs are not supported.",
+        "- Language and domain: those of the training sources (see Data); other languages, registers and "
+        "domains are out of distribution.",
+        "- Evaluation: bits per byte on a held-out split of the same sources only; no evaluation of "
+        "knowledge, reasoning, bias, toxicity or memorisation was run.", "",
+        f"{level} Risks", "",
+        "- The training texts carry the views of their authors and their time; generated text can repeat them. "
+        "Nothing was filtered for harmful content.",
+        "- A model this small produces fluent-looking but wrong or meaningless text; do not present its output "
+        "as fact.",
+        "- Memorisation: the training set is small and was seen many times, so passages of the training texts "
+        "can be regenerated verbatim (their licences are listed under Data).", ""]
+
+
+def _how_to_use(d: Doc, doc: dict[str, Any]) -> None:
+    d.add(*how_to_use(d.v, doc))
 
 
 def _uses(d: Doc, doc: dict[str, Any], meta: dict[str, Any]) -> None:
-    m, tr = doc["model"], doc["training"]
-    d.add("## Intended use", "",
-          "Research and teaching on reproducible language-model training: a complete, small pipeline whose every "
-          "number can be re-derived from its ledger and whose runs can be replayed bit for bit (`marin verify`). "
-          "A baseline to compare data, training or provenance changes against.", "",
-          "Out of scope: any use that relies on the generated text being correct, safe or fluent: chat, advice, "
-          "content for publication, decisions about people.", "")
-    d.add("## Limitations", "",
-          f"- Scale: {d.v(m['n_params'])} parameters trained on {d.v(tr['tokens_seen'])} token positions. It "
-          "continues text in the style of its training data and does not follow instructions or answer "
-          "questions reliably.",
-          f"- Context: at most {d.v(m['architecture'].get('seq_len'))} tokens; longer inputs are not supported.",
-          "- Language and domain: English literary and religious texts of the 16th and 17th centuries "
-          "(the sources below); other languages, modern English and technical text are out of distribution.",
-          "- Evaluation: bits per byte on a held-out split of the same sources only; no evaluation of "
-          "knowledge, reasoning, bias, toxicity or memorisation was run.", "")
-    d.add("## Risks", "",
-          "- The training texts carry the views of their time, including on religion, gender and ethnicity; "
-          "generated text can repeat them. Nothing was filtered for harmful content.",
-          "- A model this small produces fluent-looking but wrong or meaningless text; do not present its output "
-          "as fact.",
-          "- Memorisation: the training set is small and was seen many times, so verbatim passages of the "
-          "training texts can be regenerated (they are public domain or openly licensed; see Data).", "")
+    d.add(*uses(d.v, doc))
 
 
 def _data(d: Doc, doc: dict[str, Any]) -> None:
