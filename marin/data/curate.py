@@ -426,7 +426,7 @@ def curate(sources: list[tuple[Source, Path]], p: CurateParams, engine: Engine, 
     """Curate every source into ``out``/{train,validation}.parquet; ``work`` holds scratch
     (dedup spill, the removed list, copied-out members). Call ``close()`` on the result."""
     c = Curation(p, out, work)
-    done = bar(engine.map(process_shard, shards(sources, p, work)), "curate", unit="shard")
+    done = bar(engine.map(process_shard, shards(sources, p, work)), "curate", unit=" shards")
     for o in stitched(done, p):
         c.add(o)
     return c

@@ -171,8 +171,8 @@ def _card_body(c: Ctx) -> str:
             f"{md(tr['flops'])} FLOPs (estimate 6 × parameters × tokens); wall time {md(tr['wall_s'])} s "
             f"on {md(env['determinism_class'].get('device_count'))} {md(env['determinism_class'].get('backend'))} "
             f"device(s), CPU {md(env['env']['cpu_model'])}, cores {md(env['env']['cores_used'])}; "
-            f"{md(cp['cpu_hours'])} CPU-hours over the {cp['runs']} runs behind the model (energy and CO2 "
-            "estimate: [technical report](report.md#compute)).", ""]
+            f"{md(cp['cpu_hours'])} CPU-hours over the runs behind the model (energy and CO2 "
+            "estimate: Compute in the [technical report](report.md)).", ""]
     if "final_loss" in tr:
         out += [f"Final training loss {md(tr['final_loss'])} at step {md(tr['final_step'])}.", ""]
     out += _evaluation(c)
