@@ -122,3 +122,15 @@ def test_long_steps_show_progress_on_stderr_and_libraries_stay_quiet(trained_pro
     assert run.data.tags["marin.output.model.tensor_digest"] == model["tensor_digest"]
     prov = json.loads(proj.marin("lineage", "models/final", "--format", "prov-json", check=True).stdout)
     assert prov["entity"][model["digest"]]["marin:tensor_digest"] == model["tensor_digest"]
+
+
+def test_citation_cff_describes_this_release() -> None:
+    import tomllib
+
+    import yaml
+
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert cff["cff-version"] == "1.2.0" and cff["type"] == "software"
+    assert {"message", "title", "authors"} <= set(cff) and all(a.get("name") for a in cff["authors"])
+    assert cff["version"] == project["version"] and cff["license"] == project["license"]
