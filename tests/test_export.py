@@ -75,8 +75,8 @@ def test_transformers_loads_the_export_with_the_jax_models_logits(exported: Proj
     for f in path.iterdir():
         assert stat.S_IMODE(f.stat().st_mode) == 0o644, f
 
-    x, _ = _validation_windows(exported, 64)
-    assert len(x) >= 8
+    x, _ = _validation_windows(exported, 64)  # every validation window of the mini corpus (it has 5)
+    assert len(x) >= 4
     graphdef, params, _ = weights.load(exported.root / "models/final")
     jax_logits = np.asarray(nnx.merge(graphdef, params)(x))
     with torch.no_grad():
