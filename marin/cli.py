@@ -1,4 +1,6 @@
-"""The ``marin`` command. MarinErrors become one line on stderr and an exit code."""
+"""The ``marin`` command. MarinErrors become one line on stderr and an exit code.
+
+Argument parsing lives here only; the help texts are written for the person at the prompt."""
 
 from __future__ import annotations
 
@@ -9,7 +11,41 @@ from typing import TypeAlias
 
 from marin import config
 from marin.paths import ledger_dir, project_root
-from marin.stage import guarded
+from marin.stage import STAGES, guarded
+
+DESCRIPTION = """\
+Inspect, check, replay and publish what the marin pipeline recorded. The pipeline itself
+runs with `dvc repro` (stages: fetch, curate, tokenize, train, evaluate, export, report);
+every stage run is written to the ledger in ledger/runs/, which these commands read."""
+
+EPILOG = """\
+examples:
+  marin ledger log                    the latest runs and their outputs
+  marin ledger check                  every run, hash chain and recorded output holds
+  marin lineage models/final          the runs and data behind the model
+  marin verify --upstream models/final    replay the model's runs bit for bit
+  marin report verify reports/marin-tiny  check a published report against the ledger
+
+`marin COMMAND --help` describes each command."""
+
+VERIFY_DESCRIPTION = """\
+Replay a recorded run from its ledger record alone and compare the result bit for bit.
+
+Steps (each prints one line):
+  1. run           the run exists, succeeded, and its ledger file is intact
+  2. recipe        its recipe digest is recomputed from the recorded fields
+  3. workspace     a git worktree at the recorded commit, with the recorded params
+  4. inputs        restored by digest (DVC cache, else the project's copy)
+  5. determinism   the recorded XLA thread count, flags and device count are restored
+  6. replay        the recorded command runs again (--segments K: K checkpoint intervals)
+  7. compare       every input, checkpoint, metric, eval value and output
+  8. verdict       a verification record is appended to the run's ledger file
+
+exit status:
+  0  bit-exact
+  1  mismatch: the first diverging record is named
+  3  the verifier's determinism class differs: distances are reported, never "bit-exact"
+  4  cannot verify here (uncommitted code, an input nowhere to be found)"""
 
 
 def _cmd_ledger_check(args: argparse.Namespace) -> int:
@@ -59,7 +95,10 @@ def _cmd_ledger_log(args: argparse.Namespace) -> int:
     outputs: dict[str, list[str]] = {}
     for r in rows:
         for _, _, _, body in idx.entities(run_id=r.run_id, role="output"):
-            outputs.setdefault(r.run_id, []).append(f"{body['name']}={body['digest'].split(':')[1][:12]}")
+            shown = f"{body['name']}={body['digest'].split(':')[1][:12]}"
+            if "tensor_digest" in body:  # a model: its folder digest, then the digest over its tensors
+                shown += f" (tensors {body['tensor_digest'].split(':')[1][:12]})"
+            outputs.setdefault(r.run_id, []).append(shown)
     print(f"{'time':20} {'stage':9} {'run id':38} {'recipe':12} {'status':10} outputs")
     for r in rows:
         recipe = r.recipe.split(":")[1][:12] if r.recipe else "?"
@@ -208,7 +247,7 @@ Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 def _ledger(sub: Sub) -> None:
     led = sub.add_parser("ledger", help="inspect and check the ledger")
-    lsub = led.add_subparsers(dest="ledger_command", required=True)
+    lsub = led.add_subparsers(dest="ledger_command", required=True, metavar="SUBCOMMAND")
     chk = lsub.add_parser("check", help="verify schemas, chains, Merkle roots, outputs")
     chk.add_argument("--since", type=Path, metavar="HEAD_OR_REPORT",
                      help="a snapshot (`marin ledger head --json` file, or a report directory): prove "
@@ -222,19 +261,23 @@ def _ledger(sub: Sub) -> None:
     hd = lsub.add_parser("head", help="RFC 6962 root over every run's last record: a snapshot to keep or sign")
     hd.add_argument("--json", action="store_true", help="the whole snapshot (root, runs, leaves) for --since")
     hd.set_defaults(fn=_cmd_ledger_head)
-    log = lsub.add_parser("log", help="list runs")
-    log.add_argument("--stage")
+    log = lsub.add_parser("log", help="list runs: stage, run id, recipe, status, outputs (folder digests)",
+                          description="List ledger runs, newest last. Outputs show the first 12 hex digits of "
+                                      "their digest (the sha256 of the file, or of a folder's file list); the "
+                                      "model also shows its tensor digest (the sha256 over its tensors).")
+    log.add_argument("--stage", choices=STAGES, help="only runs of this stage")
     log.add_argument("--last", type=int, default=50, metavar="N", help="the N most recent runs (default 50)")
     log.add_argument("--all", action="store_true", help="every run, oldest first")
     log.set_defaults(fn=_cmd_ledger_log)
     rep = lsub.add_parser("repair", help="set aside a truncated last line of a run")
-    rep.add_argument("run_id")
+    rep.add_argument("run_id", metavar="RUN_ID", help="the run whose ledger file ends in a torn line "
+                     "(as `marin ledger check` names it, e.g. train-20261130T101500-ab12cd34)")
     rep.set_defaults(fn=_cmd_ledger_repair)
 
 
 def _mlflow(sub: Sub) -> None:
     ml = sub.add_parser("mlflow", help="the MLflow view of the ledger")
-    msub = ml.add_subparsers(dest="mlflow_command", required=True)
+    msub = ml.add_subparsers(dest="mlflow_command", required=True, metavar="SUBCOMMAND")
     syn = msub.add_parser("sync", help="create or complete MLflow runs from the ledger (idempotent)")
     syn.add_argument("--uri", help="tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     syn.set_defaults(fn=_cmd_mlflow_sync)
@@ -251,17 +294,17 @@ def _lineage(sub: Sub) -> None:
 
 
 def _diff(sub: Sub) -> None:
-    p = sub.add_parser("diff", help="compare two ledger runs and name their first divergence")
-    p.add_argument("run_a")
-    p.add_argument("run_b")
+    p = sub.add_parser("diff", help="compare two ledger runs and name their first divergence",
+                       description="Compare two runs: params, code, determinism class, inputs, outputs and "
+                                   "metrics, and name the first record where they diverge. Exit 0 when identical.")
+    p.add_argument("run_a", metavar="RUN_A", help="a run id (see `marin ledger log`)")
+    p.add_argument("run_b", metavar="RUN_B", help="the run id to compare it with")
     p.set_defaults(fn=_cmd_diff)
 
 
 def _verify(sub: Sub) -> None:
-    from marin import verify  # its docstring (the numbered steps, the exit codes) is the help text
-
     p = sub.add_parser("verify", help="replay a recorded run and compare it bit for bit",
-                       description=verify.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=VERIFY_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", help="a run id; with --upstream, also a digest or a path (models/final)")
     p.add_argument("--segments", type=int, metavar="K", help="train runs: replay K drawn checkpoint intervals")
     p.add_argument("--seed", type=int, help="seed of the --segments draw (default: random, recorded)")
@@ -273,12 +316,21 @@ def _verify(sub: Sub) -> None:
 
 
 def _report(sub: Sub) -> None:
-    rep = sub.add_parser("report", help="build, or verify, the transparency report of a model (a ledger run)")
-    rep.add_argument("--model", default="models/final", help="the model: a path, digest or train run id")
+    rep = sub.add_parser(
+        "report", help="build the transparency report of a model (or verify one: `marin report verify DIR`)",
+        usage="marin report [--model MODEL]\n       marin report verify DIRECTORY [--key PUB] [--require-signature]",
+        description="Without a subcommand: build reports/<report.model_name>/ from the ledger, as a ledger run "
+                    "(the same as the report stage of `dvc repro`). With `verify`: check a report that was built.")
+    rep.add_argument("--model", default="models/final",
+                     help="the model to report on: a path, a digest or a train run id (default: models/final)")
     rep.set_defaults(fn=_cmd_report)
-    rsub = rep.add_subparsers(dest="report_command")
-    ver = rsub.add_parser("verify", help="check a report's signature, files and every number against the ledger")
-    ver.add_argument("directory", type=Path)
+    rsub = rep.add_subparsers(dest="report_command", title="optional subcommand", metavar="verify")
+    ver = rsub.add_parser("verify", help="check a report's signature, files and every number against the ledger",
+                          description="Check a report: its signature, that every file is the one the provenance "
+                                      "statement lists, and that every number is re-derived from the ledger "
+                                      "record it cites.")
+    ver.add_argument("directory", type=Path, metavar="DIRECTORY",
+                     help="the report directory, e.g. reports/marin-tiny")
     ver.add_argument("--key", type=Path, help="public key (default: the signing key's .pub)")
     ver.add_argument("--require-signature", action="store_true",
                      help="fail when the report is not signed (the release check)")
@@ -291,7 +343,7 @@ def _report(sub: Sub) -> None:
 
 def _schemas(sub: Sub) -> None:
     sch = sub.add_parser("schemas", help="the pinned JSON Schema set that records are checked against")
-    ssub = sch.add_subparsers(dest="schemas_command", required=True)
+    ssub = sch.add_subparsers(dest="schemas_command", required=True, metavar="SUBCOMMAND")
     ssub.add_parser("check", help="every schema file is the pinned one").set_defaults(fn=_cmd_schemas_check)
     ssub.add_parser("pin", help="after an intended schema change: record the new digests").set_defaults(
         fn=_cmd_schemas_pin)
@@ -299,8 +351,9 @@ def _schemas(sub: Sub) -> None:
 
 def _params(sub: Sub) -> None:
     par = sub.add_parser("params", help="validate params.yaml")
-    psub = par.add_subparsers(dest="params_command", required=True)
-    psub.add_parser("check").set_defaults(fn=_cmd_params_check)
+    psub = par.add_subparsers(dest="params_command", required=True, metavar="SUBCOMMAND")
+    psub.add_parser("check", help="check params.yaml against its schema; one line per problem").set_defaults(
+        fn=_cmd_params_check)
 
 
 def _pin(sub: Sub) -> None:
@@ -322,11 +375,23 @@ def _publish(sub: Sub) -> None:
     p.set_defaults(fn=_cmd_publish)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("marin")
+    except PackageNotFoundError:  # run from a source tree that was not installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="marin", description=__doc__)
-    ap.add_argument("--root", type=Path, default=None, help="project root (default: auto)")
-    ap.add_argument("-v", "--verbose", action="store_true", help="tracebacks and notes")
-    sub = ap.add_subparsers(dest="command", required=True)
+    ap = argparse.ArgumentParser(prog="marin", description=DESCRIPTION, epilog=EPILOG,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=f"marin {_version()}")
+    ap.add_argument("--root", type=Path, default=None, metavar="DIR",
+                    help="the project directory (default: the nearest directory above holding params.yaml)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="show tracebacks and extra notes")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in (_ledger, _mlflow, _lineage, _diff, _verify, _report, _schemas, _params, _pin, _publish):
         group(sub)
     return ap

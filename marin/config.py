@@ -185,6 +185,16 @@ class EvaluateParams:
 
 
 @dataclass(frozen=True)
+class EnergyAssumptions:
+    """What the report's energy and CO2 estimate assumes (it is an estimate, and says so)."""
+
+    cpu_watts_per_core: float
+    gpu_watts: float
+    pue: float
+    kg_co2e_per_kwh: float
+
+
+@dataclass(frozen=True)
 class ReportParams:
     model_name: str
     version: str
@@ -193,6 +203,11 @@ class ReportParams:
     signing_key: str | None
     fmti_indicators: str | None = None
     mof_licenses: str | None = None
+    authors: tuple[str, ...] = ()
+    contact: str | None = None
+    funding: str | None = None
+    url: str | None = None
+    energy: EnergyAssumptions | None = None
 
 
 @dataclass(frozen=True)
@@ -446,6 +461,7 @@ _NESTED: dict[tuple[str, str], type] = {
     ("RuntimeParams", "data"): DataRuntime,
     ("Params", "evaluate"): EvaluateParams,
     ("Params", "report"): ReportParams,
+    ("ReportParams", "energy"): EnergyAssumptions,
     ("FetchParams", "sources"): Source,
     ("Source", "extract"): Extract,
     ("CurateParams", "filters"): Filters,

@@ -56,6 +56,8 @@ class Artifact:
     locator: str | None = None  # where a raw archive came from (leaves only)
     license: str | None = None
     run: Step | None = None  # the run that generated it; None: from outside the ledger
+    # a model's second identity: ``digest`` is its folder digest (its files), this the sha256 over its tensors
+    tensor_digest: str | None = None
 
 
 @dataclass(eq=False)
@@ -179,7 +181,8 @@ class Ledger:
             return Artifact(digest, b["name"], b["path"], b.get("size"), b.get("locator"), b.get("license"))
         log, out = producer
         b = used or out
-        return Artifact(digest, b["name"], b["path"], b.get("size"), run=self._step(log.run_id))
+        return Artifact(digest, b["name"], b["path"], b.get("size"), run=self._step(log.run_id),
+                        tensor_digest=out.get("tensor_digest"))
 
     def _step(self, run_id: str) -> Step:
         if run_id in self._steps:
@@ -189,7 +192,8 @@ class Ledger:
         step = Step(run_id, s.body["stage"], log.status, s.body["recipe_digest"], s.body["code"], s.body["env"],
                     s.time, log.finished.time if log.finished else None)
         self._steps[run_id] = step  # before the inputs: an upstream run shared by two inputs is built once
-        step.outputs = [Artifact(b["digest"], b["name"], b["path"], b.get("size"), run=step) for b in _outputs(log)]
+        step.outputs = [Artifact(b["digest"], b["name"], b["path"], b.get("size"), run=step,
+                                 tensor_digest=b.get("tensor_digest")) for b in _outputs(log)]
         step.inputs = [self._artifact(r.body["digest"], log, r.body) for r in log.of_kind("input")]
         return step
 
@@ -232,6 +236,8 @@ def _step_line(s: Step) -> str:
 
 def _artifact_line(a: Artifact) -> str:
     line = f"{_short(a.digest)}  {a.name}  {a.path}"
+    if a.tensor_digest:
+        line += f"  (folder digest; tensor digest {_short(a.tensor_digest)})"
     if a.locator or a.license:
         line += f"  raw archive from {a.locator or '?'}  license {a.license or '?'}"
     elif a.run is None:
@@ -307,7 +313,7 @@ def to_prov(node: Artifact | Step) -> ProvDocument:
     leaves = [node] if isinstance(node, Artifact) else []
     for a in [a for s in steps for a in (*s.outputs, *s.inputs)] + leaves:  # producers' names first
         attrs = entities.setdefault(a.digest, {PROV["label"]: a.name, **_attrs(name=a.name, path=a.path, size=a.size)})
-        attrs.update(_attrs(locator=a.locator, license=a.license))
+        attrs.update(_attrs(locator=a.locator, license=a.license, tensor_digest=a.tensor_digest))
     for digest, attrs in entities.items():
         doc.entity(digest, attrs)  # the digest `sha256:<hex>` is itself a qualified name
     agents: set[str] = set()

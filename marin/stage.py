@@ -11,6 +11,9 @@ from marin import config
 from marin.errors import MarinError, SchemaError
 from marin.paths import project_root
 
+# The pipeline's stages in dvc.yaml order: the values a stage may have in the ledger.
+STAGES = ("fetch", "curate", "tokenize", "train", "evaluate", "export", "report")
+
 
 def guarded(fn: Callable[[], int], verbose: bool = False) -> int:
     """Run ``fn``; a MarinError, or a failing disk (full, quota, read-only, I/O error),

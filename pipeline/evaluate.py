@@ -24,6 +24,7 @@ def evaluate_stage(root: Path, params: Params) -> None:
     from marin.data import manifest
     from marin.data import tokenize as tk
     from marin.ledger import Input, Run, exact
+    from marin.progress import bar
     from marin.train import step, weights
 
     fp = env.fingerprint()
@@ -40,8 +41,8 @@ def evaluate_stage(root: Path, params: Params) -> None:
             return [root / TOKENS / s["file"] for s in tok_manifest["splits"][split]["shards"]]
 
         val = shards("validation")  # documents are read as scored, twice (model, baseline)
-        model = ev.score(step.eval_nll_fn(graphdef), model_params, ev.documents(val), eos, seq_len,
-                         params.evaluate.batch_size)
+        docs = bar(ev.documents(val), "evaluate", total=tok_manifest["splits"]["validation"]["docs"], unit="doc")
+        model = ev.score(step.eval_nll_fn(graphdef), model_params, docs, eos, seq_len, params.evaluate.batch_size)
         counts = ev.token_counts(ev.shard_tokens(shards("train")), config["model"]["vocab_size"])
         base = ev.unigram(counts, ev.documents(val))
         results = {}
@@ -59,7 +60,7 @@ def evaluate_stage(root: Path, params: Params) -> None:
         tokenizer = tk.load(root / TOKENS / "tokenizer.json")
         logits_fn = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x))
         samples = []
-        for prompt in params.evaluate.prompts:
+        for prompt in bar(params.evaluate.prompts, "evaluate: samples", unit="prompt"):
             ids = tokenizer.encode(prompt, add_special_tokens=False).ids  # as in the shards: no special tokens
             out = ev.greedy(logits_fn, model_params, ids, eos, seq_len, params.evaluate.sample_tokens)
             samples.append({"prompt": prompt, "completion": tokenizer.decode(out), "token_ids": out})

@@ -5,6 +5,7 @@ per document) as they stream, write the manifest."""
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from marin import fsutil, hashing
@@ -13,6 +14,7 @@ from marin.data import manifest
 from marin.data import tokenize as tk
 from marin.data.engine import Engine
 from marin.ledger import Input, Run
+from marin.progress import meter
 from marin.stage import stage_main
 
 CURATED, OUT = Path("data/curated"), Path("data/tokens")
@@ -24,12 +26,16 @@ def tokenize_split(root: Path, tmp: Path, split: str, spec: str, params: Params,
     writer = tk.ShardWriter(tmp, split, params.tokenize.shard_max_tokens)
     docs = tokens = n_bytes = 0
     corpora: dict[str, dict[str, int]] = {}
-    for meta, lengths, ids in tk.encoded(root / CURATED / f"{split}.parquet", spec, engine):
+    path = root / CURATED / f"{split}.parquet"
+    progress = meter(f"tokenize {split}", total=pq.ParquetFile(path).metadata.num_rows, unit=" docs")
+    for meta, lengths, ids in tk.encoded(path, spec, engine):
         writer.add(meta, lengths, ids)
+        progress.update(len(lengths))
         for c, n, b in zip(meta["corpus"].to_pylist(), lengths.tolist(), meta["n_bytes"].to_pylist(), strict=True):
             e = corpora.setdefault(c, {"docs": 0, "tokens": 0, "bytes": 0})
             e["docs"], e["tokens"], e["bytes"] = e["docs"] + 1, e["tokens"] + n, e["bytes"] + b
             docs, tokens, n_bytes = docs + 1, tokens + n, n_bytes + b
+    progress.close()
     shards = writer.close()
     print(f"tokenize: {split}: {docs} docs, {tokens:,} tokens, "
           f"{n_bytes / max(tokens, 1):.3f} bytes/token, {len(shards)} shard(s)")

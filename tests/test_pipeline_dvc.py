@@ -3,6 +3,7 @@
 import csv
 import hashlib
 import json
+import re
 import tarfile
 from collections import Counter
 
@@ -159,6 +160,7 @@ def test_default_run_verifies_bit_exact_upstream_from_the_final_model(repro) -> 
     evaluate = proj.runs("evaluate")[0][0]["run_id"]
     p = proj.marin("verify", evaluate)
     assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"evaluate: .*\d+/\d+", p.stderr), p.stderr[-500:]  # the replay's progress, as it runs
     assert proj.marin("ledger", "check").returncode == 0
     # MLflow shows the verdicts once synced
     from tests.test_tracking import store

@@ -35,6 +35,7 @@ from marin.data import archive, dedup, filters, manifest, parquet
 from marin.data.engine import Engine
 from marin.errors import StageError
 from marin.fsutil import shown
+from marin.progress import bar
 
 SHARD_BYTES = 4 << 20  # input per shard: cheap to ship, and many shards per worker on a real corpus
 SHARD_ROWS = 2048  # Parquet rows per shard
@@ -425,6 +426,7 @@ def curate(sources: list[tuple[Source, Path]], p: CurateParams, engine: Engine, 
     """Curate every source into ``out``/{train,validation}.parquet; ``work`` holds scratch
     (dedup spill, the removed list, copied-out members). Call ``close()`` on the result."""
     c = Curation(p, out, work)
-    for o in stitched(engine.map(process_shard, shards(sources, p, work)), p):
+    done = bar(engine.map(process_shard, shards(sources, p, work)), "curate", unit=" shards")
+    for o in stitched(done, p):
         c.add(o)
     return c

@@ -45,7 +45,9 @@ BUILDER = "https://marin.local/builder/marin-report@v1"
 def meta_for(p: ReportParams, model_digest: str) -> dict[str, Any]:
     """What the report says about itself (from params.yaml: report) and which model it is about."""
     return {"model_name": p.model_name, "version": p.version, "license": p.license, "model_license": p.license,
-            "code_license": p.code_license, "model": model_digest, "report_dir": f"reports/{p.model_name}"}
+            "code_license": p.code_license, "model": model_digest, "report_dir": f"reports/{p.model_name}",
+            "authors": list(p.authors), "contact": p.contact, "funding": p.funding, "url": p.url,
+            "energy": dataclasses.asdict(p.energy) if p.energy else None}
 
 
 def render_files(ledger: Ledger, meta: dict[str, Any], refs: References) -> tuple[dict[str, bytes], dict[str, Any]]:

@@ -12,15 +12,29 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
+from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
 
+from marin.report import render
 from marin.report.facts import md_escape
 
 NR = "not recorded"
-# Hugging Face licence ids are the SPDX ids in lower case; others go in as "other".
-_HF_LICENSES = {"apache-2.0", "mit", "bsd-2-clause", "bsd-3-clause", "cc0-1.0", "cc-by-4.0", "cc-by-sa-4.0",
-                "cc-by-nc-4.0", "gpl-3.0", "lgpl-3.0", "agpl-3.0", "mpl-2.0", "unlicense", "odc-by", "pddl",
-                "cdla-permissive-2.0", "openrail"}
+# The Hugging Face Hub's licence ids (its documented list, mostly SPDX ids in lower case); others go in as
+# "other" with a license_name.
+HF_LICENSES = frozenset({
+    "apache-2.0", "mit", "openrail", "afl-3.0", "artistic-2.0", "bsl-1.0", "bsd", "bsd-2-clause", "bsd-3-clause",
+    "bsd-3-clause-clear", "c-uda", "cc", "cc0-1.0", "cc-by-2.0", "cc-by-2.5", "cc-by-3.0", "cc-by-4.0",
+    "cc-by-sa-3.0", "cc-by-sa-4.0", "cc-by-nc-2.0", "cc-by-nc-3.0", "cc-by-nc-4.0", "cc-by-nd-4.0",
+    "cc-by-nc-nd-3.0", "cc-by-nc-nd-4.0", "cc-by-nc-sa-2.0", "cc-by-nc-sa-3.0", "cc-by-nc-sa-4.0",
+    "cdla-sharing-1.0", "cdla-permissive-1.0", "cdla-permissive-2.0", "wtfpl", "ecl-2.0", "epl-1.0", "epl-2.0",
+    "etalab-2.0", "eupl-1.1", "eupl-1.2", "agpl-3.0", "gfdl", "gpl", "gpl-2.0", "gpl-3.0", "lgpl", "lgpl-2.1",
+    "lgpl-3.0", "isc", "lppl-1.3c", "ms-pl", "mpl-2.0", "odc-by", "odbl", "osl-3.0", "postgresql", "ofl-1.1",
+    "ncsa", "unlicense", "zlib", "pddl", "unknown", "other"})
+
+
+def hf_license(spdx: str) -> str:
+    """The Hub's id of an SPDX licence, or "other"."""
+    lic = str(spdx).lower()
+    return lic if lic in HF_LICENSES else "other"
 
 
 @dataclass(frozen=True)
@@ -76,24 +90,21 @@ def verification(c: Ctx, stage: str) -> str | None:
 # ---------------------------------------------------------------- model card
 
 
-def _front_matter(c: Ctx) -> dict[str, Any]:
-    lic = str(c.meta["license"]).lower()
-    fm: dict[str, Any] = {"license": lic if lic in _HF_LICENSES else "other"}
-    if fm["license"] == "other":
-        fm["license_name"] = str(c.meta["license"])
-    fm |= {"datasets": _sources(c), "library_name": "jax", "pipeline_tag": "text-generation",
-           "tags": ["marin", "jax", "flax", "causal-lm", "reproducible"]}
+def card_data(c: Ctx) -> ModelCardData:
+    """The card's metadata, built with huggingface_hub: licence, library, eval results (model-index)."""
+    lic = hf_license(c.meta["license"])
     rows = [r for r in (c.evaluation or {}).get("rows", []) if r["name"] == "model"]
-    if rows:
-        src = "+".join(_sources(c))
-        results = [{"task": {"type": "text-generation", "name": "Causal language modeling"},
-                    "dataset": {"name": f"{src} {r['split']} split ({r['corpus']})", "type": src,
-                                "config": r["corpus"], "split": r["split"]},
-                    "metrics": [{"type": k, "value": c.facts[r[k]]["value"], "name": f"{r['split']} {label}"}
-                                for k, label in (("bits_per_byte", "bits per byte"), ("perplexity", "perplexity"))]}
-                   for r in rows]
-        fm["model-index"] = [{"name": c.meta["model_name"], "results": results}]
-    return fm
+    src = "+".join(_sources(c))
+    results = [EvalResult(task_type="text-generation", task_name="Causal language modeling",
+                          dataset_type=src, dataset_name=f"{src} {r['split']} split ({r['corpus']})",
+                          dataset_config=r["corpus"], dataset_split=r["split"], metric_type=k,
+                          metric_value=c.facts[r[k]]["value"], metric_name=f"{r['split']} {label}")
+               for r in rows for k, label in (("bits_per_byte", "bits per byte"), ("perplexity", "perplexity"))]
+    return ModelCardData(license=lic, license_name=str(c.meta["license"]) if lic == "other" else None,
+                         library_name="transformers" if c.doc.get("export") else None,
+                         pipeline_tag="text-generation", model_name=c.meta["model_name"],
+                         tags=["marin", "llama", "jax", "flax", "causal-lm", "reproducible"],
+                         eval_results=results or None)
 
 
 def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
@@ -116,84 +127,99 @@ def _splits_table(c: Ctx) -> list[str]:
 
 
 def model_card(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) -> str:
-    """A Hugging Face model card (README.md with YAML metadata) for the reported model."""
+    """A Hugging Face model card (README.md with YAML metadata) built with huggingface_hub."""
     c = Ctx(facts, doc, meta)
+    body = _card_body(c)
+    card = ModelCard("---\n" + card_data(c).to_yaml() + "\n---\n\n" + body)  # parsed back by the Hub's parser
+    return str(card.content)
+
+
+def _card_body(c: Ctx) -> str:
+    doc, meta, md = c.doc, c.meta, c.md
     m, d, tr, env = doc["model"], doc["data"], doc["training"], doc["environment"]
-    name, md = meta["model_name"], c.md
-    out = ["---", yaml.safe_dump(_front_matter(c), sort_keys=False, allow_unicode=True).rstrip(), "---", "",
-           f"# {name}", "",
-           f"{name} is a decoder-only transformer language model trained from scratch by the marin pipeline. "
-           "Every value below links to the ledger record it was read from, listed in the "
-           "[technical report](report.md); the training data is described in the [datasheet](datasheet.md).", "",
-           "## Model details", "",
-           f"- Parameters: {md(m['n_params'])}; optimizer steps: {md(m['steps'])}",
-           f"- Weights: `{m['path']}`, tensor digest {md(m['tensor_digest'])}",
-           f"- Train recipe digest: {md(m['recipe_digest'])}",
-           f"- Tokenizer: {md(d['tokenizer']['type'])}, vocabulary {md(d['tokenizer']['vocab_size'])}, "
-           f"digest {md(d['tokenizer']['digest'])}",
-           "- Frameworks: " + ", ".join(f"{n} {md(f)}" for n, f in c.packages(("jax", "flax", "optax"))),
-           f"- Licence: {meta['license']}", "", "Architecture (the train run's model configuration):", ""]
+    name = meta["model_name"]
+    out = [f"# {name}", "",
+           f"{name} is a decoder-only transformer language model (Llama architecture) trained from scratch by the "
+           "marin pipeline. Every value below links to the ledger record it was read from, listed in the "
+           "[technical report](report.md); the training data is described in the [datasheet](datasheet.md).", ""]
+    out += render.how_to_use(md, doc)
+    out += ["## Model details", "",
+            f"- Authors: {', '.join(meta.get('authors') or []) or NR}; contact: {meta.get('contact') or NR}",
+            f"- Funding: {meta.get('funding') or NR}",
+            f"- Parameters: {md(m['n_params'])}; optimizer steps: {md(m['steps'])}",
+            f"- Weights: `{m['path']}`; tensor digest {md(m['tensor_digest'])} (sha256 over the tensors: the "
+            f"model's identity in any file format); folder digest {md(m['folder_digest'])} (sha256 of the folder's "
+            "file list: what the ledger and DVC track)",
+            f"- Train recipe digest: {md(m['recipe_digest'])}",
+            f"- Tokenizer: {md(d['tokenizer']['type'])}, vocabulary {md(d['tokenizer']['vocab_size'])}, "
+            f"digest {md(d['tokenizer']['digest'])}",
+            "- Frameworks: " + ", ".join(f"{n} {md(f)}" for n, f in c.packages(("jax", "flax", "optax"))),
+            f"- Licence: {meta['license']}", "", "Architecture (the train run's model configuration):", ""]
     out += _table(["setting", "value"], ([f"`{k}`", md(f)] for k, f in m["architecture"].items()))
-    out += ["## Uses", "",
-            "Intended: research on reproducible language-model training, as a worked example whose every "
-            "number can be re-derived from its ledger and re-run bit for bit.", "",
-            "Out of scope: any use that relies on the model's outputs being correct, safe or fluent. It is "
-            f"a model of {md(m['n_params'])} parameters trained on {md(tr['tokens_seen'])} tokens; no evaluation "
-            f"of safety, bias or factuality is recorded.", "",
-            "## Training data", ""]
+    out += render.uses(md, doc)
+    out += ["## Training data", ""]
     out += _sources_table(c)
     out += _splits_table(c)
     out += ["Curation (filters, deduplication) per corpus is in the [datasheet](datasheet.md).", "",
             "## Training procedure", "", "Hyperparameters:", ""]
     out += _table(["hyperparameter", "value"], ([f"`{k}`", md(f)] for k, f in tr["hyperparameters"].items()))
     s = tr["seeds"]
+    cp = doc["compute"]
     out += [f"Seeds: root {md(s['root'])}; each stream is derived as {md(s['derivation'])}: "
             + ", ".join(f"`{n}` {md(f)}" for n, f in s["streams"].items()), "",
             f"Compute: {md(tr['tokens_seen'])} tokens seen (steps × batch size × sequence length); "
             f"{md(tr['flops'])} FLOPs (estimate 6 × parameters × tokens); wall time {md(tr['wall_s'])} s "
             f"on {md(env['determinism_class'].get('device_count'))} {md(env['determinism_class'].get('backend'))} "
-            f"device(s), CPU {md(env['env']['cpu_model'])}, cores {md(env['env']['cores_used'])}.", ""]
+            f"device(s), CPU {md(env['env']['cpu_model'])}, cores {md(env['env']['cores_used'])}; "
+            f"{md(cp['cpu_hours'])} CPU-hours over the runs behind the model (energy and CO2 "
+            "estimate: Compute in the [technical report](report.md)).", ""]
     if "final_loss" in tr:
         out += [f"Final training loss {md(tr['final_loss'])} at step {md(tr['final_step'])}.", ""]
-    out += ["## Evaluation", ""]
-    ev = c.evaluation
-    if ev and ev["rows"]:
-        out += ["Bits per byte and perplexity on the held-out validation split, beside a unigram baseline "
-                "fitted on the training split and scored on the same tokens.", ""]
-        out += _table(["model", "corpus", "bits per byte", "perplexity", "tokens"],
-                      ([f"`{r['name']}`", f"`{r['corpus']}`", md(r["bits_per_byte"]), md(r["perplexity"]),
-                        md(r["tokens"])] for r in ev["rows"]))
-        if ev["samples"]:
-            out += ["Greedy completions of the prompts " + ", ".join(md(x["prompt"]) for x in ev["samples"])
-                    + " are listed in the [technical report](report.md).", ""]
-    else:
-        out += [f"Evaluation: {NR}.", ""]
-    out += ["## Reproducibility", "", "Ledger runs of the model's lineage and their re-execution by "
-            "`marin verify`:", ""]
-    out += _table(["stage", "run", "verification", "mode", "verified at"],
-                  ([v["stage"], f"`{v['run_id']}`", md(v["result"]) if v["result"] else "no verification recorded",
-                    md(v.get("mode")), md(v.get("when"))] for v in doc["verification"]))
-    code = env["code"]
-    out += [f"Code: git commit {md(code['git_commit'])}, code digest {md(code['code_digest'])}, lock file "
-            f"digest {md(code['lock_digest'])}; determinism class digest {md(env['determinism_digest'])}.", "",
-            "To reproduce: check out that commit, run `dvc repro`, then `marin verify models/final --upstream`.",
-            "", "## Limitations", ""]
-    base = {r["corpus"]: r for r in (ev or {}).get("rows", []) if r["name"] == "unigram_baseline"}
-    for r in [r for r in (ev or {}).get("rows", []) if r["name"] == "model" and r["corpus"] in base]:
+    out += _evaluation(c)
+    out += _reproducibility(c)
+    out += ["## Citation and licence", "", "```bibtex", render.bibtex(meta), "```", "",
+            f"Weights and this card: {meta['license']}; code: {meta.get('code_license', NR)}. The technical report "
+            f"is `{meta['report_dir']}/report.md`.", ""]
+    return "\n".join(out)
+
+
+def _evaluation(c: Ctx) -> list[str]:
+    md, ev = c.md, c.evaluation
+    out = ["## Evaluation", ""]
+    if not ev or not ev["rows"]:
+        return [*out, f"Evaluation: {NR}.", ""]
+    out += ["Bits per byte and perplexity on the held-out validation split, beside a unigram baseline "
+            "fitted on the training split and scored on the same tokens.", ""]
+    out += _table(["model", "corpus", "bits per byte", "perplexity", "tokens"],
+                  ([f"`{r['name']}`", f"`{r['corpus']}`", md(r["bits_per_byte"]), md(r["perplexity"]),
+                    md(r["tokens"])] for r in ev["rows"]))
+    base = {r["corpus"]: r for r in ev["rows"] if r["name"] == "unigram_baseline"}
+    for r in [r for r in ev["rows"] if r["name"] == "model" and r["corpus"] in base]:
         b = base[r["corpus"]]
-        mv, bv = facts[r["bits_per_byte"]]["value"], facts[b["bits_per_byte"]]["value"]
+        mv, bv = c.facts[r["bits_per_byte"]]["value"], c.facts[b["bits_per_byte"]]["value"]
         rel = "above (worse than)" if mv > bv else "equal to" if mv == bv else "below (better than)"
         out += [f"- On `{r['corpus']}` the model's bits per byte {md(r['bits_per_byte'])} is {rel} the unigram "
                 f"baseline's {md(b['bits_per_byte'])}."]
-    out += [f"- Small data: the training split holds {md(d['splits']['train']['tokens'])} tokens and training "
-            f"saw {md(tr['tokens_seen'])} token positions; capabilities beyond the validation bits per byte are "
-            "not evaluated.",
-            f"- Evaluations of bias, toxicity, memorisation or safety: {NR}.", "",
-            "## Citation and licence", "",
-            f"Weights and this card: {meta['license']}; code: {meta.get('code_license', NR)}. Research paper: "
-            f"{NR}; cite the technical report "
-            f"(`{meta['report_dir']}/report.md`) and the ledger run ids above.", ""]
-    return "\n".join(out)
+    out += [""]
+    if ev["samples"]:
+        out += ["Greedy completions of the prompts " + ", ".join(md(x["prompt"]) for x in ev["samples"])
+                + " are listed in the [technical report](report.md).", ""]
+    return out
+
+
+def _reproducibility(c: Ctx) -> list[str]:
+    md, doc = c.md, c.doc
+    out = ["## Reproducibility", "", "Ledger runs of the model's lineage and their re-execution by "
+           "`marin verify`:", ""]
+    out += _table(["stage", "run", "verification", "mode", "verified at"],
+                  ([v["stage"], f"`{v['run_id']}`", md(v["result"]) if v["result"] else "no verification recorded",
+                    md(v.get("mode")), md(v.get("when"))] for v in doc["verification"]))
+    code = doc["environment"]["code"]
+    return [*out, f"Code: git commit {md(code['git_commit'])}, code digest {md(code['code_digest'])}, lock file "
+                  f"digest {md(code['lock_digest'])}; determinism class digest "
+                  f"{md(doc['environment']['determinism_digest'])}.", "",
+                  "To reproduce: check out that commit, run `dvc repro`, then `marin verify models/final --upstream`.",
+                  ""]
 
 
 # ---------------------------------------------------------------- datasheet
@@ -209,19 +235,32 @@ def _distribution(remote: dict[str, str] | None) -> str:
             "licences of its sources: ")
 
 
+def _dataset_data(c: Ctx) -> DatasetCardData:
+    """The datasheet's Hub metadata: the sources' licences, task, name."""
+    lics = sorted({str(c.facts[s["license"]]["value"]) for s in c.doc["data"]["sources"] if s["license"] in c.facts})
+    ids = sorted({hf_license(x) for x in lics})
+    return DatasetCardData(license=ids if len(ids) > 1 else (ids[0] if ids else "unknown"),
+                           license_name=" AND ".join(x for x in lics if hf_license(x) == "other") or None,
+                           pretty_name=f"Training data of {c.meta['model_name']}",
+                           task_categories=["text-generation"], tags=["marin"])
+
+
 def datasheet(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) -> str:
     """A datasheet for the training data, with the seven sections of Gebru et al. (2021)."""
     c = Ctx(facts, doc, meta)
     d, md, name = doc["data"], c.md, meta["model_name"]
     tok, ev = d["tokenizer"], c.evaluation
     fs = f"{d['filters_source']['run_id']}#{d['filters_source']['seq']}"
-    out = [f"# Datasheet: training data of {name}", "",
+    out = ["---", _dataset_data(c).to_yaml(), "---", "", f"# Datasheet: training data of {name}", "",
            "Answers to the questions of *Datasheets for Datasets* (Gebru et al., 2021). Every value links to "
            "its ledger record in the [technical report](report.md); what the records do not hold is marked "
            f"\"{NR}\".", "",
            "## Motivation", "",
            f"- Purpose: to pre-train and evaluate the language model {name} with the marin pipeline.",
-           f"- Who created the dataset, on whose behalf: {NR}.", f"- Funding: {NR}.", "",
+           "- Who created the dataset, on whose behalf: "
+           + (f"{', '.join(meta['authors'])}, curating the sources below with the marin pipeline."
+              if meta.get("authors") else f"{NR}."),
+           f"- Funding: {meta.get('funding') or NR}", "",
            "## Composition", "",
            "- Instances: text documents, each from one corpus of a source; no labels or targets.",
            "- Sources (the data is a curated subset of them):", ""]
@@ -264,7 +303,9 @@ def datasheet(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) 
             + ", ".join(f"`{s['name']}` {md(s['license'])}" for s in d["sources"]) + ".",
             f"- Third-party IP restrictions or export controls: beyond the licences, {NR}.", "",
             "## Maintenance", "",
-            f"- Maintainer and contact: {NR}.", f"- Erratum: {NR}.",
+            f"- Maintainer and contact: {meta.get('contact') or NR}", f"- Erratum: {NR}.",
             "- Updates: a change is a new ledger run of the pipeline; every run is kept in `ledger/runs`.",
             f"- Retention limits, and how others may contribute: {NR}.", ""]
-    return "\n".join(out)
+    text = "\n".join(out)
+    DatasetCard(text)  # the Hub's parser reads it back (a malformed header raises here, not on the Hub)
+    return text

@@ -44,7 +44,14 @@ def _esc(key: str) -> str:
 FORMULAS: dict[str, Callable[[list[Any]], Any]] = {
     "steps × batch_size × seq_len": math.prod,
     "6 × parameters × tokens seen": lambda xs: 6 * math.prod(xs),
+    # inputs in pairs (wall time in s, cores or devices) of each run: the hours of compute they took
+    "Σ wall_s × cores / 3600": lambda xs: _hours(xs),
 }
+
+
+def _hours(xs: list[Any]) -> float:
+    """Σ wall × n / 3600 over pairs (wall seconds, n): n a count, or a list of core ids (its length)."""
+    return sum(w * (len(n) if isinstance(n, list) else n) for w, n in zip(xs[::2], xs[1::2], strict=True)) / 3600
 
 MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|&~])")
 
@@ -163,21 +170,26 @@ def gather(root: Path, model: str = "models/final", ledger: Ledger | None = None
     logs = {s.stage: ledger.runs[s.run_id] for s in steps}
     readers = {r for o in train.outputs for r, _, _, b in ledger.index.entities(digest=o.digest, role="input")
                if b.get("name") == "model"}  # the runs that read this model: found in the index, not by a scan
-    evals = sorted((log for log in map(ledger.runs.__getitem__, readers)
-                    if log.started.body["stage"] == "evaluate" and log.status == "succeeded"),
-                   key=lambda log: (log.records[0].time, log.run_id))
-    if evals:
-        logs["evaluate"] = evals[-1]
+    later = []
+    for stage in ("evaluate", "export"):  # the latest succeeded run of each that read this very model
+        found = sorted((log for log in map(ledger.runs.__getitem__, readers)
+                        if log.started.body["stage"] == stage and log.status == "succeeded"),
+                       key=lambda log: (log.records[0].time, log.run_id))
+        if found:
+            logs[stage] = found[-1]
+            later.append(ledger._step(found[-1].run_id))
     f = Facts(root)
     doc: dict[str, Any] = {"lineage": [{"stage": s.stage, "run_id": s.run_id, "status": s.status,
                                         "recipe_digest": s.recipe_digest, "git_commit": s.code.get("git_commit"),
                                         "started": s.started, "finished": s.finished}
-                                       for s in [*steps, *([ledger._step(logs["evaluate"].run_id)] if evals else [])]]}
+                                       for s in [*steps, *later]]}
     doc["model"] = _model(f, logs["train"])
     doc["data"] = _data(f, root, logs)
     doc["training"] = _training(f, logs["train"], doc["model"])
     doc["evaluation"] = _evaluation(f, logs["evaluate"]) if "evaluate" in logs else None
+    doc["export"] = _export(f, logs["export"]) if "export" in logs else None
     doc["environment"] = _environment(f, logs["train"])
+    doc["compute"] = _compute(f, [ledger.runs[r["run_id"]] for r in doc["lineage"]])
     doc["verification"] = _verification(f, ledger, [row["run_id"] for row in doc["lineage"]])
     return f, doc
 
@@ -188,6 +200,7 @@ def _model(f: Facts, log: RunLog) -> dict[str, Any]:
     arch = {k: f.cite(f"model.{k}", log, s, f"{p}/{_esc(k)}").id for k in s.body["params"]["model"]}
     return {"path": out.body["path"],
             "tensor_digest": f.cite("model tensor digest", log, out, "/body/tensor_digest").id,
+            "folder_digest": f.cite("model folder digest", log, out, "/body/digest").id,
             "n_params": f.cite("parameters", log, out, "/body/meta/n_params").id,
             "steps": f.cite("optimizer steps", log, out, "/body/meta/step").id, "architecture": arch,
             "recipe_digest": f.cite("train recipe digest", log, s, "/body/recipe_digest").id}
@@ -258,7 +271,8 @@ def _training(f: Facts, log: RunLog, model: dict[str, Any]) -> dict[str, Any]:
     metrics = log.of_kind("metric")
     curve = {"run_id": log.run_id, "records": [{"seq": r.seq, "digest": r.digest} for r in metrics],
              "step": [r.body["step"] for r in metrics],
-             **{k: [r.body["values"][k]["value"] for r in metrics] for k in ("loss", "lr", "grad_norm")}}
+             **{k: [r.body["values"][k]["value"] for r in metrics] for k in ("loss", "lr", "grad_norm")},
+             "val_loss": [r.body["values"].get("val_loss", {}).get("value") for r in metrics]}
     last = metrics[-1] if metrics else None
     out = {"hyperparameters": hp, "seeds": seeds, "tokens_seen": tokens.id, "flops": flops.id, "curve": curve,
            "wall_s": f.cite("train wall time (s)", log, fin, "/body/wall_s").id,
@@ -267,6 +281,31 @@ def _training(f: Facts, log: RunLog, model: dict[str, Any]) -> dict[str, Any]:
         out["final_loss"] = f.cite("final training loss", log, last, "/body/values/loss/value").id
         out["final_step"] = f.cite("final logged step", log, last, "/body/step").id
     return out
+
+
+def _export(f: Facts, log: RunLog) -> dict[str, Any]:
+    out = _output(log, "hf_model")
+    return {"run_id": log.run_id, "path": out.body["path"],
+            "digest": f.cite("Hugging Face export folder digest", log, out, "/body/digest").id,
+            "tensor_digest": f.cite("Hugging Face export: tensor digest of the model it holds", log, out,
+                                    "/body/tensor_digest").id}
+
+
+def _compute(f: Facts, logs: list[RunLog]) -> dict[str, Any]:
+    """CPU-hours (wall time × usable cores) of every run behind the report, and GPU-hours
+    (wall time × devices) of the runs whose backend was a GPU."""
+    cpu, gpu = [], []
+    for log in logs:
+        wall = f.cite(f"{log.started.body['stage']} wall time (s)", log, log.finished, "/body/wall_s")
+        cpu += [wall, f.cite(f"{log.started.body['stage']} usable cores", log, log.started,
+                             "/body/env/usable_cores")]
+        if log.started.body["determinism_class"].get("backend") in ("gpu", "cuda", "rocm"):
+            gpu += [wall, f.cite(f"{log.started.body['stage']} devices", log, log.started,
+                                 "/body/determinism_class/device_count")]
+    return {"runs": len(logs),
+            "cpu_hours": f.derive("CPU-hours (wall time × usable cores)", "Σ wall_s × cores / 3600", cpu).id,
+            "gpu_hours": f.derive("GPU-hours (wall time × devices)", "Σ wall_s × cores / 3600", gpu).id
+            if gpu else None}
 
 
 def _environment(f: Facts, log: RunLog) -> dict[str, Any]:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import html
 import io
+import re
+from collections.abc import Callable
 from typing import Any
 
 from marin import hashing
 from marin.report.facts import Fact, md_escape
 
-CURVES = (("loss", "Training loss"), ("lr", "Learning rate"), ("grad_norm", "Gradient norm (before clipping)"))
+CURVES = (("loss", "Loss"), ("lr", "Learning rate"), ("grad_norm", "Gradient norm (before clipping)"))
 
 
 class Doc:
@@ -43,7 +45,8 @@ class Doc:
 
 
 def figure_svg(curve: dict[str, Any], key: str, title: str) -> str:
-    """One training curve as SVG text, deterministic for the same values."""
+    """One training curve as SVG text, deterministic for the same values; the loss figure
+    shows the validation loss beside the training loss."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -51,7 +54,11 @@ def figure_svg(curve: dict[str, Any], key: str, title: str) -> str:
 
     with matplotlib.rc_context({"svg.hashsalt": "marin-report", "svg.fonttype": "path", "font.size": 9}):
         fig, ax = plt.subplots(figsize=(6.0, 2.6), dpi=100)
-        ax.plot(curve["step"], curve[key], color="#d62728", linewidth=1.6)
+        ax.plot(curve["step"], curve[key], color="#d62728", linewidth=1.6, label="training")
+        val = [(s, v) for s, v in zip(curve["step"], curve.get("val_loss") or [], strict=False) if v is not None]
+        if key == "loss" and val:
+            ax.plot([s for s, _ in val], [v for _, v in val], color="#1f77b4", linewidth=1.6, label="validation")
+            ax.legend(frameon=False)
         ax.set_xlabel("step")
         ax.set_title(title)
         ax.grid(alpha=0.3)
@@ -67,20 +74,101 @@ def figure_source(curve: dict[str, Any]) -> str:
     return hashing.json_digest([r["digest"] for r in curve["records"]])
 
 
-def markdown(facts: dict[str, Fact], doc: dict[str, Any], meta: dict[str, Any]) -> str:
-    """report.md: what was trained, data, training, evaluation, environment, verification, lineage, sources."""
-    d = Doc(facts)
-    m, data, tr, ev = doc["model"], doc["data"], doc["training"], doc["evaluation"]
-    d.add(f"# Transparency report: {meta['model_name']} {meta['version']}", "",
-          "Built by `marin report` from the ledger alone. Every number links to the ledger record it came from "
-          "(see [Sources](#sources)); `marin report verify` re-derives all of them and checks the in-toto "
-          "provenance (`provenance.intoto.json`) and, when it is signed, its signature.", "")
-    d.add("## What was trained", "",
-          f"A decoder-only transformer with {d.v(m['n_params'])} parameters, trained for {d.v(m['steps'])} "
-          f"optimizer steps on {d.v(tr['tokens_seen'])} tokens. Final weights: `{m['path']}`, tensor digest "
-          f"{d.v(m['tensor_digest'])}; train recipe {d.v(m['recipe_digest'])}.", "")
-    d.table(["architecture", "value"], [[k, d.v(fid)] for k, fid in m["architecture"].items()])
+def short(digest: str, n: int = 12) -> str:
+    """A digest as its first ``n`` hex digits, the whole digest on hover (report.json has it too)."""
+    hexpart = digest.split(":", 1)[-1]
+    return f'<code title="{html.escape(digest)}">{hexpart[:n]}</code>'
 
+
+def markdown(facts: dict[str, Fact], doc: dict[str, Any], meta: dict[str, Any]) -> str:
+    """report.md: summary, how to use, uses and risks, data, training, compute, evaluation,
+    environment, verification, lineage, people and citation, sources."""
+    d = Doc(facts)
+    m, tr = doc["model"], doc["training"]
+    d.add(f"# Transparency report: {meta['model_name']} {meta['version']}", "",
+          f"By {_authors(meta)}. Built by `marin report` from the ledger alone: every number links to the ledger "
+          "record it came from (see [Sources](#sources)), and `marin report verify` re-derives all of them and "
+          "checks the in-toto provenance (`provenance.intoto.json`) and, when it is signed, its signature.", "")
+    d.add("## Summary", "",
+          f"A decoder-only transformer (Llama architecture) with {d.v(m['n_params'])} parameters, trained from "
+          f"scratch for {d.v(m['steps'])} optimizer steps on {d.v(tr['tokens_seen'])} tokens. Weights: `{m['path']}`"
+          f", tensor digest {d.v(m['tensor_digest'])}; train recipe {d.v(m['recipe_digest'])}.", "",
+          "The model has two digests. The **tensor digest** is the sha256 over its tensors (names, dtypes, "
+          "shapes, bytes): the model's identity, the same in every file format, and the subject of the signed "
+          f"provenance. The **folder digest** {d.v(m['folder_digest'])} is the sha256 of the list of files in "
+          f"`{m['path']}`: what the ledger, `marin lineage` and DVC track.", "")
+    _how_to_use(d, doc)
+    _uses(d, doc, meta)
+    _data(d, doc)
+    _training(d, doc)
+    _compute(d, doc, meta)
+    _evaluation(d, doc)
+    _environment(d, doc)
+    _lineage(d, doc)
+    _people(d, meta)
+    _sources(d, facts, tr["curve"])
+    return d.text()
+
+
+def _authors(meta: dict[str, Any]) -> str:
+    return ", ".join(meta.get("authors") or []) or "authors not recorded"
+
+
+def how_to_use(v: Callable[[str | None], str], doc: dict[str, Any], level: str = "##") -> list[str]:
+    """The "How to use" section: the three lines that load the Hugging Face export."""
+    ex = doc.get("export")
+    out = [f"{level} How to use", ""]
+    if ex is None:
+        return [*out, "No Hugging Face export of this model is recorded: run `dvc repro export`, then `marin report`.",
+                ""]
+    return [*out, f"`{ex['path']}` (export run `{ex['run_id']}`, folder digest {v(ex['digest'])}, tensor digest "
+            f"{v(ex['tensor_digest'])}) is a Llama checkpoint with its tokenizer that `transformers` loads:", "",
+            "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
+            f'model = AutoModelForCausalLM.from_pretrained("{ex["path"]}")',
+            f'tokenizer = AutoTokenizer.from_pretrained("{ex["path"]}")', "```", "",
+            "Then `model.generate(**tokenizer(\"ROMEO.\", return_tensors=\"pt\"), max_new_tokens=40)` continues a "
+            "text. Documents were separated by the end-of-text token in training, so a prompt may start with "
+            "`tokenizer.eos_token`.", ""]
+
+
+def uses(v: Callable[[str | None], str], doc: dict[str, Any], level: str = "##") -> list[str]:
+    """Intended use, limitations and risks, written as such (the results are under Evaluation)."""
+    m, tr = doc["model"], doc["training"]
+    return [
+        f"{level} Intended use", "",
+        "Research and teaching on reproducible language-model training: a complete, small pipeline whose every "
+        "number can be re-derived from its ledger and whose runs can be replayed bit for bit (`marin verify`). "
+        "A baseline to compare data, training or provenance changes against.", "",
+        "Out of scope: any use that relies on the generated text being correct, safe or fluent: chat, advice, "
+        "content for publication, decisions about people.", "",
+        f"{level} Limitations", "",
+        f"- Scale: {v(m['n_params'])} parameters trained on {v(tr['tokens_seen'])} token positions. It "
+        "continues text in the style of its training data and does not follow instructions or answer "
+        "questions reliably.",
+        f"- Context: at most {v(m['architecture'].get('seq_len'))} tokens; longer inputs are not supported.",
+        "- Language and domain: those of the training sources (see Data); other languages, registers and "
+        "domains are out of distribution.",
+        "- Evaluation: bits per byte on a held-out split of the same sources only; no evaluation of "
+        "knowledge, reasoning, bias, toxicity or memorisation was run.", "",
+        f"{level} Risks", "",
+        "- The training texts carry the views of their authors and their time; generated text can repeat them. "
+        "Nothing was filtered for harmful content.",
+        "- A model this small produces fluent-looking but wrong or meaningless text; do not present its output "
+        "as fact.",
+        "- Memorisation: the training set is small and was seen many times, so passages of the training texts "
+        "can be regenerated verbatim (their licences are listed under Data).", ""]
+
+
+def _how_to_use(d: Doc, doc: dict[str, Any]) -> None:
+    d.add(*how_to_use(d.v, doc))
+
+
+def _uses(d: Doc, doc: dict[str, Any], meta: dict[str, Any]) -> None:
+    d.add(*uses(d.v, doc))
+
+
+def _data(d: Doc, doc: dict[str, Any]) -> None:
+    data = doc["data"]
     d.add("## Data", "", "### Sources", "")
     d.table(["source", "locator", "license", "archive digest", "bytes"],
             [[s["name"], d.v(s["locator"]), d.v(s["license"]), d.v(s["digest"]), d.v(s["bytes"])]
@@ -103,46 +191,85 @@ def markdown(facts: dict[str, Fact], doc: dict[str, Any], meta: dict[str, Any]) 
     tok = data["tokenizer"]
     d.add(f"Tokenizer: {d.v(tok['type'])}, vocabulary {d.v(tok['vocab_size'])}, digest {d.v(tok['digest'])}.", "")
 
-    d.add("## Training", "", "### Hyperparameters", "")
-    d.table(["train param", "value"], [[k, d.v(fid)] for k, fid in tr["hyperparameters"].items()])
+
+def _training(d: Doc, doc: dict[str, Any]) -> None:
+    m, tr = doc["model"], doc["training"]
+    d.add("## Training", "", "### Architecture and hyperparameters", "")
+    arch, hp = list(m["architecture"].items()), list(tr["hyperparameters"].items())
+    rows = [[*(arch[i] if i < len(arch) else ("", None)), *(hp[i] if i < len(hp) else ("", None))]
+            for i in range(max(len(arch), len(hp)))]
+    d.table(["model", "value", "train", "value"],
+            [[a, d.v(fa) if a else "", h, d.v(fh) if h else ""] for a, fa, h, fh in rows])
     s = tr["seeds"]
-    d.add("### Seeds", "", f"Root seed {d.v(s['root'])}; derivation: {d.v(s['derivation'])}.", "")
-    d.table(["stream", "fold_in value"], [[n, d.v(fid)] for n, fid in s["streams"].items()])
-    env = doc["environment"]["env"]
-    det = doc["environment"]["determinism_class"]
-    d.add("### Compute", "")
-    d.table(["quantity", "value"], [
-        ["tokens seen (steps × batch × sequence length)", d.v(tr["tokens_seen"])],
-        ["training FLOPs (6·N·D estimate)", d.v(tr["flops"])], ["train wall time (s)", d.v(tr["wall_s"])],
-        ["hardware", f"{d.v(env['cpu_model'])}, {d.v(env['cpu_count'])} cores ({d.v(env['machine'])})"],
-        ["cores usable by the run", d.v(env["cores_used"])],
-        ["XLA CPU threads", d.v(det.get("xla_cpu_threads"))], ["devices", d.v(det.get("device_count"))]])
+    d.add(f"Seeds: root {d.v(s['root'])}; derivation {d.v(s['derivation'])}; streams "
+          + ", ".join(f"`{n}` {d.v(fid)}" for n, fid in s["streams"].items()) + ".", "")
     d.add("### Training curves", "")
+    c = tr["curve"]
     for key, title in CURVES:
+        what = "training loss and, in blue, the validation loss on a fixed batch of validation windows" \
+            if key == "loss" and any(v is not None for v in c.get("val_loss", [])) else title.lower()
         d.add(f"![{title}](figures/{key}.svg)", "",
-              f"*{title}: the {len(tr['curve']['step'])} metric records of run `{tr['curve']['run_id']}` "
+              f"*{what[0].upper() + what[1:]}: the {len(c['step'])} metric records of run `{c['run_id']}` "
               f"([figure source](#figure-{key})).*", "")
     if "final_loss" in tr:
         d.add(f"Final training loss {d.v(tr['final_loss'])} at step {d.v(tr['final_step'])}.", "")
 
+
+def energy(cpu_hours: float, gpu_hours: float, e: dict[str, Any]) -> tuple[float, float]:
+    """(kWh, kg CO2e) of the compute under the assumptions ``e`` (params.yaml: report.energy)."""
+    kwh = (cpu_hours * e["cpu_watts_per_core"] + gpu_hours * e["gpu_watts"]) * e["pue"] / 1000
+    return kwh, kwh * e["kg_co2e_per_kwh"]
+
+
+def _compute(d: Doc, doc: dict[str, Any], meta: dict[str, Any]) -> None:
+    tr, env, det, cp = doc["training"], doc["environment"]["env"], doc["environment"]["determinism_class"], \
+        doc["compute"]
+    d.add("## Compute", "")
+    gpu = d.v(cp["gpu_hours"]) if cp["gpu_hours"] else "0 (no run used a GPU)"
+    d.table(["quantity", "value"], [
+        ["tokens seen (steps × batch × sequence length)", d.v(tr["tokens_seen"])],
+        ["training FLOPs (6·N·D estimate)", d.v(tr["flops"])], ["train wall time (s)", d.v(tr["wall_s"])],
+        [f"CPU-hours, the {cp['runs']} runs behind this report (wall time × usable cores)", d.v(cp["cpu_hours"])],
+        ["GPU-hours (wall time × devices)", gpu],
+        ["hardware", f"{d.v(env['cpu_model'])}, {d.v(env['cpu_count'])} cores ({d.v(env['machine'])})"],
+        ["cores usable by the train run", d.v(env["cores_used"])],
+        ["XLA CPU threads, devices", f"{d.v(det.get('xla_cpu_threads'))}, {d.v(det.get('device_count'))}"]])
+    e = meta.get("energy")
+    if not e:
+        d.add("Energy and CO2: not estimated (no `report.energy` assumptions in params.yaml).", "")
+        return
+    cpu_h = d.facts[cp["cpu_hours"]].value
+    gpu_h = d.facts[cp["gpu_hours"]].value if cp["gpu_hours"] else 0.0
+    kwh, co2 = energy(cpu_h, gpu_h, e)
+    d.add(f"**Estimate** (not a measurement): {kwh:.3g} kWh and {co2 * 1000:.3g} g CO2-equivalent, as "
+          f"(CPU-hours × {e['cpu_watts_per_core']:g} W per core + GPU-hours × {e['gpu_watts']:g} W per GPU) × PUE "
+          f"{e['pue']:g} × {e['kg_co2e_per_kwh']:g} kg CO2e per kWh. The power draws, the data-centre overhead "
+          "(PUE) and the grid's carbon intensity are assumptions from `params.yaml: report.energy`, not "
+          "readings of this machine; the hours are from the ledger's wall times.", "")
+
+
+def _evaluation(d: Doc, doc: dict[str, Any]) -> None:
+    ev = doc["evaluation"]
     d.add("## Evaluation", "")
     if ev is None:
         d.add("not recorded: no evaluate run read this model", "")
-    else:
-        d.add(f"Validation split, evaluate run `{ev['run_id']}`. Bits per byte normalise by UTF-8 bytes, so they "
-              "compare across tokenizers; the unigram baseline is scored on the same tokens.", "")
-        d.table(["scorer", "corpus", "bits per byte", "perplexity", "tokens"],
-                [[r["name"], r["corpus"], d.v(r["bits_per_byte"]), d.v(r["perplexity"]), d.v(r["tokens"])]
-                 for r in ev["rows"]])
-        if ev["samples"]:
-            d.add("Greedy samples:", "")
-            d.table(["prompt", "completion"], [[d.v(x["prompt"]), d.v(x["completion"])] for x in ev["samples"]])
+        return
+    d.add(f"Validation split, evaluate run `{ev['run_id']}`. Bits per byte normalise by UTF-8 bytes, so they "
+          "compare across tokenizers; the unigram baseline is scored on the same tokens.", "")
+    d.table(["scorer", "corpus", "bits per byte", "perplexity", "tokens"],
+            [[r["name"], r["corpus"], d.v(r["bits_per_byte"]), d.v(r["perplexity"]), d.v(r["tokens"])]
+             for r in ev["rows"]])
+    if ev["samples"]:
+        d.add("Greedy samples:", "")
+        d.table(["prompt", "completion"], [[d.v(x["prompt"]), d.v(x["completion"])] for x in ev["samples"]])
 
+
+def _environment(d: Doc, doc: dict[str, Any]) -> None:
+    e = doc["environment"]
     d.add("## Environment and determinism class", "")
-    d.table(["", "value"], [[k, d.v(fid)] for k, fid in {**env, **det, **doc["environment"]["code"]}.items()]
-            + [["determinism class digest", d.v(doc["environment"]["determinism_digest"])]])
-    d.table(["package", "version"], [[k, d.v(fid)] for k, fid in doc["environment"]["packages"].items()])
-
+    d.table(["", "value"], [[k, d.v(fid)] for k, fid in {**e["env"], **e["determinism_class"], **e["code"]}.items()]
+            + [["determinism class digest", d.v(e["determinism_digest"])],
+               ["packages", ", ".join(f"{k} {d.v(fid)}" for k, fid in e["packages"].items())]])
     d.add("## Verification status", "", "For each run in the model's lineage, the latest full replay by "
           "`marin verify` (else the latest segment replay: K of N checkpoint intervals, which catches one "
           "forged interval with probability K/N), and how many verifications the ledger holds.", "")
@@ -151,33 +278,58 @@ def markdown(facts: dict[str, Fact], doc: dict[str, Any], meta: dict[str, Any]) 
               d.v(v.get("where")), d.v(v.get("cores")), str(v.get("verifications", 0))] if v["result"] else
              [v["stage"], f"`{v['run_id']}`", "not verified", "", "", "", "", "0"] for v in doc["verification"]])
 
+
+def _lineage(d: Doc, doc: dict[str, Any]) -> None:
     d.add("## Lineage", "", "Runs behind this model (W3C PROV-JSON: `lineage.prov.json`).", "")
     d.table(["stage", "run", "status", "recipe digest", "git commit"],
-            [[r["stage"], f"`{r['run_id']}`", r["status"], f"`{r['recipe_digest']}`", f"`{r['git_commit']}`"]
-             for r in doc["lineage"]])
+            [[r["stage"], f"`{r['run_id']}`", r["status"], short(r["recipe_digest"]),
+              short(r["git_commit"] or "?")] for r in doc["lineage"]])
 
-    d.add('## Sources <a id="sources"></a>', "", "Each fact: the ledger record (run, seq, record digest) and the "
-          "JSON pointer to the value, in the record or in a recorded output file (with that file's digest); "
-          "derived values name their formula.", "")
+
+def bibtex(meta: dict[str, Any]) -> str:
+    """A BibTeX entry for the model and its report."""
+    key = re.sub(r"[^A-Za-z0-9]", "", meta["model_name"]) + meta.get("date", "")[:4]
+    fields = [("title", f"{meta['model_name']} {meta['version']}: a reproducible language model and its "
+                        "transparency report"),
+              ("author", " and ".join("{" + a + "}" for a in meta.get("authors") or []) or "{not recorded}"),
+              ("year", meta.get("date", "")[:4]), ("version", meta["version"]),
+              ("note", f"Model tensor digest {meta['model_tensor_digest']}" if meta.get("model_tensor_digest")
+               else "Transparency report built by marin"),
+              *([("url", meta["url"])] if meta.get("url") else [])]
+    return "@misc{" + key + ",\n" + ",\n".join(f"  {k} = {{{v}}}" for k, v in fields) + "\n}"
+
+
+def _people(d: Doc, meta: dict[str, Any]) -> None:
+    d.add("## Authors, contact, funding", "", f"- Authors: {_authors(meta)}",
+          f"- Contact: {meta.get('contact') or 'not recorded'}", f"- Funding: {meta.get('funding') or 'not recorded'}",
+          f"- Licences: weights {meta['license']}, code {meta.get('code_license', 'not recorded')}", "")
+    d.add("## Citation", "", "```bibtex", bibtex(meta), "```", "",
+          "The project's own citation metadata is `CITATION.cff` at the root of its repository.", "")
+
+
+def _sources(d: Doc, facts: dict[str, Fact], c: dict[str, Any]) -> None:
+    d.add('## Sources <a id="sources"></a>', "", "Each fact: the ledger run and record (seq; the record's "
+          "digest, shortened: hover for all of it, report.json holds every digest in full) and the JSON pointer to "
+          "the value, in the record or in a recorded output file; derived values name their formula.", "")
     rows = []
     for f in facts.values():
         src = f.source
         if "formula" in src:
             where = f"{src['formula']} of " + ", ".join(f"[{i}](#{i})" for i in src["inputs"])
-            rows.append([f'<a id="{f.id}"></a>{f.id}', md_escape(f.label), "derived", "", "", where])
+            rows.append([f'<a id="{f.id}"></a>{f.id}', md_escape(f.label), "derived", where])
         else:
-            ptr = f"`{src['file']}` ({src['file_digest']}) `{src['pointer']}`" if "file" in src \
+            ptr = f"`{src['file']}` {short(src['file_digest'], 8)} `{src['pointer']}`" if "file" in src \
                 else f"`{src['pointer']}`"
-            rows.append([f'<a id="{f.id}"></a>{f.id}', md_escape(f.label), f"`{src['run_id']}`", str(src["seq"]),
-                         f"`{src['record']}`", ptr])
-    d.table(["fact", "what", "run", "seq", "record digest", "value at"], rows)
-    c = tr["curve"]
+            rows.append([f'<a id="{f.id}"></a>{f.id}', md_escape(f.label),
+                         f"`{src['run_id']}` seq {src['seq']} {short(src['record'], 8)}", ptr])
+    d.add('<div class="sources">', "")
+    d.table(["fact", "what", "record", "value at"], rows)
+    d.add("</div>", "")
     d.add("Figures:", "")
     d.table(["figure", "run", "metric records (seq)", "digest of their record digests"],
             [[f'<a id="figure-{key}"></a>{key}', f"`{c['run_id']}`",
               f"{c['records'][0]['seq']}–{c['records'][-1]['seq']}" if c["records"] else "none",
-              f"`{figure_source(c)}`"] for key, _ in CURVES])
-    return d.text()
+              short(figure_source(c))] for key, _ in CURVES])
 
 
 def _mode(d: Doc, v: dict[str, Any]) -> str:
@@ -191,11 +343,15 @@ def _license(data: dict[str, Any], corpus: str) -> str | None:
     return next((c["license"] for c in data["funnel"] if c["corpus"] == corpus), None)
 
 
-STYLE = """body{font-family:system-ui,-apple-system,'DejaVu Sans',sans-serif;max-width:980px;margin:2em auto;
-padding:0 1em;color:#1b1b1b;line-height:1.45}table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.86em}
+STYLE = """body{font-family:system-ui,-apple-system,'DejaVu Sans',sans-serif;max-width:1180px;margin:2em auto;
+padding:0 1em;color:#1b1b1b;line-height:1.45}table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.86em;
+display:block;max-width:100%;overflow-x:auto}pre{overflow-x:auto;background:#f5f7fa;padding:.6em}
 td,th{border:1px solid #ccd;padding:.25em .5em;text-align:left;vertical-align:top}th{background:#eef2f8}
 code{font-size:.9em;word-break:break-all}a{color:#1f5fa8;text-decoration:none}a:hover{text-decoration:underline}
-figure{margin:0}svg{max-width:100%;height:auto}h1{font-size:1.6em}h2{border-bottom:1px solid #ccd}"""
+figure{margin:0}svg{max-width:100%;height:auto}h1{font-size:1.6em}h2{border-bottom:1px solid #ccd}
+.sources table{font-size:.74em}.sources td{padding:.1em .4em}.sources code{word-break:normal}
+.sources td:nth-child(-n+3){white-space:nowrap}
+figure.plot svg{max-width:640px}"""
 
 
 def html_page(md_text: str, facts: dict[str, Fact], figures: dict[str, str], title: str) -> str:

@@ -246,6 +246,8 @@ class _Syncer:
         # Outputs as tags, so lineage can be followed in MLflow alone: input digest -> producing run.
         tags += [RunTag("marin.output." + r.body["name"].replace(":", "/"), r.body["digest"])
                  for r in new if r.kind == "output"]
+        tags += [RunTag(f"marin.output.{r.body['name'].replace(':', '/')}.tensor_digest", r.body["tensor_digest"])
+                 for r in new if r.kind == "output" and "tensor_digest" in r.body]  # the model's second identity
         # The latest `marin verify` of this run: result, mode and the record that says so.
         tags += [t for r in new if r.kind == "verification" for t in (
             RunTag("marin.verification.result", r.body["result"]), RunTag("marin.verification.mode", r.body["mode"]),
@@ -309,7 +311,7 @@ class _Syncer:
         model = self.client.create_logged_model(
             self.exp, name=f"marin-{log.run_id}", source_run_id=mlflow_id, model_type="marin-decoder",
             params={k: str(v) for k, v in config.get("model", {}).items()},
-            tags={"marin.run_id": log.run_id, "marin.output_digest": b["digest"],
+            tags={"marin.run_id": log.run_id, "marin.output_digest": b["digest"], "marin.folder_digest": b["digest"],
                   "marin.tensor_digest": b.get("tensor_digest", ""), "marin.location": path.resolve().as_uri(),
                   "marin.recipe_digest": log.started.body["recipe_digest"]})
         time.sleep(0.5)  # a model made at the same moment by another stage is visible by now
@@ -381,7 +383,18 @@ def sync(root: Path, uri: str | None = None, full: bool = True) -> SyncReport:
         idx.close()
 
 
+def quiet_mlflow() -> None:
+    """MLflow and its SQL migrations log INFO lines on every new store; a stage's output is its own."""
+    import logging
+
+    import mlflow  # noqa: F401  (it sets its loggers' levels when imported: set ours after)
+
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def _sync(root: Path, uri: str, idx: Index, full: bool) -> SyncReport:
+    quiet_mlflow()
     syncer, report = _Syncer(root, uri), SyncReport(uri)
     report.experiment = syncer.exp
     if full:

@@ -85,6 +85,7 @@ class Setup:
     loader: Loader
     train_step: Any
     tokenizer: dict[str, Any]  # the tokenize manifest's tokenizer entry
+    val_loss: Any  # params -> mean NLL on a fixed batch of validation windows (the validation-loss curve)
 
     def init_state(self, params: Params) -> Any:
         # One compiled init placed straight into its shardings: eager NNX init compiles every
@@ -114,11 +115,35 @@ class Setup:
 
         return {"inputs": part("inputs"), "targets": part("targets")}
 
-    def metric_values(self, metrics: Any, i: int) -> dict[str, Any]:
-        """The exact metrics of step ``i`` (a host sync)."""
+    def metric_values(self, metrics: Any, i: int, params: Any) -> dict[str, Any]:
+        """The exact metrics of step ``i`` (a host sync), and the validation loss of ``params``."""
         m = jax.device_get(metrics)
-        return {"loss": exact(m["loss"]), "lr": exact(self.schedule(i)), "grad_norm": exact(m["grad_norm"]),
-                "accuracy": exact(m["accuracy"])}
+        values = {"loss": exact(m["loss"]), "lr": exact(self.schedule(i)), "grad_norm": exact(m["grad_norm"]),
+                  "accuracy": exact(m["accuracy"])}
+        val = self.val_loss(params)
+        return values if val is None else {**values, "val_loss": exact(val)}
+
+
+def validation_loss_fn(graphdef: Any, shards: list[Path], eos: int, seq_len: int, batch: int) -> Any:
+    """The mean NLL (nats per token) of the params on the first ``batch`` validation windows
+    (marin.evaluate's windows: every document token once); a fixed batch, so the curve is cheap."""
+    import numpy as np
+
+    from marin import evaluate as ev
+
+    rows: list[tuple[Any, Any, int]] = []
+    for ids, _, _ in ev.documents(shards):
+        rows += list(ev.windows(ids, eos, seq_len))
+        if len(rows) >= batch:
+            break
+    if not rows:
+        return lambda params: None
+    xs, ys = np.stack([r[0] for r in rows[:batch]]), np.stack([r[1] for r in rows[:batch]])
+    mask = np.arange(seq_len)[None, :] < np.array([r[2] for r in rows[:batch]])[:, None]
+    nll = step.eval_nll_fn(graphdef)
+    # host_array: on several processes the result may be spread over them (a collective, so all call it)
+    return lambda params: float((distributed.host_array(nll(params, xs, ys)).astype(np.float64) * mask).sum()
+                                / mask.sum())
 
 
 def setup(root: Path, params: Params) -> Setup:
@@ -133,8 +158,10 @@ def setup(root: Path, params: Params) -> Setup:
     hashes = hash_cache(root)  # the digests Plan.make just took of the same files
     stream = open_stream(shards, tok["tokenizer"]["eos_id"], root / CACHE, lambda p: hashes(p)[0])
     loader = Loader(stream, cfg.max_seq_len, tp.batch_size, seeds.key_bytes(params.seed, "data_order"))
+    val = validation_loss_fn(graphdef, [root / TOKENS / s["file"] for s in tok["splits"]["validation"]["shards"]],
+                             tok["tokenizer"]["eos_id"], cfg.max_seq_len, tp.batch_size)
     return Setup(cfg, mesh, optimizer, step.lr_schedule(tp), graphdef, abstract, shardings, loader,
-                 step.make_train_step(graphdef, optimizer, shardings, mesh), tok["tokenizer"])
+                 step.make_train_step(graphdef, optimizer, shardings, mesh), tok["tokenizer"], val)
 
 
 def is_log_step(tp: Any, done: int) -> bool:
@@ -220,15 +247,16 @@ def run(root: Path, params: Params, topo: distributed.Topology | None = None) ->
             done, steps_since = i + 1, steps_since + 1
             bar.update(1)
 
-            if is_log_step(tp, done) and run is not None:  # host sync only here
-                values = su.metric_values(metrics, i)
+            if is_log_step(tp, done):  # host sync only here; every process evaluates, process 0 records
+                values = su.metric_values(metrics, i, state.params)
                 now = time.perf_counter()
                 tok_s = steps_since * tokens_per_step / (now - t_last)
                 t_last, steps_since = now, 0
-                _record_once(run, "metric", done, b.metrics, values,
-                             {"step": done, "values": values, "timing": {"tokens_per_s": round(tok_s, 3)}})
+                if run is not None:
+                    _record_once(run, "metric", done, b.metrics, values,
+                                 {"step": done, "values": values, "timing": {"tokens_per_s": round(tok_s, 3)}})
+                    live.step()
                 bar.set_postfix(loss=f"{values['loss']['value']:.4f}", tok_s=f"{tok_s:,.0f}")
-                live.step()
 
             if is_checkpoint_step(tp, done):  # every process saves its part, then all digest what is on disk
                 ckpts.save(done, state, {"step": done, "loader": loader.position(done), "run_id": b.run_id})
@@ -255,10 +283,11 @@ def _publish(root: Path, run: Run, su: Setup, params: Any, n_params: int, steps:
             "tokenizer": {"path": (TOKENS / "tokenizer.json").as_posix(), "digest": su.tokenizer["digest"],
                           "eos_id": su.tokenizer["eos_id"]},
             "packing": "documents joined with EOS separators; attention is not masked at boundaries"})
-        run.output("model", MODEL, source=tmp, tensor_digest=tensor_digest,  # recorded, then published
-                   meta={"n_params": n_params, "step": steps})
+        rec = run.output("model", MODEL, source=tmp, tensor_digest=tensor_digest,  # recorded, then published
+                         meta={"n_params": n_params, "step": steps})
     _write_curve(root / CURVE, run)
-    print(f"train: {n_params:,} parameters, {steps} steps, final model {tensor_digest}")
+    print(f"train: {n_params:,} parameters, {steps} steps, final model {MODEL}: tensor digest "
+          f"{tensor_digest} (over its tensors), folder digest {rec.body['digest']} (over its files)")
 
 
 def _record_once(run: Run, kind: str, s: int, recorded: dict[int, Any], value: Any, body: dict[str, Any]) -> None:
@@ -275,9 +304,10 @@ def _record_once(run: Run, kind: str, s: int, recorded: dict[int, Any], value: A
 
 
 def _write_curve(path: Path, run: Run) -> None:
-    rows = ["step,loss,lr,grad_norm"]
+    rows = ["step,loss,lr,grad_norm,val_loss"]
     for r in read_run(run.file.path, validate=False).of_kind("metric"):
         v = r.body["values"]
-        rows.append(f"{r.body['step']},{v['loss']['value']!r},{v['lr']['value']!r},{v['grad_norm']['value']!r}")
+        val = repr(v["val_loss"]["value"]) if "val_loss" in v else ""
+        rows.append(f"{r.body['step']},{v['loss']['value']!r},{v['lr']['value']!r},{v['grad_norm']['value']!r},{val}")
     fsutil.write_bytes(path, ("\n".join(rows) + "\n").encode(),
                        before_publish=lambda tmp: run.output("train_curve", CURVE, source=tmp))

@@ -81,7 +81,7 @@ def segments(root: Path, ckpt_dir: Path, intervals: list[tuple[int, int]]) -> di
         for i in range(start, end):
             state, m = su.step(state, i)
             if loop.is_log_step(params.train, i + 1):
-                metrics[str(i + 1)] = su.metric_values(m, i)
+                metrics[str(i + 1)] = su.metric_values(m, i, state.params)
         res: dict[str, Any] = {"start": start, "end": end, "start_digest": start_digest,
                                "end_digest": checkpoint.state_digest(state), "metrics": metrics, "distances": None}
         if end in on_disk:  # name the tensors that differ from what the recorded run left on disk

@@ -14,7 +14,8 @@ from typing import Any
 import jax
 import numpy as np
 from flax import nnx
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file
+from safetensors.numpy import save as safetensors_bytes
 
 from marin import fsutil, hashing
 from marin.model import ModelConfig, Transformer
@@ -43,7 +44,8 @@ def save(directory: Path, params: Any, cfg: ModelConfig, extra: dict[str, Any]) 
     """Write weights and config; returns the tensor digest."""
     tensors = flat(params)
     directory.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(directory / WEIGHTS), metadata={"format": "marin"})
+    # through fsutil: mode 0644 like every output (safetensors' own save_file leaves 0600 here)
+    fsutil.write_bytes(directory / WEIGHTS, safetensors_bytes(tensors, metadata={"format": "marin"}))
     digest = hashing.tree_digest(tensors)
     config = {"architecture": "marin-decoder", "model": dataclasses.asdict(cfg),
               "weights": WEIGHTS, "tensor_digest": digest, **extra}

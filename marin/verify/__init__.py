@@ -166,7 +166,7 @@ def _replay_full(root: Path, log: RunLog, ws: Workspace, replay_env: dict[str, s
     started = log.started.body
     module = _module(started["command"])
     say(f"  6. replay: python -m {module} {' '.join(started['command'][1:])}".rstrip())
-    ws.run(["-m", module, *started["command"][1:]], replay_env, f"step 6: the replay of {log.run_id}")
+    ws.run(["-m", module, *started["command"][1:]], replay_env, f"step 6: the replay of {log.run_id}", progress=True)
     replays = [r for r in read_all(ledger_dir(ws.root)) if r.started and r.started.body["stage"] == out.stage]
     if len(replays) != 1 or replays[0].status != "succeeded":
         raise CannotVerify(f"step 6: the replay left {len(replays)} {out.stage} run(s) in {ledger_dir(ws.root)}, "

@@ -152,9 +152,13 @@ class Workspace:
         return env
 
     def run(self, argv: list[str], env: dict[str, str], what: str,
-            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-        """``python ARGV`` in the workspace (``cwd``: elsewhere, for the verifier's own tools)."""
-        p = subprocess.run([sys.executable, *argv], cwd=cwd or self.root, env=env, capture_output=True, text=True)
+            cwd: Path | None = None, progress: bool = False) -> subprocess.CompletedProcess[str]:
+        """``python ARGV`` in the workspace (``cwd``: elsewhere, for the verifier's own tools);
+        ``progress``: the replay's stderr (its progress bars) is shown on ours as it comes."""
+        if progress:
+            p = _run_showing_stderr([sys.executable, *argv], cwd or self.root, env)
+        else:
+            p = subprocess.run([sys.executable, *argv], cwd=cwd or self.root, env=env, capture_output=True, text=True)
         if p.returncode != 0:
             tail = "\n".join((p.stderr or p.stdout).strip().splitlines()[-8:])
             raise CannotVerify(f"{what} failed (exit {p.returncode}) in {self.root}:\n{tail}")
@@ -166,6 +170,24 @@ class Workspace:
             return
         git(self.project, "worktree", "remove", "--force", str(self.root), timeout=300)  # best effort
         shutil.rmtree(self.root.parent, ignore_errors=True)
+
+
+def _run_showing_stderr(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run ``argv``; its stderr goes to ours as it comes and is kept (the last 64 KiB) for the error message."""
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.PIPE)
+        assert proc.stderr is not None
+        tail = b""
+        while chunk := os.read(proc.stderr.fileno(), 65536):
+            raw = getattr(sys.stderr, "buffer", None)
+            raw.write(chunk) if raw is not None else sys.stderr.write(chunk.decode("utf-8", "replace"))
+            sys.stderr.flush()
+            tail = (tail + chunk)[-65536:]
+        proc.stderr.close()
+        code = proc.wait()
+        out.seek(0)
+        return subprocess.CompletedProcess(argv, code, out.read().decode("utf-8", "replace"),
+                                           tail.decode("utf-8", "replace"))
 
 
 class InputUnavailable(MarinError):

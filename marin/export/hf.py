@@ -1,0 +1,146 @@
+"""The trained model as a Hugging Face Llama checkpoint: ``models/hf/``.
+
+``AutoModelForCausalLM.from_pretrained("models/hf")`` and ``AutoTokenizer.from_pretrained(
+"models/hf")`` load it; nothing here imports torch or transformers (the files are written
+from their documented formats), and the tests load the result with both.
+
+marin's decoder is the Llama architecture (marin/model/transformer.py), so each parameter
+maps to one Llama tensor with no change of values:
+
+- Linear layers: flax ``kernel`` is (in, out), torch ``weight`` is (out, in): transposed.
+- RoPE: marin rotates channel pairs (i, i + Dh/2) ("rotate half", GPT-NeoX / Llama layout)
+  with ``inv_freq = theta ** (-2i / Dh)``: exactly ``LlamaRotaryEmbedding`` and
+  ``rotate_half``, so q and k need no permutation (a Meta-layout checkpoint would).
+- GQA: query head h reads kv head h // G, as ``repeat_kv`` does.
+- RMSNorm: ``x * rsqrt(mean(x^2) + 1e-6) * scale``, weight = scale, eps 1e-6.
+- SwiGLU: ``down(silu(gate(x)) * up(x))``, ``hidden_act = "silu"``; no biases anywhere.
+- Tied embeddings: ``lm_head`` is the embedding matrix (``tie_word_embeddings``).
+
+One function per block maps its tensors, so a change of marin's parameter layout (say, a
+fused q/k/v matrix) changes one function.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from safetensors.numpy import save
+
+from marin.errors import StageError
+
+WEIGHTS, CONFIG = "model.safetensors", "config.json"
+TOKENIZER = "tokenizer.json"
+RMS_EPS = 1e-6  # marin.model.transformer.RMSNorm's default
+
+Tensors = dict[str, np.ndarray]
+
+
+def _linear(kernel: np.ndarray) -> np.ndarray:
+    """A flax kernel (in, out) as a torch Linear weight (out, in)."""
+    return np.ascontiguousarray(kernel.T)
+
+
+def attention_tensors(src: Tensors, i: int) -> Tensors:
+    """Block ``i``'s attention: wq/wk/wv/wo kernels -> self_attn.{q,k,v,o}_proj.weight."""
+    a, hf = f"blocks.{i}.attn", f"model.layers.{i}.self_attn"
+    return {f"{hf}.{t}_proj.weight": _linear(src[f"{a}.w{m}.kernel"])
+            for t, m in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "o"))}
+
+
+def mlp_tensors(src: Tensors, i: int) -> Tensors:
+    """Block ``i``'s SwiGLU: w_gate/w_up/w_down kernels -> mlp.{gate,up,down}_proj.weight."""
+    m, hf = f"blocks.{i}.mlp", f"model.layers.{i}.mlp"
+    return {f"{hf}.{t}_proj.weight": _linear(src[f"{m}.w_{t}.kernel"]) for t in ("gate", "up", "down")}
+
+
+def norm_tensors(src: Tensors, i: int) -> Tensors:
+    """Block ``i``'s two RMSNorm scales -> input_layernorm / post_attention_layernorm."""
+    b, hf = f"blocks.{i}", f"model.layers.{i}"
+    return {f"{hf}.input_layernorm.weight": src[f"{b}.attn_norm.scale"],
+            f"{hf}.post_attention_layernorm.weight": src[f"{b}.mlp_norm.scale"]}
+
+
+def outer_tensors(src: Tensors, tied: bool) -> Tensors:
+    """Embedding, final norm and (untied only) the output head."""
+    out = {"model.embed_tokens.weight": src["embed.embedding"], "model.norm.weight": src["final_norm.scale"]}
+    if not tied:
+        out["lm_head.weight"] = _linear(src["lm_head.kernel"])
+    return out
+
+
+BLOCK_MAPS: tuple[Callable[[Tensors, int], Tensors], ...] = (attention_tensors, mlp_tensors, norm_tensors)
+
+
+class _Reads(dict):
+    """The source tensors, remembering which were read (what is left over has no Llama name)."""
+
+    def __init__(self, src: Tensors):
+        super().__init__(src)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self:
+            raise StageError(f"models/final: no tensor {key!r}; update marin/export/hf.py for the new layout")
+        self.read.add(key)
+        return super().__getitem__(key)
+
+
+def llama_tensors(src: Tensors, model: dict[str, Any]) -> Tensors:
+    """Every marin tensor under its Llama name; a tensor left unmapped (or missing) is an error."""
+    reads = _Reads(src)
+    out = outer_tensors(reads, model["tie_embeddings"])
+    for i in range(model["n_layers"]):
+        for fn in BLOCK_MAPS:
+            out.update(fn(reads, i))
+    if set(src) - reads.read:
+        raise StageError(f"models/final: tensors {sorted(set(src) - reads.read)} have no Llama name; "
+                         "update marin/export/hf.py for the new layout")
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+
+
+def llama_config(model: dict[str, Any], eos_id: int) -> dict[str, Any]:
+    """config.json of a ``LlamaForCausalLM`` with marin's sizes."""
+    theta = float(model["rope_theta"])
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "vocab_size": model["vocab_size"], "hidden_size": model["d_model"],
+            "intermediate_size": model["d_ff"], "num_hidden_layers": model["n_layers"],
+            "num_attention_heads": model["n_heads"], "num_key_value_heads": model["n_kv_heads"],
+            "head_dim": model["d_model"] // model["n_heads"], "hidden_act": "silu",
+            "max_position_embeddings": model["max_seq_len"], "rms_norm_eps": RMS_EPS,
+            "rope_parameters": {"rope_type": "default", "rope_theta": theta}, "rope_theta": theta,
+            "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0,
+            "tie_word_embeddings": bool(model["tie_embeddings"]), "torch_dtype": "float32", "dtype": "float32",
+            "bos_token_id": eos_id, "eos_token_id": eos_id, "pad_token_id": eos_id, "use_cache": True,
+            "initializer_range": 0.02}
+
+
+def tokenizer_config(eos: str, max_len: int) -> dict[str, Any]:
+    """tokenizer_config.json: the project's byte-level BPE as a fast tokenizer; no BOS is added
+    (marin's documents start after an EOS separator, which the loader adds, not the tokenizer)."""
+    return {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos, "bos_token": eos, "pad_token": eos,
+            "unk_token": None, "add_bos_token": False, "add_eos_token": False, "model_max_length": max_len,
+            "clean_up_tokenization_spaces": False}
+
+
+def _json(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
+
+
+def files(src: Tensors, marin_config: dict[str, Any], tokenizer_json: bytes, eos: str,
+          meta: dict[str, str]) -> dict[str, bytes]:
+    """Every file of the export, as bytes (deterministic for the same model and tokenizer)."""
+    model = marin_config["model"]
+    eos_id = marin_config["tokenizer"]["eos_id"]
+    tensors = llama_tensors(src, model)
+    return {
+        WEIGHTS: save(tensors, metadata={"format": "pt", **meta}),
+        CONFIG: _json(llama_config(model, eos_id)),
+        "generation_config.json": _json({"bos_token_id": eos_id, "eos_token_id": eos_id, "pad_token_id": eos_id,
+                                         "do_sample": False}),
+        TOKENIZER: tokenizer_json,
+        "tokenizer_config.json": _json(tokenizer_config(eos, model["max_seq_len"])),
+        "special_tokens_map.json": _json({"bos_token": eos, "eos_token": eos, "pad_token": eos}),
+    }

@@ -1,0 +1,28 @@
+"""Progress on stderr for the steps that take more than a few seconds (stdout stays the result)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+from tqdm import tqdm
+
+T = TypeVar("T")
+
+
+def meter(desc: str, total: int | None = None, unit: str = "it") -> tqdm:
+    """A progress bar named ``desc`` on stderr, advanced with ``update(n)``; ``MARIN_PROGRESS=off`` hides it."""
+    import os
+
+    off = os.environ.get("MARIN_PROGRESS", "on").lower() in ("0", "off", "false", "no")
+    return tqdm(desc=desc, total=total, unit=unit, file=sys.stderr, disable=off, dynamic_ncols=True,
+                mininterval=0.5)
+
+
+def bar(items: Iterable[T], desc: str, total: int | None = None, unit: str = "it") -> Iterator[T]:
+    """``items`` with a progress bar named ``desc`` on stderr."""
+    with meter(desc, total, unit) as m:
+        for item in items:
+            yield item
+            m.update(1)
