@@ -78,7 +78,7 @@ class Store:
             self.create(f"PRAGMA {pragma}")
 
     def create(self, sql: str) -> None:
-        """Run one setup statement (a pragma, a table); a full disk is a one-line StageError."""
+        """Run one setup statement (a pragma, a table); a failure goes through :meth:`failed`."""
         try:
             self.db.execute(sql)
         except sqlite3.Error as e:
