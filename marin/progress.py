@@ -12,12 +12,14 @@ T = TypeVar("T")
 
 
 def meter(desc: str, total: int | None = None, unit: str = "it") -> tqdm:
-    """A progress bar named ``desc`` on stderr, advanced with ``update(n)``; ``MARIN_PROGRESS=off`` hides it."""
+    """A progress bar named ``desc`` on stderr, advanced with ``update(n)``. It appears once a
+    step has run for a second (a quick step, or a quick refusal, prints only its result);
+    ``MARIN_PROGRESS=off`` hides it, ``MARIN_PROGRESS=always`` shows it from the start."""
     import os
 
-    off = os.environ.get("MARIN_PROGRESS", "on").lower() in ("0", "off", "false", "no")
-    return tqdm(desc=desc, total=total, unit=unit, file=sys.stderr, disable=off, dynamic_ncols=True,
-                mininterval=0.5)
+    mode = os.environ.get("MARIN_PROGRESS", "on").lower()
+    return tqdm(desc=desc, total=total, unit=unit, file=sys.stderr, disable=mode in ("0", "off", "false", "no"),
+                delay=0 if mode == "always" else 1.0, dynamic_ncols=True, mininterval=0.5)
 
 
 def bar(items: Iterable[T], desc: str, total: int | None = None, unit: str = "it") -> Iterator[T]:

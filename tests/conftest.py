@@ -32,6 +32,7 @@ def env_for_subprocess() -> dict[str, str]:
     env["GIT_AUTHOR_EMAIL"] = env["GIT_COMMITTER_EMAIL"] = "test@marin.local"
     env["DVC_NO_ANALYTICS"] = "1"
     env.setdefault("MARIN_MLFLOW", "off")  # tests of the MLflow view turn it on
+    env.setdefault("MARIN_PROGRESS", "off")  # stderr holds only the errors; tests of the progress bars turn it on
     env.pop("MLFLOW_TRACKING_URI", None)
     return env
 

@@ -97,6 +97,7 @@ def test_long_steps_show_progress_on_stderr_and_libraries_stay_quiet(trained_pro
     silent; the model's two digests are named wherever they are shown."""
     proj = trained_project
     proj.env["MARIN_MLFLOW"] = "on"
+    proj.env["MARIN_PROGRESS"] = "always"  # the tiny project's steps end before the bars' one-second delay
     for stage, bar, shown in (("curate", "curate", r"\d+ shards"), ("tokenize", "tokenize train", r"\d+/\d+"),
                               ("evaluate", "evaluate", r"\d+/\d+")):
         r = proj.stage(stage)

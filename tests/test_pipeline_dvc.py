@@ -158,6 +158,7 @@ def test_default_run_verifies_bit_exact_upstream_from_the_final_model(repro) -> 
     [tokens] = verified["train"]["verifier"]["inputs"]
     assert tokens["source"].startswith("DVC cache")
     evaluate = proj.runs("evaluate")[0][0]["run_id"]
+    proj.env["MARIN_PROGRESS"] = "always"  # the replay's bars, shown as they come
     p = proj.marin("verify", evaluate)
     assert p.returncode == 0, p.stdout + p.stderr
     assert re.search(r"evaluate: .*\d+/\d+", p.stderr), p.stderr[-500:]  # the replay's progress, as it runs
