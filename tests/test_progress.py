@@ -5,7 +5,8 @@ import pytest
 from marin.progress import bar, meter
 
 
-def test_a_quick_step_draws_no_bar_by_default(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_quick_step_draws_no_bar_by_default(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("MARIN_PROGRESS", "on")
     assert list(bar(range(3), "curate", unit=" shards")) == [0, 1, 2]
     with meter("tokenize train", total=5) as m:
