@@ -6,14 +6,24 @@ machine: per-step CPU and wall times, min / p25 / median per version).
 
 Each version is a transformer.py:step.py pair of files, loaded as its own modules.
 """
-import os, sys, time, dataclasses, importlib.util, statistics
+import dataclasses
+import importlib.util
+import os
+import statistics
+import sys
+import time
 from pathlib import Path
+
 os.environ["NPROC"]="2"
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import jax, jax.numpy as jnp, numpy as np
+import jax
+import numpy as np
+
 from marin import config
 from marin.train import loop
+
+
 def load(name, path):
     spec = importlib.util.spec_from_file_location(name, path); m = importlib.util.module_from_spec(spec)
     sys.modules[name] = m; spec.loader.exec_module(m); return m

@@ -15,7 +15,6 @@ import argparse
 import collections
 import gzip
 import json
-import os
 import re
 import sys
 import tempfile
