@@ -104,10 +104,24 @@ class _Syncer:
 
     def model_id(self, digest: str) -> str | None:
         if digest not in self._models:
-            found = self.client.search_logged_models(
-                experiment_ids=[self.exp], filter_string=f"tags.`marin.output_digest` = '{digest}'", max_results=1)
-            self._models[digest] = found[0].model_id if found else None
+            first = self._first_model(digest)
+            self._models[digest] = first.model_id if first else None
         return self._models[digest]
+
+    def _first_model(self, digest: str) -> Any:
+        """The LoggedModel of a model output: the earliest made, when stages syncing at the same
+        moment each made one (the later ones delete theirs, so every stage links to this one)."""
+        from mlflow.entities import LoggedModelStatus
+
+        def search() -> list[Any]:
+            return self.client.search_logged_models(
+                experiment_ids=[self.exp], filter_string=f"tags.`marin.output_digest` = '{digest}'", max_results=50)
+
+        found = search()
+        if any(m.status != LoggedModelStatus.READY for m in found):
+            time.sleep(1.0)  # another stage is making one right now: by then it has kept or deleted its own
+            found = search()
+        return min(found, key=lambda m: (m.creation_timestamp, m.model_id)) if found else None
 
     def lookup(self, key: str) -> Any:
         """The MLflow run for a ledger run id (or ``pipeline:<key>``): from the full listing, else one search."""
@@ -314,10 +328,9 @@ class _Syncer:
             tags={"marin.run_id": log.run_id, "marin.output_digest": b["digest"], "marin.folder_digest": b["digest"],
                   "marin.tensor_digest": b.get("tensor_digest", ""), "marin.location": path.resolve().as_uri(),
                   "marin.recipe_digest": log.started.body["recipe_digest"]})
-        time.sleep(0.5)  # a model made at the same moment by another stage is visible by now
-        found = self.client.search_logged_models(  # a stage syncing at the same moment: the first one stays
-            experiment_ids=[self.exp], filter_string=f"tags.`marin.output_digest` = '{b['digest']}'", max_results=50)
-        first = min(found or [model], key=lambda m: (m.creation_timestamp, m.model_id))
+        # Ours is pending, so this waits until a model another stage made at the same moment is
+        # visible too: the earliest one stays.
+        first = self._first_model(b["digest"]) or model
         if first.model_id != model.model_id:
             self.client.delete_logged_model(model.model_id)
             self._models[b["digest"]] = first.model_id
