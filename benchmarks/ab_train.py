@@ -1,11 +1,17 @@
 """A/B of model/step versions in one process, one step of each in turn (for a shared
 machine: per-step CPU and wall times, min / p25 / median per version).
 
-    git show REV:marin/model/transformer.py > /tmp/t_old.py; git show REV:marin/train/step.py > /tmp/s_old.py
-    uv run python benchmarks/ab_train.py default|large /tmp/t_old.py:/tmp/s_old.py,marin/model/transformer.py:marin/train/step.py ROUNDS STEPS
+    git show REV:marin/model/transformer.py > /tmp/t_old.py
+    git show REV:marin/train/step.py > /tmp/s_old.py
+    uv run python benchmarks/ab_train.py default \\
+        /tmp/t_old.py:/tmp/s_old.py marin/model/transformer.py:marin/train/step.py --rounds 10 --steps 3
 
 Each version is a transformer.py:step.py pair of files, loaded as its own modules.
 """
+
+from __future__ import annotations
+
+import argparse
 import dataclasses
 import importlib.util
 import os
@@ -13,52 +19,85 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
-os.environ["NPROC"]="2"
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-import jax
-import numpy as np
-
-from marin import config
-from marin.train import loop
 
 
-def load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path); m = importlib.util.module_from_spec(spec)
-    sys.modules[name] = m; spec.loader.exec_module(m); return m
-p = config.load(ROOT / "params.yaml")
-cfg0 = loop.model_config(p, p.tokenize.vocab_size)
-size = sys.argv[1]; variants = sys.argv[2].split(","); rounds=int(sys.argv[3]); steps=int(sys.argv[4])
-if size == "large": cfg0 = dataclasses.replace(cfg0, d_model=256, n_layers=8, d_ff=768, max_seq_len=256)
-b, t = p.train.batch_size, cfg0.max_seq_len
-mesh = jax.make_mesh((1,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
-x = np.random.default_rng(0).integers(0, cfg0.vocab_size, (b, t+1), dtype=np.int32)
-batch = {"inputs": x[:, :-1], "targets": x[:, 1:]}
-runs = {}
-for v in variants:
-    tpath, spath = v.split(":")
-    tm = load("tm_"+v, tpath)
-    sys.modules["marin.model"].Transformer = tm.Transformer; sys.modules["marin.model"].ModelConfig = tm.ModelConfig
-    sm = load("sm_"+v, spath)
+def load(name: str, path: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def prepare(variant: str, cfg0: Any, p: Any, mesh: Any, batch: dict) -> list[Any]:
+    """The compiled train step of one version and its first state."""
+    import jax
+
+    tpath, spath = variant.split(":")
+    tm = load("tm_" + variant, tpath)
+    sys.modules["marin.model"].Transformer = tm.Transformer  # the step module builds this version's model
+    sys.modules["marin.model"].ModelConfig = tm.ModelConfig
+    sm = load("sm_" + variant, spath)
     cfg = tm.ModelConfig(**dataclasses.asdict(cfg0))
     opt = sm.make_optimizer(p.train)
-    gd, st = sm.init_state(cfg, jax.random.key(0), jax.random.key(1), opt)
-    sh = sm.state_shardings(st, mesh, "replicated"); st = jax.device_put(st, sh)
-    ts = sm.make_train_step(gd, opt, sh, mesh)
-    t0=time.perf_counter(); c = ts.lower(st, batch).compile(); ct=time.perf_counter()-t0
-    st, m = ts(st, batch); jax.block_until_ready(st)
-    print(v, "compile", round(ct,1), "loss", float(m["loss"]), flush=True)
-    runs[v] = [ts, st, []]
-for r in range(rounds):
-    for v in variants:
-        ts, st, res = runs[v]
-        for _ in range(steps):
-            t0=time.perf_counter(); c0=time.process_time()
-            st, m = ts(st, batch); jax.block_until_ready(st)
-            res.append((time.perf_counter()-t0, time.process_time()-c0))
-        runs[v][1] = st
-    if r % 5 == 4: print("round", r, flush=True)
-for v in variants:
-    w = sorted(x[0] for x in runs[v][2]); c = sorted(x[1] for x in runs[v][2])
-    print(f"{v.split('/')[-2] if 0 else v}: wall min {w[0]*1e3:.0f} ms p25 {w[len(w)//4]*1e3:.0f} median {statistics.median(w)*1e3:.0f}  cpu min {c[0]*1e3:.0f} median {statistics.median(c)*1e3:.0f}  -> {b*t/w[0]:.0f} tok/s at min", flush=True)
+    graphdef, state = sm.init_state(cfg, jax.random.key(0), jax.random.key(1), opt)
+    shardings = sm.state_shardings(state, mesh, "replicated")
+    state = jax.device_put(state, shardings)
+    step = sm.make_train_step(graphdef, opt, shardings, mesh)
+    t0 = time.perf_counter()
+    step.lower(state, batch).compile()
+    compile_s = time.perf_counter() - t0
+    state, metrics = step(state, batch)
+    jax.block_until_ready(state)
+    print(variant, "compile", round(compile_s, 1), "loss", float(metrics["loss"]), flush=True)
+    return [step, state, []]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("size", choices=("default", "large"))
+    ap.add_argument("variants", nargs="+", help="transformer.py:step.py pairs")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=3, help="steps of one version per round")
+    args = ap.parse_args()
+    os.environ["NPROC"] = "2"
+    sys.path.insert(0, str(ROOT))
+    import jax
+    import numpy as np
+
+    from marin import config
+    from marin.train import loop
+
+    p = config.load(ROOT / "params.yaml")
+    cfg0 = loop.model_config(p, p.tokenize.vocab_size)
+    if args.size == "large":
+        cfg0 = dataclasses.replace(cfg0, d_model=256, n_layers=8, d_ff=768, max_seq_len=256)
+    b, t = p.train.batch_size, cfg0.max_seq_len
+    mesh = jax.make_mesh((1,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    x = np.random.default_rng(0).integers(0, cfg0.vocab_size, (b, t + 1), dtype=np.int32)
+    batch = {"inputs": x[:, :-1], "targets": x[:, 1:]}
+    runs = {v: prepare(v, cfg0, p, mesh, batch) for v in args.variants}
+    for r in range(args.rounds):
+        for v in args.variants:
+            step, state, times = runs[v]
+            for _ in range(args.steps):
+                t0, c0 = time.perf_counter(), time.process_time()
+                state, _ = step(state, batch)
+                jax.block_until_ready(state)
+                times.append((time.perf_counter() - t0, time.process_time() - c0))
+            runs[v][1] = state
+        if r % 5 == 4:
+            print("round", r, flush=True)
+    for v in args.variants:
+        wall, cpu = sorted(x[0] for x in runs[v][2]), sorted(x[1] for x in runs[v][2])
+        print(f"{v}: wall min {wall[0] * 1e3:.0f} ms p25 {wall[len(wall) // 4] * 1e3:.0f} "
+              f"median {statistics.median(wall) * 1e3:.0f}  cpu min {cpu[0] * 1e3:.0f} "
+              f"median {statistics.median(cpu) * 1e3:.0f}  -> {b * t / wall[0]:.0f} tok/s at min", flush=True)
+
+
+if __name__ == "__main__":
+    main()

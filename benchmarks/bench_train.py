@@ -220,7 +220,7 @@ def main() -> None:
               f"MFU {best * jb.flops_per_token / peak:.1%}")
         if th[name]:
             bt = max(th[name])
-            ratios = [j / t for j, t in zip(jx[name], th[name])]
+            ratios = [j / t for j, t in zip(jx[name], th[name], strict=False)]
             print(f"  PyTorch eager reference: {bt:8.0f} tokens/s  {bt * jb.flops_per_token / 1e9:6.1f} GFLOP/s  "
                   f"MFU {bt * jb.flops_per_token / peak:.1%}")
             print(f"  JAX / PyTorch: best {best / bt:.2f}, per round {', '.join(f'{x:.2f}' for x in ratios)} "

@@ -34,7 +34,7 @@ def instructions(hlo: str) -> dict[str, tuple[str, str, str]]:
 
 
 def group(name: str, info: tuple[str, str, str] | None) -> str:
-    shape, kind, op = info if info else ("", "", "")
+    _, kind, op = info if info else ("", "", "")
     bwd = "transpose(" in op
     core = "jvp(" in op or bwd
     if not core:
@@ -61,7 +61,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         with jax.profiler.trace(d):
             bench.run(a.steps)
-        trace = json.load(gzip.open(next(Path(d).rglob("*.trace.json.gz"))))
+        with gzip.open(next(Path(d).rglob("*.trace.json.gz"))) as f:
+            trace = json.load(f)
     total, per_op = collections.Counter(), collections.Counter()
     for e in trace["traceEvents"]:
         if e.get("ph") == "X" and e["name"] in hlo:
@@ -73,7 +74,7 @@ def main() -> None:
         print(f"  {v:9.1f} ms  {v / s:6.1%}  {k}")
     print(f"top {a.top} thunks:")
     for k, v in per_op.most_common(a.top):
-        shape, kind, op = hlo[k]
+        shape, _, op = hlo[k]
         print(f"  {v:9.1f} ms  {k:32s} {shape[:34]:34s} {op[-70:]}")
 
 

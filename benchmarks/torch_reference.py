@@ -98,7 +98,7 @@ def main() -> None:
             steps, b, t = int(arg), c["batch_size"], c["seq_len"]
             x = torch.randint(0, c["vocab_size"], (b, t + 1))
 
-            def step(model=model, opt=opt, x=x):
+            def step(model=model, opt=opt, x=x, c=c):
                 logits = model(x[:, :-1])
                 loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
                 opt.zero_grad(set_to_none=True)

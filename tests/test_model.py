@@ -79,7 +79,7 @@ def test_matmul_gradient_is_jax_own(d_in: int, d_out: int) -> None:
     c = jax.random.normal(k[2], (3, 5, d_out))
     ours = jax.grad(lambda x, w: (matmul(x, w) * c).sum(), (0, 1))(x, w)
     plain = jax.grad(lambda x, w: ((x @ w) * c).sum(), (0, 1))(x, w)
-    for a, b in zip(ours, plain):
+    for a, b in zip(ours, plain, strict=True):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     assert jnp.array_equal(matmul(x, w), x @ w)

@@ -122,7 +122,7 @@ def _matmul_fwd(x: jax.Array, w: jax.Array) -> tuple[jax.Array, tuple[jax.Array,
 def _matmul_bwd(res: tuple[jax.Array, jax.Array], g: jax.Array) -> tuple[jax.Array, jax.Array]:
     x, w = res
     x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])  # (M, Din), (M, Dout)
-    if w.shape[0] <= w.shape[1]:
+    if w.shape[0] <= w.shape[1]:  # noqa: SIM108 (one comment per branch)
         dw = jnp.einsum("mi,mo->io", x2, g2)  # x transposed
     else:
         dw = jnp.einsum("mo,mi->oi", g2, x2).T  # g transposed, then the (Dout, Din) result
