@@ -16,6 +16,7 @@ import pytest
 from marin import config
 from marin.data import curate as cm
 from marin.data import dedup, manifest, parquet
+from marin.data import shards as sm
 from marin.data.engine import Engine
 from tests.conftest import Project, make_corpus, mini_params
 from tests.ray_cluster import NO_UV_HOOK, ray_head
@@ -74,7 +75,7 @@ def _lines(text: str, first: int = 1) -> dict[int, str]:
 
 @pytest.mark.parametrize("size", [1, 2, 3, 7, 16, 49, 1000])
 def test_line_chunks_cut_only_at_line_ends(size: int) -> None:
-    chunks = list(cm.line_chunks(_Bytes(RAW, most=5), size))
+    chunks = list(sm.line_chunks(_Bytes(RAW, most=5), size))
     assert b"".join(c for _, c in chunks) == RAW.removeprefix(b"\xef\xbb\xbf")
     for (_, chunk), (_, after) in itertools.pairwise(chunks):
         assert chunk.endswith((b"\n", b"\r")) and not (chunk.endswith(b"\r") and after.startswith(b"\n"))
@@ -91,8 +92,8 @@ def test_line_numbers_are_the_whole_members(mini: tuple[config.Params, Path]) ->
     ungrouped = type(ex)(**{**ex.__dict__, "group_by": ()})
 
     def names(size: int) -> list[tuple[str, str]]:
-        shards = [cm.Shard("a", cm.Origin("verses", "mini", "CC0-1.0"), ungrouped, params.curate, 1, "verses.jsonl",
-                           first, chunk) for first, chunk in cm.line_chunks(_Bytes(data), size)]
+        shards = [sm.Shard("a", sm.Origin("verses", "mini", "CC0-1.0"), ungrouped, params.curate, 1, "verses.jsonl",
+                           first, chunk) for first, chunk in sm.line_chunks(_Bytes(data), size)]
         return [(o.name, o.doc_id) for o in cm.stitched(map(cm.process_shard, shards), params.curate)]
 
     whole = names(len(data) + 1)
@@ -106,8 +107,8 @@ def test_groups_cut_by_shards_are_joined(mini: tuple[config.Params, Path], size:
     params, d = mini
     ex = params.fetch.sources[0].extract[1]
     data = (d / "verses.jsonl").read_bytes()
-    shards = [cm.Shard("a", cm.Origin("verses", "mini", "CC0-1.0"), ex, params.curate, 1, "verses.jsonl", first,
-                       chunk) for first, chunk in cm.line_chunks(_Bytes(data), size)]
+    shards = [sm.Shard("a", sm.Origin("verses", "mini", "CC0-1.0"), ex, params.curate, 1, "verses.jsonl", first,
+                       chunk) for first, chunk in sm.line_chunks(_Bytes(data), size)]
     docs = list(cm.stitched(map(cm.process_shard, shards), params.curate))
     assert [o.name for o in docs] == [f"verses.jsonl#{b} {c}" for b in ("Alpha", "Beta") for c in (1, 2, 3)]
     assert all(o.group is not None and o.group[2] == 1 + 8 * i for i, o in enumerate(docs))  # first lines
@@ -118,7 +119,7 @@ def test_groups_cut_by_shards_are_joined(mini: tuple[config.Params, Path], size:
 def test_shard_size_and_spill_thresholds_change_no_byte(mini: tuple[config.Params, Path], reference: dict[str, bytes],
                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     params, d = mini
-    monkeypatch.setattr(cm, "SHARD_BYTES", 300)  # every text member its own shard, verses cut mid-chapter
+    monkeypatch.setattr(sm, "SHARD_BYTES", 300)  # every text member its own shard, verses cut mid-chapter
     monkeypatch.setattr(dedup, "EXACT_SPILL_AT", 2)  # both indexes on SQLite almost from the start
     monkeypatch.setattr(dedup, "NEAR_SPILL_AT", 2)
     assert run_curate(params, d, tmp_path / "out") == reference
@@ -145,7 +146,7 @@ def _no_digests(data: bytes) -> list[str]:
 def test_process_pool_gives_the_same_bytes(mini: tuple[config.Params, Path], reference: dict[str, bytes],
                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
     params, d = mini
-    monkeypatch.setattr(cm, "SHARD_BYTES", 500)  # ~30 shards, so every worker gets several, out of order
+    monkeypatch.setattr(sm, "SHARD_BYTES", 500)  # ~30 shards, so every worker gets several, out of order
     assert run_curate(params, d, tmp_path / "out", Engine("local", workers)) == reference
 
 

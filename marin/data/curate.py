@@ -1,9 +1,10 @@
 """Curation: documents from raw archives → normalized, filtered, deduplicated, split.
 
 Documents are natural units: a play, a poem, a Milton work, a Bible chapter. The work is
-cut into shards by input only — a bundle of whole text members, a line-aligned chunk of a
-JSONL member, a batch of Parquet rows — never by worker. :func:`process_shard` (decode,
-normalize, filter, exact digest, MinHash signature) runs on the data engine; the driver
+cut into shards by input only (:mod:`marin.data.shards`: a bundle of whole text members, a
+line-aligned chunk of a JSONL member, a batch of Parquet rows), never by worker.
+:func:`process_shard` (decode, normalize, filter, exact digest, MinHash signature) runs on
+the data engine; the driver
 runs the global steps over the results in shard order (:class:`Curation`): exact dedup and
 near dedup (the first document in the fixed order wins), the split, the Parquet row groups
 and the manifest's removed list. So the outputs are the same for any engine and worker
@@ -14,57 +15,29 @@ with the reason, kept) is counted per corpus and per step for the manifest.
 
 from __future__ import annotations
 
-import codecs
 import hashlib
-import json
-import shutil
 import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from marin import hashing
-from marin.config import CurateParams, Extract, Source
-from marin.data import archive, dedup, filters, manifest, parquet
+from marin.config import CurateParams, Source
+from marin.data import dedup, filters, manifest, parquet
 from marin.data.engine import Engine
+from marin.data.shards import Origin, Shard, read_records, shards
 from marin.errors import StageError
-from marin.fsutil import shown
 from marin.progress import bar
 
-SHARD_BYTES = 4 << 20  # input per shard: cheap to ship, and many shards per worker on a real corpus
-SHARD_ROWS = 2048  # Parquet rows per shard
 SPLITS = ("train", "validation")
 STEPS = ("utf8", "empty", *(n for n, _ in filters.RULES), "exact_dedup", "near_dedup")
 SCHEMA = pa.schema([("doc_id", pa.string()), ("corpus", pa.string()), ("source", pa.string()),
                     ("name", pa.string()), ("license", pa.string()), ("n_bytes", pa.int64()),
                     ("text", pa.string())])
-
-
-@dataclass(frozen=True)
-class Origin:
-    corpus: str
-    source: str
-    license: str  # the source's
-
-
-@dataclass(frozen=True)
-class Shard:
-    """A slice of one extract's input, in document order."""
-
-    archive: str  # as shown in errors
-    origin: Origin
-    ex: Extract
-    p: CurateParams
-    stream: int  # one member as read by one extract: groups are joined only within it
-    member: str
-    first: int  # number of the first line (JSONL) or row (Parquet), from 1
-    data: Any  # text: [(member, bytes)]; jsonl: bytes; parquet: pa.RecordBatch
 
 
 @dataclass(frozen=True)
@@ -148,7 +121,7 @@ def process_shard(sh: Shard) -> list[Outcome | Part]:
     shard's two edges come back as Parts for the driver to join with its neighbours'."""
     if sh.ex.format == "text":
         return [_text_doc(sh.origin, name, data, sh.p) for name, data in sh.data]
-    records = _jsonl_records(sh) if sh.ex.format == "jsonl" else _parquet_records(sh)
+    records = read_records(sh)
     if not sh.ex.group_by:
         return [judge(sh.origin, f"{sh.member}#{n}", lic or sh.origin.license, text, sh.p)
                 for n, _, text, lic in records]
@@ -170,155 +143,6 @@ def _text_doc(origin: Origin, name: str, data: bytes, p: CurateParams) -> Outcom
     except UnicodeDecodeError as e:
         return Outcome(origin, name, origin.license, len(data), "utf8", f"not UTF-8 at byte {e.start}", None)
     return judge(origin, name, origin.license, text, p)
-
-
-Record = tuple[int, tuple[Any, ...], str, str | None]  # (line or row, group key, text, own license)
-
-
-def _jsonl_records(sh: Shard) -> Iterator[Record]:
-    where = f"{sh.archive}: member {sh.member!r}"
-    try:
-        text = sh.data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = sh.first + _newlines(sh.data[: e.start])
-        raise StageError(f"{where} line {line}: not UTF-8 ({e.reason}); JSON Lines are UTF-8: re-encode the "
-                         "file (e.g. iconv -t UTF-8) and pin its new sha256") from None
-    ex = sh.ex
-    for j, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n")):
-        if not line.strip():
-            continue
-        n = sh.first + j
-        try:
-            rec = json.loads(line)
-            key = tuple(rec[k] for k in ex.group_by)
-            value = str(rec[ex.text_field])
-            own = rec.get(ex.license_field) if ex.license_field else None
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
-            fields = [ex.text_field, *ex.group_by]
-            raise StageError(f"{where} line {n}: not a JSON record with field(s) {fields}: {e!r}; fix the line, "
-                             "or the extract's text_field / group_by in params.yaml") from None
-        yield n, key, value, _own_license(own, ex, where, f"line {n}")
-
-
-def _own_license(value: Any, ex: Extract, where: str, at: str) -> str | None:
-    if value is None or (isinstance(value, str) and value):
-        return value
-    raise StageError(f"{where} {at}: {ex.license_field} is {value!r}, not a license; give a license string "
-                     "(an SPDX expression) or null for the source's")
-
-
-def _parquet_records(sh: Shard) -> Iterator[Record]:
-    ex, batch = sh.ex, sh.data
-    texts = batch.column(ex.text_field).to_pylist()
-    owns = batch.column(ex.license_field).to_pylist() if ex.license_field else [None] * len(texts)
-    keys = zip(*(batch.column(k).to_pylist() for k in ex.group_by), strict=True) if ex.group_by else None
-    where = f"{sh.archive}: member {sh.member!r}"
-    for i, (text, own) in enumerate(zip(texts, owns, strict=True)):
-        n = sh.first + i
-        key = next(keys) if keys is not None else ()
-        yield n, tuple(key), "" if text is None else text, _own_license(own, ex, where, f"row {n}")
-
-
-# -- the driver: shards in, in document order ------------------------------------------------
-
-def shards(sources: list[tuple[Source, Path]], p: CurateParams, spool: Path) -> Iterator[Shard]:
-    """Every source's documents (in params order, members sorted by path) as shards."""
-    stream = 0
-    for source, path in sources:
-        for ex in source.extract:
-            found, bundle, size = False, [], 0
-            o = Origin(ex.corpus, source.name, source.license)
-            for m in archive.open_members(path, ex.include, ex.exclude, spool):
-                found, stream = True, stream + 1
-                make = partial(Shard, shown(path), o, ex, p, stream, m.name)
-                if ex.format == "text":
-                    bundle.append((m.name, m.stream.read()))
-                    size += len(bundle[-1][1])
-                    if size >= SHARD_BYTES:
-                        yield Shard(shown(path), o, ex, p, stream, bundle[0][0], 1, bundle)
-                        bundle, size = [], 0
-                elif ex.format == "jsonl":
-                    for first, chunk in line_chunks(archive.decompressed(m, path)):
-                        yield make(first, chunk)
-                else:
-                    yield from (make(first, batch) for first, batch in _parquet_batches(m, path, ex, spool))
-            if bundle:
-                yield Shard(shown(path), o, ex, p, stream, bundle[0][0], 1, bundle)
-            if not found:
-                raise StageError(f"fetch.sources[{source.name}].extract[{ex.corpus}]: no member of {path.name} "
-                                 f"matches {list(ex.include)}; check the include patterns")
-
-
-def _newlines(data: bytes) -> int:
-    """Line ends in ``data``, counted as the old whole-member reader did: \\r\\n, \\r or \\n."""
-    return data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
-
-
-def _read(stream: archive.Readable, n: int) -> bytes:
-    parts, got = [], 0
-    while got < n and (b := stream.read(n - got)):
-        parts.append(b)
-        got += len(b)
-    return b"".join(parts)
-
-
-def line_chunks(stream: archive.Readable, size: int = SHARD_BYTES) -> Iterator[tuple[int, bytes]]:
-    """(number of the first line, bytes) of consecutive chunks of about ``size`` bytes that
-    end at a line end (a longer line makes a longer chunk); a leading BOM is dropped."""
-    line, rest, start = 1, b"", True
-    while True:
-        block = _read(stream, size)
-        buf = rest + block
-        if start:
-            if block and len(buf) < len(codecs.BOM_UTF8):
-                rest = buf
-                continue
-            buf, start = buf.removeprefix(codecs.BOM_UTF8), False
-        if not block:
-            if buf:
-                yield line, buf
-            return
-        cut = buf.rfind(b"\n") + 1 or buf.rfind(b"\r", 0, len(buf) - 1) + 1  # never between \r and \n
-        if cut == 0:
-            rest = buf
-            continue
-        chunk, rest = buf[:cut], buf[cut:]
-        yield line, chunk
-        line += _newlines(chunk)
-
-
-def _parquet_batches(m: archive.Member, path: Path, ex: Extract, spool: Path) -> Iterator[tuple[int, pa.RecordBatch]]:
-    where = f"{shown(path)}: member {m.name!r}"
-    local = m.path
-    if local is None:  # inside a tar or zip: Parquet needs to seek, so the member is copied out (to disk)
-        local = spool / "member.parquet"
-        with open(local, "wb") as f:
-            shutil.copyfileobj(m.stream, f, 1 << 20)
-    try:
-        with pq.ParquetFile(local) as pf:
-            columns = _parquet_columns(pf.schema_arrow, ex, where)
-            row = 1
-            for batch in pf.iter_batches(batch_size=SHARD_ROWS, columns=columns, use_threads=False):
-                yield row, batch
-                row += batch.num_rows
-    except (pa.ArrowException, OSError) as e:
-        raise StageError(f"{where}: not a readable Parquet file ({e}); check the extract's format, or fetch "
-                         "it again") from None
-    finally:
-        if local != m.path:
-            local.unlink(missing_ok=True)
-
-
-def _parquet_columns(schema: pa.Schema, ex: Extract, where: str) -> list[str]:
-    columns = [c for c in (ex.text_field, ex.license_field, *ex.group_by) if c is not None]
-    for c in dict.fromkeys(columns):
-        if c not in schema.names:
-            raise StageError(f"{where}: no column {c!r} (it has {', '.join(schema.names)}); set text_field, "
-                             "license_field and group_by to its columns")
-        t = schema.field(c).type
-        if c in (ex.text_field, ex.license_field) and not (pa.types.is_string(t) or pa.types.is_large_string(t)):
-            raise StageError(f"{where}: column {c!r} is {t}, not text; name a string column")
-    return list(dict.fromkeys(columns))
 
 
 def stitched(results: Iterable[list[Outcome | Part]], p: CurateParams) -> Iterator[Outcome]:
