@@ -52,7 +52,14 @@ def _cmd_ledger_check(args: argparse.Namespace) -> int:
     from marin.ledger import head
     from marin.ledger.check import check
 
-    since = head.load_snapshot(args.since) if args.since else None
+    since, signature = None, ""
+    if args.since is not None and args.since.is_dir():  # a report: its snapshot as its statement vouches for it
+        from marin.report.check import report_snapshot
+
+        since, signature = report_snapshot(args.root, args.since.resolve(), args.key)
+        signature = f", report {signature}"
+    elif args.since is not None:
+        since = head.load_snapshot(args.since)
     report = check(args.root, since, rehash=args.rehash)
     for p in report.problems:
         print(f"FAIL {p}", file=sys.stderr)
@@ -64,7 +71,7 @@ def _cmd_ledger_check(args: argparse.Namespace) -> int:
     failed = len(report.problems) + (len(report.missing) if args.require_outputs else 0)
     status = "ok" if not failed else f"{failed} problem(s)"
     missing = f", {len(report.missing)} recorded outputs not on disk" if report.missing else ""
-    grown = f", every run of snapshot {since.root[:19]}… ({since.runs} runs) intact or extended" \
+    grown = f", every run of snapshot {since.root[:19]}… ({since.runs} runs{signature}) intact or extended" \
         if since is not None and not failed else ""
     print(f"ledger check: {report.runs} runs, {report.records} records, "
           f"{report.outputs_checked} outputs on disk checked{missing}{grown}: {status}")
@@ -252,6 +259,8 @@ def _ledger(sub: Sub) -> None:
     chk.add_argument("--since", type=Path, metavar="HEAD_OR_REPORT",
                      help="a snapshot (`marin ledger head --json` file, or a report directory): prove "
                           "that each of its runs is still there, unchanged or only extended")
+    chk.add_argument("--key", type=Path, metavar="PUB",
+                     help="with --since REPORT: the signer's public key (default: report.signing_key + .pub)")
     chk.add_argument("--rehash", action="store_true",
                      help="read every output file again (default: reuse hashes while a file's inode, size "
                           "and times are unchanged)")

@@ -34,6 +34,10 @@ CODE_GLOBS = ("marin/**/*.py", "marin/**/*.json", "marin/**/*.csv", "pipeline/**
               "pyproject.toml", "uv.lock")
 # Beside the code, files whose change can change a run's result: uncommitted, they make it dirty.
 RECIPE_FILES = ("dvc.yaml",)
+# Folders that are code as a whole: any file in them that differs from the commit (untracked, even
+# git-ignored, but for __pycache__) makes a run dirty; Python would import an untracked
+# ``marin/hashing.cpython-311-x86_64-linux-gnu.so`` in place of ``marin/hashing.py``.
+CODE_DIRS = ("marin", "pipeline", "schemas")
 MAX_NAMES = 200  # changed/stray file names listed in a record (the count is kept in full)
 LOCK_FILE = "uv.lock"
 # Paths that change while the pipeline runs, or whose content each run records in full
@@ -126,16 +130,19 @@ def code_state(root: Path, inputs: tuple[str, ...] | list[str] = ()) -> dict[str
     """Git commit, tree digest, uncommitted-diff digest, and the digest of the code files.
 
     A run is ``dirty`` only when something that can change its result differs from the
-    commit: the code (``CODE_GLOBS``), ``dvc.yaml``, and the run's own ``inputs`` where git
-    tracks them. Other changed or untracked files are listed by name (``stray``), never by
-    content: a ``notes.txt`` beside the project must not make every run unverifiable.
+    commit: the code (``CODE_GLOBS``, and any file in ``CODE_DIRS``), ``dvc.yaml``, and the
+    run's own ``inputs`` where git tracks them. Other changed or untracked files are listed by
+    name (``stray``), never by content: a ``notes.txt`` beside the project must not make every
+    run unverifiable.
     """
     commit = git(root, "rev-parse", "--verify", "-q", "HEAD")
     tree = git(root, "rev-parse", "--verify", "-q", "HEAD^{tree}")
     code = [f":(glob){g}" for g in (*CODE_GLOBS, *RECIPE_FILES)]
-    relevant = code + [f":(literal){p}" for p in inputs]  # an untracked input is recorded by digest
+    relevant = code + [f":(literal){p}" for p in (*CODE_DIRS, *inputs)]  # an untracked input is recorded by digest
     diff = git(root, "diff", "HEAD", "--binary", "--", *relevant) if commit else None
-    untracked = _lines(git(root, "ls-files", "--others", "--exclude-standard", "--", *code))
+    untracked = sorted(set(_lines(git(root, "ls-files", "--others", "--exclude-standard", "--", *code)))
+                       | {p for p in _lines(git(root, "ls-files", "--others", "--", *CODE_DIRS))
+                          if "__pycache__" not in p.split("/")})
     changed = sorted(set(_lines(git(root, "diff", "HEAD", "--name-only", "--", *relevant)) if commit else [])
                      | set(untracked))
     dirty_text = (diff or "") + "".join(f"untracked {p}\n" for p in untracked)

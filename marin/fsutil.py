@@ -60,6 +60,22 @@ def disk_cause(e: BaseException) -> str | None:
     return next((w for w in _DISK_WORDS if w in text), None)
 
 
+def failure_cause(e: BaseException) -> str | None:
+    """``disk_cause`` of ``e`` or of an exception it was raised from; a library error that only
+    quotes the system's words counts too (tensorstore under orbax: ``ValueError: RESOURCE_EXHAUSTED:
+    ... No space left on device``)."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        text = str(cur).lower()
+        cause = disk_cause(cur) or next((w for w in _DISK_WORDS if w in text), None)
+        if cause is not None:
+            return cause
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:

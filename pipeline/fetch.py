@@ -19,7 +19,9 @@ RAW = Path("data/raw")
 
 def fetch(root: Path, params: Params) -> None:
     raw = root / RAW
-    with Run.start(root, "fetch", params=params.section("fetch"), inputs=[]) as run, fsutil.atomic_dir(raw) as tmp:
+    tracked = sources.tracked_paths(params.fetch.sources, root)  # local sources in the project: dirty if changed
+    with Run.start(root, "fetch", params=params.section("fetch"), inputs=[], tracked=tracked) as run, \
+            fsutil.atomic_dir(raw) as tmp:
         failures: list[FetchError] = []
         for src in params.fetch.sources:
             (tmp / src.name).mkdir()

@@ -66,11 +66,40 @@ def test_stray_files_are_listed_by_name_and_do_not_make_a_run_dirty(tmp_path) ->
     clean = _repo(tmp_path)
     (tmp_path / "notes.txt").write_text("my notes\n")
     (tmp_path / "README.md").write_text("# edited\n")
-    (tmp_path / "marin" / "scratch.txt").write_text("not code\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "scratch.txt").write_text("not code\n")
     state = env.code_state(tmp_path)
     assert not state["dirty"] and state["diff_digest"] is None and "changed" not in state
-    assert state["stray"] == ["README.md", "marin/scratch.txt", "notes.txt"] and state["stray_count"] == 3
+    assert state["stray"] == ["README.md", "docs/scratch.txt", "notes.txt"] and state["stray_count"] == 3
     assert state["code_digest"] == clean["code_digest"]
+
+
+@pytest.mark.parametrize("rel", ["marin/scratch.txt", "marin/x.cpython-311-x86_64-linux-gnu.so", "marin/y.pyc",
+                                 "pipeline/notes.md", "schemas/extra.yaml"])
+def test_any_file_in_a_code_folder_makes_a_run_dirty_even_if_git_ignores_it(tmp_path, rel) -> None:
+    # Python imports marin/x.cpython-311-x86_64-linux-gnu.so in place of marin/x.py, and a sourceless
+    # marin/y.pyc as module marin.y; .gitignore hides *.pyc from `git status`. __pycache__ does not count.
+    _repo(tmp_path)
+    (tmp_path / ".gitignore").write_text("__pycache__/\n*.pyc\n*.so\n")
+    (tmp_path / "marin" / "__pycache__").mkdir()
+    (tmp_path / "marin" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"bytecode Python checks against x.py")
+    (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / rel).write_bytes(b"\x7fELF not the committed code")
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    state = env.code_state(tmp_path)
+    assert state["dirty"] and state["changed"] == [rel], state
+    assert state["stray"] == [".gitignore", "notes.txt"]
+
+
+def test_an_edited_tracked_file_in_a_code_folder_makes_a_run_dirty(tmp_path) -> None:
+    _repo(tmp_path)
+    (tmp_path / "marin" / "NOTICE").write_text("licence notes\n")
+    subprocess.run(["git", "add", "marin/NOTICE"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "n"], cwd=tmp_path,
+                   check=True)
+    (tmp_path / "marin" / "NOTICE").write_text("edited\n")
+    state = env.code_state(tmp_path)
+    assert state["dirty"] and state["changed"] == ["marin/NOTICE"]
 
 
 @pytest.mark.parametrize("rel", ["marin/x.py", "dvc.yaml", "marin/new_module.py", "corpus/a.txt"])

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Project
+from tests.conftest import Project, tiny
 
 PAGE = 4096
 FILLER = "filler.bin"
@@ -150,3 +150,28 @@ def test_a_disk_error_no_writer_converted_is_still_one_line(capsys: pytest.Captu
         guarded(fail(pyarrow), verbose=True)  # --verbose keeps the traceback
     with pytest.raises(FileNotFoundError):
         guarded(fail(FileNotFoundError(errno.ENOENT, "No such file or directory", "x")))  # not a disk failure
+
+
+@pytest.mark.slow
+def test_full_checkpoint_disk_during_train_is_one_line(data_project: Project) -> None:
+    """orbax writes a checkpoint from background threads, and tensorstore's error is a ValueError
+    that only quotes the system's words: still one line naming the step's folder, no folder of
+    the failed step left, the run recorded as failed."""
+    tiny(data_project)
+    ckpts = data_project.root / "checkpoints"
+    ckpts.mkdir()
+    with small_disk(ckpts, 512):
+        fill(ckpts, 4)  # room for none of a checkpoint's files in full
+        p = data_project.stage("train", check=False)
+        line = one_error_line(p)
+        [log] = data_project.runs("train")
+        run_id = log[0]["run_id"]
+        assert line == (f"marin: error: checkpoints/{run_id}/4: cannot write: no space left on device; the previous "
+                        "version is left as it was and nothing half-written remains; free space (or fix the disk) "
+                        "and rerun the stage"), p.stderr
+        assert not list(ckpts.glob(f"{run_id}/*")), list(ckpts.glob(f"{run_id}/*"))  # no step, no orbax temp folder
+        assert log[-1]["kind"] == "run.finished" and log[-1]["body"]["status"] == "failed"
+        assert "no space left on device" in log[-1]["body"]["error"]
+        assert_no_torn_line(data_project)
+        check = data_project.marin("ledger", "check")
+        assert check.returncode == 0, check.stdout + check.stderr

@@ -148,3 +148,26 @@ def test_next_stage_start_removes_a_killed_stages_temp(data_project: Project) ->
 ])
 def test_disk_cause(e: BaseException, cause: str | None) -> None:
     assert fsutil.disk_cause(e) == cause
+
+
+def _chained(outer: BaseException, inner: BaseException) -> BaseException:
+    try:
+        try:
+            raise inner
+        except BaseException:
+            raise outer  # noqa: B904 - an implicit __context__, as orbax's threads leave it
+    except BaseException as e:
+        return e
+
+
+@pytest.mark.parametrize("e, cause", [
+    (ValueError('RESOURCE_EXHAUSTED: Error writing local file "x/_sharding": Failed to write 15461 bytes to '
+                "file 9: No space left on device [os_error_code='28']"), "no space left on device"),
+    (_chained(RuntimeError("save failed"), OSError(errno.ENOSPC, "No space left on device")),
+     "no space left on device"),
+    (OSError(errno.EIO, "Input/output error"), "input/output error"),
+    (_chained(RuntimeError("save failed"), KeyError("x")), None),
+    (ValueError("a bad shape"), None),
+])
+def test_failure_cause_looks_through_the_chain_and_library_words(e: BaseException, cause: str | None) -> None:
+    assert fsutil.failure_cause(e) == cause

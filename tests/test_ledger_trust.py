@@ -52,6 +52,10 @@ def test_a_recorded_output_missing_from_disk_is_reported(trained_project: Projec
     assert "MISSING models/final: recorded by train-" in r.stderr and "dvc checkout" in r.stderr
     strict = trained_project.marin("ledger", "check", "--require-outputs")
     assert strict.returncode == 1 and "FAIL models/final: recorded by train-" in strict.stderr
+    (trained_project.root / "metrics" / "eval.json").unlink()  # `cache: false` in dvc.yaml: git keeps it, not DVC
+    r = trained_project.marin("ledger", "check")
+    [line] = [x for x in r.stderr.splitlines() if x.startswith("MISSING metrics/eval.json")]
+    assert "out of the DVC cache: commit it with git" in line and "dvc checkout" not in line, line
 
 
 # -- 2. the ledger head and --since -------------------------------------------------------

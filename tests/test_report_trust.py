@@ -181,7 +181,18 @@ def test_the_report_is_a_ledger_run_with_its_inputs_and_outputs(trained_project:
     check = proj.marin("ledger", "check")
     assert check.returncode == 0, check.stdout + check.stderr
     grown = proj.marin("ledger", "check", "--since", REPORT)  # the snapshot signed in the report
-    assert grown.returncode == 0 and f"snapshot {snap['root'][:19]}… (5 runs) intact" in grown.stdout, grown.stdout
+    assert grown.returncode == 0, grown.stdout + grown.stderr
+    assert f"snapshot {snap['root'][:19]}… (5 runs, report signature ok) intact" in grown.stdout, grown.stdout
+    # a received copy whose snapshot was edited consistently (a run dropped, the root recomputed) is not believed
+    forged = proj.root.parent / "received"
+    shutil.copytree(out, forged)
+    doc = json.loads((forged / "ledger_head.json").read_text())
+    doc["leaves"], doc["runs"] = doc["leaves"][1:], doc["runs"] - 1
+    doc["root"] = head_root(doc["leaves"])
+    (forged / "ledger_head.json").write_text(json.dumps(doc))
+    r = proj.marin("ledger", "check", "--since", str(forged))
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stdout + r.stderr
+    assert f"{forged}/ledger_head.json: changed since it was signed" in r.stderr and "cannot be trusted" in r.stderr
     from tests.test_tracking import store
 
     client, exp = store(proj)  # mirrored into MLflow like every stage

@@ -333,3 +333,38 @@ def test_every_failing_source_is_named_in_one_run(data_project: Project, corpus:
         src["sha256"] = yaml.safe_load(out)["fetch"]["sources"][0]["sha256"]
     proj.write_params(params)
     proj.stage("fetch")
+
+
+# -- local sources inside the project are part of what makes a fetch run dirty ------------------
+
+
+def test_tracked_paths_are_the_local_sources_inside_the_project(root: Path, tmp_path_factory) -> None:
+    outside = tmp_path_factory.mktemp("elsewhere")
+    srcs = [_src("local", "corpus/sub"), _src("file", root / "corpus" / "a.txt"), _src("glob", "corpus/**/*.txt"),
+            _src("local", outside), _src("file", "../x.txt"), _src("url", "https://example.org/x.tgz")]
+    assert sources.tracked_paths(srcs, root) == ["corpus/sub", "corpus/a.txt", "corpus"]
+
+
+@pytest.mark.slow
+def test_a_fetch_run_of_an_edited_tracked_local_source_is_dirty_naming_the_file(project: Project, corpus: Path) -> None:
+    from marin import hashing
+
+    shutil.copytree(corpus, project.root / "corpus")
+    params = project.params
+    params["fetch"]["sources"][0]["locator"] = "corpus"
+    params["fetch"]["sources"][0]["sha256"] = _tree(_files(corpus)).removeprefix("sha256:")
+    project.write_params(params)
+    project.git("add", "-A")
+    project.git("commit", "-qm", "the corpus in the project")
+    (project.root / "notes.txt").write_text("stray\n")
+    project.stage("fetch")
+    code = project.runs("fetch")[-1][0]["body"]["code"]
+    assert code["dirty"] is False and code["stray"] == ["notes.txt"]
+    edited = project.root / "corpus" / "texts" / "doc00.txt"
+    edited.write_text(edited.read_text() + "An edit the commit does not hold.\n")  # pinned again, so fetch accepts it
+    params["fetch"]["sources"][0]["sha256"] = hashing.dir_digest(project.root / "corpus").split(":")[1]
+    project.write_params(params)
+    project.stage("fetch")
+    code = project.runs("fetch")[-1][0]["body"]["code"]
+    assert code["dirty"] is True and code["changed"] == ["corpus/texts/doc00.txt"], code
+    assert code["stray"] == ["notes.txt"]

@@ -163,6 +163,29 @@ def _local_file(source: Source, root: Path) -> Path:
     return src
 
 
+def _glob_base(source: Source, root: Path) -> tuple[Path, str]:
+    """(the pattern up to its first component with a wildcard, the rest of the pattern)."""
+    parts = _local_path(source, root).parts
+    i = next((k for k, part in enumerate(parts) if _MAGIC.search(part)), len(parts) - 1)
+    return Path(*parts[:i]), "/".join(parts[i:])
+
+
+def tracked_paths(sources: Sequence[Source], root: Path) -> list[str]:
+    """Project-relative paths of the local sources that lie inside the project (a glob: its base
+    directory). Where git tracks them, an uncommitted change there makes the fetch run dirty
+    (``env.code_state``): the commit would not give a replay the same data."""
+    top = os.path.abspath(root)
+    out = []
+    for source in sources:
+        if source.kind not in LOCAL_KINDS:
+            continue
+        p = _glob_base(source, root)[0] if source.kind == "glob" else _local_path(source, root)
+        rel = os.path.relpath(os.path.abspath(p), top)
+        if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+            out.append(Path(rel).as_posix())
+    return out
+
+
 def glob_files(source: Source, root: Path) -> tuple[Path, list[str]]:
     """(base directory, sorted relative paths) of the regular files the pattern of ``source`` matches.
 
@@ -171,9 +194,7 @@ def glob_files(source: Source, root: Path) -> tuple[Path, list[str]]:
     directories are skipped; a matched link or special file, or a match below a linked
     directory, is refused. No match at all is an error naming the pattern.
     """
-    parts = _local_path(source, root).parts
-    i = next((k for k, part in enumerate(parts) if _MAGIC.search(part)), len(parts) - 1)
-    base, rest = Path(*parts[:i]), "/".join(parts[i:])
+    base, rest = _glob_base(source, root)
     files = []
     for rel in sorted(set(glob.glob(rest, root_dir=base, recursive=True)) - {""}):
         parts_rel = Path(rel).parts

@@ -180,8 +180,9 @@ def _dvc_lock_outs(root: Path) -> dict[str, str]:
     return outs
 
 
-def _dvc_yaml_outs(root: Path) -> set[str]:
-    """Every output path ``dvc.yaml`` declares (outs, metrics, plots), ``${…}`` resolved from params."""
+def _dvc_yaml_cached(root: Path) -> dict[str, bool]:
+    """Every output path ``dvc.yaml`` declares (outs, metrics, plots), ``${…}`` resolved from params
+    -> whether DVC caches it (``cache: false`` outputs are kept in git instead)."""
     spec = root / "dvc.yaml"
     if not spec.is_file():
         return set()
@@ -189,13 +190,15 @@ def _dvc_yaml_outs(root: Path) -> set[str]:
         data = yaml.safe_load(spec.read_text()) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise LedgerError(f"{spec}: not readable YAML ({e}); restore it from git") from None
-    paths = set()
+    paths: dict[str, bool] = {}
     for stage in (data.get("stages") or {}).values():
         for key in ("outs", "metrics", "plots"):
             for o in stage.get(key) or []:
-                paths.add(next(iter(o)) if isinstance(o, dict) else str(o))
-    resolved = {_interpolate(root, p) for p in paths}
-    return {Path(p).as_posix() for p in resolved if p is not None}
+                name = next(iter(o)) if isinstance(o, dict) else str(o)
+                opts = o.get(name) if isinstance(o, dict) else None
+                paths[name] = not (isinstance(opts, dict) and opts.get("cache") is False)
+    resolved = {_interpolate(root, p): cached for p, cached in paths.items()}
+    return {Path(p).as_posix(): cached for p, cached in resolved.items() if p is not None}
 
 
 def _interpolate(root: Path, path: str) -> str | None:
@@ -238,7 +241,8 @@ def check_outputs(root: Path, runs: list[RunCheck], report: Report, hashes: hash
     for rc in runs:
         for r in rc.outputs:
             by_path[r.body["path"]].append((rc, r))
-    locked, declared = _dvc_lock_outs(root), _dvc_yaml_outs(root)
+    locked, cached = _dvc_lock_outs(root), _dvc_yaml_cached(root)
+    declared = set(cached)
     latest = _latest_per_stage(runs)
     problems = []
     for path, recs in sorted(by_path.items()):
@@ -247,8 +251,9 @@ def check_outputs(root: Path, runs: list[RunCheck], report: Report, hashes: hash
             problems.extend(_on_disk(root, path, recs, report, hashes))
         elif any(log.run_id in latest for log, _ in recs) and (path in locked or path in declared):
             log, last = recs[-1]
-            report.missing.append(f"{path}: recorded by {log.name} seq {last.seq}, not on disk "
-                                  "(`dvc checkout` or `dvc pull` restores it)")
+            how = "`dvc checkout` or `dvc pull` restores it" if cached.get(path, True) else \
+                "dvc.yaml keeps it out of the DVC cache: commit it with git, or rerun its stage"
+            report.missing.append(f"{path}: recorded by {log.name} seq {last.seq}, not on disk ({how})")
     for path in sorted((set(locked) | declared) - set(by_path)):
         if path in locked or (root / path).exists():
             problems.append(Problem(path, f"{'listed in dvc.lock' if path in locked else 'on disk'} but no run in "

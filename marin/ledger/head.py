@@ -107,9 +107,8 @@ def parse_snapshot(data: Any, where: str) -> Head:
 
 
 def load_snapshot(path: Path) -> Head:
-    """A snapshot from a JSON file (``marin ledger head --json``) or a report directory."""
-    if path.is_dir():
-        path = path / "ledger_head.json"
+    """A snapshot from a JSON file (``marin ledger head --json``, or a report's ledger_head.json
+    once its statement vouched for it: ``marin.report.check.report_snapshot``)."""
     try:
         data = json.loads(path.read_bytes())
     except FileNotFoundError:

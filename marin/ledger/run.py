@@ -16,6 +16,7 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -72,14 +73,16 @@ class Plan:
         cls, root: Path, stage: str, *, params: dict[str, Any], inputs: list[Input],
         det_class: dict[str, Any] | None = None, seeds: dict[str, Any] | None = None,
         command: list[str] | None = None, fingerprint: dict[str, Any] | None = None,
-        execution: dict[str, Any] | None = None,
+        execution: dict[str, Any] | None = None, tracked: Sequence[str] = (),
     ) -> Plan:
-        """``execution``: where the run ran (engine, workers), recorded but not in the recipe."""
+        """``execution``: where the run ran (engine, workers), recorded but not in the recipe.
+        ``tracked``: paths the run reads that are not ``inputs`` (fetch's local sources): an
+        uncommitted change to them where git tracks them makes the run dirty, as for inputs."""
         t = time.perf_counter()
         root = Path(root)
         fp = fingerprint or env.fingerprint()
         det = det_class or env.data_class(fp)
-        code = env.code_state(root, [i.path for i in inputs])
+        code = env.code_state(root, [*(i.path for i in inputs), *tracked])
         command = command or [relpath(root, sys.argv[0]), *sys.argv[1:]]
         hashes = hash_cache(root)  # each input file read once for sha256 and md5, and not again while unchanged
         digested = []

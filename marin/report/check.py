@@ -24,7 +24,7 @@ from typing import Any
 from marin import hashing
 from marin.errors import LedgerError, MarinError
 from marin.ledger.check import check_run
-from marin.ledger.head import load_snapshot, locate, since
+from marin.ledger.head import Head, load_snapshot, locate, since
 from marin.ledger.records import Record
 from marin.ledger.store import NoSuchRun, load_run
 from marin.lineage import Ledger
@@ -66,6 +66,36 @@ def verify(root: Path, directory: Path, public_key: Path | None = None,
     except (KeyError, TypeError, AttributeError) as e:  # report.json is not what marin report writes
         v.problems.append(f"report.json: not a marin report ({type(e).__name__}: {e}); rebuild it with `marin report`")
     return v
+
+
+def report_snapshot(root: Path, directory: Path, public_key: Path | None = None) -> tuple[Head, str]:
+    """The ledger snapshot a report was built from, for ``marin ledger check --since REPORT``,
+    believed only as far as the report's statement vouches for it: the envelope's signature
+    checked where it is signed, ledger_head.json one of the statement's subjects with its digest,
+    and its root the statement's marin:ledger digest. Returns the snapshot and "signature ok" or
+    "not signed"; a ledger_head.json the statement does not vouch for is a ReportError."""
+    envelope, _ = _load(directory)
+    v = Verdict(directory)
+    stmt = _signature(root, envelope, public_key, False, v)
+    path = directory / build.HEAD_FILE
+    try:
+        want = next(("sha256:" + s["digest"]["sha256"] for s in stmt["subject"] if s["name"] == build.HEAD_FILE), None)
+    except (KeyError, TypeError) as e:
+        raise ReportError(f"{directory / build.ENVELOPE}: the statement's subjects are not name and sha256 pairs "
+                          f"({e!r}); use the report as it was published") from None
+    got = hashing.file_digest(path) if path.is_file() else None
+    when = "signed" if v.signature == "signature ok" else "written (unsigned)"
+    if want is None or got != want:
+        why = "is not a subject of its statement" if want is None else (
+            "is missing" if got is None else f"changed since it was {when} ({got}, the statement has {want})")
+        raise ReportError(f"{path}: {why}, so the snapshot cannot be trusted; use the report as it was published "
+                          "(`marin report verify` checks the whole report)")
+    snap = load_snapshot(path)
+    deps = stmt["predicate"].get("buildDefinition", {}).get("resolvedDependencies", [])
+    ledger = next((d.get("digest", {}).get("sha256") for d in deps if d.get("uri") == "marin:ledger"), None)
+    if ledger is None or f"sha256:{ledger}" != snap.root:
+        raise ReportError(f"{path}: its root {snap.root} is not the statement's marin:ledger digest sha256:{ledger}")
+    return snap, v.signature
 
 
 def _rederive(root: Path, directory: Path, stmt: dict[str, Any], signed: dict[str, str], old: dict[str, Any],

@@ -11,7 +11,13 @@ restored, so an interrupted save is invisible.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import logging
 import os
+import shutil
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +25,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from marin import hashing
+from marin import fsutil, hashing
 from marin.train import distributed
 
 
@@ -32,6 +38,82 @@ def tensors(state: Any) -> dict[str, np.ndarray]:
 def state_digest(state: Any) -> str:
     """sha256 over (leaf path, dtype, shape, bytes) of every leaf of a pytree."""
     return hashing.tree_digest(tensors(state))
+
+
+class _Held(logging.Filter):
+    """Keeps back orbax's log records while a save runs: re-emitted after it, dropped when the
+    save failed on the disk (the failure is then one WriteError line)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+        self.printed: list[tuple[Any, Any, Any]] = []  # what tensorstore's threads print through sys.excepthook
+        self.excepthook = sys.excepthook
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return False
+
+    def hold(self, t: Any, v: Any, tb: Any) -> None:
+        self.printed.append((t, v, tb))
+
+    def release(self, logger: logging.Logger, err: _ThreadsHeld) -> None:
+        """The save worked (or failed otherwise): put stderr and the hooks back, show what was held."""
+        logger.removeFilter(self)
+        sys.excepthook, sys.stderr = self.excepthook, err.stream
+        sys.stderr.write("".join(err.kept))
+        for r in self.records:
+            logger.handle(r)
+        for args in self.printed:
+            self.excepthook(*args)
+
+
+class _ThreadsHeld:
+    """sys.stderr while a save runs: what other threads write (tensorstore prints tracebacks
+    straight to sys.stderr) is kept back, written out after a save that worked, dropped for the
+    rest of the process after one that failed on the disk; the main thread writes through."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.kept, self.dropping = stream, [], False
+
+    def write(self, text: str) -> int:
+        if threading.current_thread() is threading.main_thread():
+            return self.stream.write(text)
+        if not self.dropping:
+            self.kept.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def _remove_uncommitted(directory: Path, step: int) -> None:
+    for tmp in directory.glob(f"{step}.orbax-checkpoint-tmp*"):
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _quiet_after_failure(held: _Held, directory: Path, step: int) -> None:
+    """After a save failed on the disk, orbax's threads go on failing (absl and asyncio logs,
+    unraisable coroutines, tracebacks tensorstore prints through sys.excepthook) until the
+    interpreter shuts down: drop them, so the stage's WriteError stays its one line (or, with
+    --verbose, its traceback), and end the process with exit 1 once exit handlers would run (the
+    stage has failed and its run is recorded as failed), removing what orbax wrote meanwhile."""
+    logging.getLogger("asyncio").addFilter(held)
+    sys.unraisablehook = lambda _: None
+    threading.excepthook = lambda _: None
+    shown = held.excepthook
+    sys.excepthook = lambda t, v, tb: shown(t, v, tb) if isinstance(v, fsutil.WriteError) else None
+
+    def exit_now() -> None:
+        _remove_uncommitted(directory, step)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+    atexit.register(exit_now)  # handlers run last-registered first: this one before orbax's and jax's
 
 
 class Checkpoints:
@@ -54,10 +136,30 @@ class Checkpoints:
         return self.directory / str(step)
 
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
-        """Save and block until orbax has committed the step."""
-        self.manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
-        self.manager.wait_until_finished()
+        """Save and block until orbax has committed the step. On a failing disk (full, quota,
+        I/O error) a WriteError names the step's folder: orbax's uncommitted folder is removed,
+        earlier steps are kept, and orbax's own error logs of the failure are dropped (one line)."""
+        held = _Held()
+        absl = logging.getLogger("absl")
+        absl.addFilter(held)
+        sys.excepthook = held.hold
+        err = sys.stderr = _ThreadsHeld(sys.stderr)
+        try:
+            self.manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
+            self.manager.wait_until_finished()
+        except Exception as e:
+            cause = fsutil.failure_cause(e)
+            if cause is None:
+                held.release(absl, err)
+                raise
+            err.dropping = True  # stays sys.stderr: orbax's threads go on failing until the process ends
+            _quiet_after_failure(held, self.directory, step)
+            with contextlib.suppress(Exception):  # let orbax's save threads end before its folder goes
+                self.manager.close()
+            _remove_uncommitted(self.directory, step)
+            raise fsutil.WriteError(self.path(step), cause) from None
+        held.release(absl, err)
 
     def restore(self, step: int, abstract: Any, shardings: Any) -> tuple[Any, dict[str, Any]]:
         """Restore into the abstract TrainState with the given shardings."""

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import jax
-from tqdm import tqdm
 
-from marin import env, fsutil
+from marin import env, fsutil, progress
 from marin.config import Params
 from marin.data import manifest
 from marin.errors import StageError
@@ -239,8 +238,7 @@ def run(root: Path, params: Params, topo: distributed.Topology | None = None) ->
         n_params = count_params(state.params)
         tokens_per_step = tp.batch_size * cfg.max_seq_len
         start = int(state.step)
-        bar = tqdm(total=tp.steps, initial=start, desc="train", unit="step", dynamic_ncols=True,
-                   disable=not topo.primary)
+        bar = progress.meter("train", tp.steps, "step", initial=start, hide=not topo.primary)  # MARIN_PROGRESS
         t_last, steps_since = time.perf_counter(), 0
         for i in range(start, tp.steps):
             state, metrics = su.step(state, i)
