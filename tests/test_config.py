@@ -8,7 +8,7 @@ import time
 import pytest
 import yaml
 
-from marin import config
+from marin import config, params_file
 from tests.conftest import REPO
 
 
@@ -112,7 +112,7 @@ WALK = [
 
 @pytest.mark.parametrize("data, expected", WALK)
 def test_value_problem_names_the_first_bad_value(data, expected) -> None:
-    problem = config.value_problem(data)
+    problem = params_file.value_problem(data)
     assert problem == expected if expected is None else expected in problem
 
 
@@ -125,7 +125,7 @@ def test_parse_refuses_nan_before_canonical_json() -> None:
 
 def test_reader_reads_what_pyyaml_reads() -> None:
     """libyaml and the checks on top give the same data as yaml.safe_load: same recipes."""
-    assert config._read_yaml(REPO / "params.yaml") == yaml.safe_load((REPO / "params.yaml").read_text())
+    assert params_file.read_yaml(REPO / "params.yaml") == yaml.safe_load((REPO / "params.yaml").read_text())
 
 
 def test_alias_bomb_refused_before_expansion(tmp_path) -> None:
