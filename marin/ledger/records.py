@@ -157,11 +157,12 @@ def _canonical_fast(line: bytes) -> dict[str, Any] | None:
     if not line.isascii():
         return None
     _EXOTIC.clear()
+    text = line.decode("ascii")
     try:
-        d = _DECODER.decode(line.decode("ascii"))
-    except (ValueError, RecursionError):
-        return None
-    if _EXOTIC or not isinstance(d, dict) or _ENCODER.encode(d).encode() != line:
+        d, end = _SCAN(text, 0)  # the C scanner itself: no whitespace skipping around the value
+        if end != len(text) or _EXOTIC or not isinstance(d, dict) or "".join(_ENCODE(d, 0)) != text:
+            return None
+    except (StopIteration, ValueError, RecursionError):
         return None
     return d
 
@@ -182,6 +183,11 @@ _EXOTIC: list[str] = []  # numbers the fast path cannot vouch for, in the line b
 _DECODER = json.JSONDecoder(parse_float=_plain_float, parse_int=_plain_int,
                             parse_constant=lambda name: _EXOTIC.append(name))
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_SCAN = _DECODER.scan_once
+# What ``_ENCODER.encode`` runs, made once rather than per call (no cycle check: parsed JSON has no cycles).
+_ENCODE = (json.encoder.c_make_encoder(None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
+                                       True, False, False) if json.encoder.c_make_encoder is not None
+           else lambda d, _level: _ENCODER.encode(d))
 
 
 def _canonical_slow(line: bytes, where: str) -> dict[str, Any]:
