@@ -24,8 +24,8 @@ from prov.model import PROV, ProvDocument
 from marin import hashing
 from marin.errors import MarinError
 from marin.ledger.index import Index, RunRow
-from marin.ledger.store import RunLog, read_run
-from marin.paths import ledger_dir, relpath
+from marin.ledger.store import RunLog, load_run
+from marin.paths import relpath
 
 SOURCE_STAGES = ("fetch",)  # their inputs come from outside the ledger
 MIN_PREFIX = 8  # shortest hex prefix accepted as a digest target
@@ -93,7 +93,7 @@ class Runs(Mapping[str, RunLog]):
     only the runs it needs, whatever the size of the ledger."""
 
     def __init__(self, root: Path, index: Index, skip: tuple[str, ...] = ()):
-        self._dir, self._index, self._skip = ledger_dir(root), index, skip
+        self._root, self._index, self._skip = root, index, skip
         self._logs: dict[str, RunLog] = {}
 
     def __getitem__(self, run_id: str) -> RunLog:
@@ -101,7 +101,7 @@ class Runs(Mapping[str, RunLog]):
             row = self._index.run(run_id)
             if row is None or row.stage is None:
                 raise KeyError(run_id)
-            self._logs[run_id] = read_run(self._dir / f"{run_id}.jsonl", validate=False, skip=self._skip)
+            self._logs[run_id] = load_run(self._root, run_id, validate=False, skip=self._skip)
         return self._logs[run_id]
 
     def __iter__(self) -> Iterator[str]:

@@ -25,6 +25,17 @@ def ledger_dir(root: Path) -> Path:
     return root / "ledger" / "runs"
 
 
+def within(root: Path, given: str) -> str | None:
+    """``given`` (absolute, ``~``, or relative to ``root``) as a project-relative POSIX path; None
+    if it lies outside the project (each caller says why that is refused)."""
+    path = Path(given).expanduser()
+    full = (path if path.is_absolute() else root / path).resolve()
+    try:
+        return full.relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return None
+
+
 def relpath(root: Path, path: str | os.PathLike[str]) -> str:
     """``path`` relative to ``root`` as posix text, or the absolute path if it lies outside."""
     p = Path(path).resolve()

@@ -30,8 +30,7 @@ from marin import fsutil, hashing
 from marin.errors import IntegrityError, MarinError
 from marin.ledger.index import Index, hash_cache
 from marin.ledger.run import Plan, Run
-from marin.ledger.store import RunLog, read_run
-from marin.paths import ledger_dir
+from marin.ledger.store import RunLog, load_run
 
 CACHE = Path(".marin/cache/checkpoints")  # fetched checkpoints (git-ignored), by train run id
 MANIFEST = "marin.checkpoint-manifest@1"
@@ -203,7 +202,7 @@ def publications(root: Path, what: str) -> list[dict[str, Any]]:
         idx.close()
     out = []
     for row in rows:
-        log = read_run(ledger_dir(root) / f"{row.run_id}.jsonl", validate=False)
+        log = load_run(root, row.run_id, validate=False)
         out += [r.body for r in log.of_kind("publication") if r.body["what"] == what]
     return out
 

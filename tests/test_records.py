@@ -128,6 +128,7 @@ def test_the_content_digest_of_a_line_is_the_record_digest(kind: str) -> None:
 @pytest.mark.parametrize("text", [
     '{"a":1.0}', '{"a":1e-07}', '{"a":1E5}', '{"a":-0}', '{"a":12345678901234567890}', '{"a": 1}',
     '{"b":1,"a":2}', '{"a":"\\u00e9"}', '{"a":0.10}', '{"a":1,"a":1}', '{"\\ue000":1,"\\ud83d\\ude00":2}',
+    ' {"a":1}', '{"a":1} ', '{"a":1}{}', '{"a":NaN}', '{"a":Infinity}', '{"a":1e999}', '[1]', '{"a":1',
 ])
 def test_the_fast_canonical_check_never_accepts_what_rfc8785_would_write_otherwise(text: str) -> None:
     import rfc8785
@@ -143,3 +144,12 @@ def test_the_fast_canonical_check_never_accepts_what_rfc8785_would_write_otherwi
     except Exception:
         exact_ok = False
     assert d is None or exact_ok
+
+
+def test_the_fast_canonical_check_accepts_canonical_lines() -> None:
+    """Every line the ledger writes takes the fast path (else every check pays for the exact serializer)."""
+    from marin.ledger.records import _canonical_fast
+
+    for kind in KINDS:
+        line = Record.create("curate-20260101T000000Z-0123abcd", 3, D, kind, EXAMPLES[kind]).line().rstrip(b"\n")
+        assert _canonical_fast(line) == json.loads(line), kind

@@ -32,6 +32,7 @@ from marin.config import PretrainedTokenizer, TokenizeParams
 from marin.data import parquet
 from marin.data.engine import Engine
 from marin.errors import ParamsError, StageError
+from marin.paths import within
 
 EOS = "<|endoftext|>"
 SPECIAL_TOKENS = [EOS]
@@ -130,13 +131,11 @@ class Pinned:
 
 def inside(root: Path, given: str) -> str:
     """``given`` as a project-relative POSIX path; outside the project is a params error (exit 2)."""
-    path = Path(given).expanduser()
-    full = (path if path.is_absolute() else root / path).resolve()
-    try:
-        return full.relative_to(Path(root).resolve()).as_posix()
-    except ValueError:
+    rel = within(root, given)
+    if rel is None:
         raise ParamsError(f"params.yaml: tokenize.pretrained.path: {given} lies outside the project; the "
-                          "tokenize stage reads only project files: copy the tokenizer into the project") from None
+                          "tokenize stage reads only project files: copy the tokenizer into the project")
+    return rel
 
 
 def pretrained(root: Path, p: PretrainedTokenizer) -> Pinned:

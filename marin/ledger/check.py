@@ -79,21 +79,19 @@ class RunCheck:
 
     def feed(self, r: Record, content_digest: str) -> None:
         """One parsed record and the digest its content hashes to."""
-        where, prev = f"{self.name} seq {r.seq}", self._prev
+        prev = self._prev
         if r.run_id != self.run_id:  # 2. chain
-            self.problems.append(Problem(where, f"run_id {r.run_id!r} does not match the file name"))
+            self._problem(r, f"run_id {r.run_id!r} does not match the file name")
         if r.seq != self.records and (prev is None or r.seq != prev[0] + 1):
             expected = 0 if prev is None else prev[0] + 1
-            self.problems.append(Problem(where, f"seq {r.seq} where {expected} was expected: "
-                                                "a record is missing or out of order"))
+            self._problem(r, f"seq {r.seq} where {expected} was expected: a record is missing or out of order")
         if content_digest != r.digest:
-            self.problems.append(Problem(where, f"record digest mismatch: recorded {r.digest}, "
-                                                f"content hashes to {content_digest} (record edited)"))
+            self._problem(r, f"record digest mismatch: recorded {r.digest}, "
+                             f"content hashes to {content_digest} (record edited)")
         expected_prev = None if prev is None else prev[1]
         if r.prev != expected_prev:
-            self.problems.append(Problem(where, f"chain broken: prev is {r.prev}, "
-                                                f"the previous record's digest is {expected_prev}"))
-        self._shape(r, where)
+            self._problem(r, f"chain broken: prev is {r.prev}, the previous record's digest is {expected_prev}")
+        self._shape(r)
         self._merkle.append(hashing.parse(r.digest))
         self._prev, self.records, self.last_seq = (r.seq, r.digest), self.records + 1, r.seq
         if r.seq == self.watch:
@@ -102,8 +100,14 @@ class RunCheck:
             body = {**r.body, "entries": None} if "entries" in r.body else r.body
             self.outputs.append(Record(r.schema, r.run_id, r.seq, r.prev, r.time, r.kind, body, r.digest))
 
-    def _shape(self, r: Record, where: str) -> None:
+    def _problem(self, r: Record, what: str) -> None:
+        self.problems.append(Problem(f"{self.name} seq {r.seq}", what))
+
+    def _shape(self, r: Record) -> None:
         """3. run.started first, run.finished last but for verifications; 4. the Merkle root."""
+        if self.records and self.finished is None and r.kind not in AFTER_FINISH and r.kind != "run.finished":
+            return  # a record amid the run: nothing of this step to check
+        where = f"{self.name} seq {r.seq}"
         if self.records == 0:
             if r.kind == "run.started":
                 self.stage, self.started_time = r.body["stage"], r.time
@@ -148,14 +152,15 @@ def check_run(log: RunLog) -> list[Problem]:
 def stream_run(path: Path, watch: int | None = None) -> RunCheck:
     """Steps 1-4 for one run file, read a line at a time: each line parsed, checked for its
     canonical form and validated once."""
-    rc = RunCheck(path.name, path.name.removesuffix(".jsonl"), watch)
+    name = path.name
+    rc = RunCheck(name, name.removesuffix(".jsonl"), watch)
     with open(path, "rb") as f:
         for i, line in enumerate(f, start=1):
             if not line.endswith(b"\n"):
                 rc.truncated(len(line))
                 break
             try:
-                rec = Record.from_line(line, f"{path.name} line {i}")
+                rec = Record.from_line(line, f"{name} line {i}")
             except SchemaError as e:
                 rc.bad_line(str(e))
                 continue

@@ -115,9 +115,9 @@ def run_path(root: Path, run_id: str) -> Path:
     return path
 
 
-def load_run(root: Path, run_id: str, validate: bool = True) -> RunLog:
+def load_run(root: Path, run_id: str, validate: bool = True, skip: tuple[str, ...] = ()) -> RunLog:
     """Read run ``run_id`` of the ledger under ``root`` (see :func:`read_run`); NoSuchRun when missing."""
-    return read_run(run_path(root, run_id), validate)
+    return read_run(run_path(root, run_id), validate, skip)
 
 
 def _read_tail(fd: int) -> tuple[Record | None, bool]:

@@ -16,6 +16,7 @@ from typing import Any
 from marin import hashing
 from marin.config import ReportParams
 from marin.errors import ParamsError
+from marin.paths import within
 from marin.report.facts import ReportError
 
 REFERENCE_DIR = "marin/report/reference"
@@ -42,13 +43,11 @@ References = dict[str, Reference]
 
 def inside(root: Path, key: str, given: str) -> str:
     """``given`` as a project-relative POSIX path; a path outside ``root`` is a params error (exit 2)."""
-    path = Path(given).expanduser()
-    full = (path if path.is_absolute() else root / path).resolve()
-    try:
-        return full.relative_to(Path(root).resolve()).as_posix()
-    except ValueError:
+    rel = within(root, given)
+    if rel is None:
         raise ParamsError(f"params.yaml: report.{key}: {given} lies outside the project; the report reads only "
-                          f"project files: use {DEFAULTS[key]} (vendored) or copy the file into the project") from None
+                          f"project files: use {DEFAULTS[key]} (vendored) or copy the file into the project")
+    return rel
 
 
 def _read(root: Path, key: str, rel: str) -> Reference:

@@ -16,8 +16,7 @@ from marin.config import flatten
 from marin.errors import MarinError
 from marin.ledger.index import Index
 from marin.ledger.records import Record
-from marin.ledger.store import RunLog, read_run
-from marin.paths import ledger_dir
+from marin.ledger.store import RunLog, load_run
 
 EXPERIMENT = "marin"
 # MLflow 3 opens an experiment by its kind: without it the UI guesses, and a run with a LoggedModel is
@@ -412,9 +411,8 @@ def _sync(root: Path, uri: str, idx: Index, full: bool) -> SyncReport:
     report.experiment = syncer.exp
     if full:
         syncer.list_all()
-    ledger = ledger_dir(root)
     for run_id in ([r.run_id for r in idx.runs()] if full else idx.unsynced(uri)):
-        log = read_run(ledger / f"{run_id}.jsonl", validate=False)
+        log = load_run(root, run_id, validate=False)
         if log.started is not None and not log.problems and log.truncated is None:
             syncer.sync_run(log, report)
             idx.mark_synced(uri, run_id, log.records[-1].seq, log.records[-1].digest)

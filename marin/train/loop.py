@@ -22,9 +22,8 @@ from marin.errors import StageError
 from marin.ledger import Input, Run, exact
 from marin.ledger.index import Index, hash_cache
 from marin.ledger.run import Plan
-from marin.ledger.store import RunLog, read_run
+from marin.ledger.store import RunLog, load_run, read_run
 from marin.model import ModelConfig, count_params
-from marin.paths import ledger_dir
 from marin.tracking.live import Live
 from marin.train import checkpoint, distributed, runtime, seeds, step, weights
 from marin.train.loader import CACHE, Loader, open_stream
@@ -49,7 +48,7 @@ def find_resumable(root: Path, recipe: str) -> RunLog | None:
     finally:
         idx.close()
     for run_id in reversed(found):  # the index is derived: confirm against the run file itself
-        log = read_run(ledger_dir(root) / f"{run_id}.jsonl")
+        log = load_run(root, run_id)
         if log.started is not None and log.finished is None and log.started.body["recipe_digest"] == recipe:
             return log
     return None
