@@ -5,8 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +15,7 @@ from marin.errors import MarinError
 from marin.ledger.index import Index
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog, load_run
+from marin.tracking.models import LoggedModels
 
 EXPERIMENT = "marin"
 # MLflow 3 opens an experiment by its kind: without it the UI guesses, and a run with a LoggedModel is
@@ -98,29 +97,8 @@ class _Syncer:
         self.root, self.uri = root, uri
         self.client = MlflowClient(tracking_uri=uri)
         self.exp = self._experiment()
-        self._models: dict[str, str | None] = {}  # model output digest -> LoggedModel id, looked up when needed
+        self.models = LoggedModels(self.client, self.exp, root)
         self.known: dict[str, Any] | None = None  # every MLflow run by key, when a full sync listed them
-
-    def model_id(self, digest: str) -> str | None:
-        if digest not in self._models:
-            first = self._first_model(digest)
-            self._models[digest] = first.model_id if first else None
-        return self._models[digest]
-
-    def _first_model(self, digest: str) -> Any:
-        """The LoggedModel of a model output: the earliest made, when stages syncing at the same
-        moment each made one (the later ones delete theirs, so every stage links to this one)."""
-        from mlflow.entities import LoggedModelStatus
-
-        def search() -> list[Any]:
-            return self.client.search_logged_models(
-                experiment_ids=[self.exp], filter_string=f"tags.`marin.output_digest` = '{digest}'", max_results=50)
-
-        found = search()
-        if any(m.status != LoggedModelStatus.READY for m in found):
-            time.sleep(1.0)  # another stage is making one right now: by then it has kept or deleted its own
-            found = search()
-        return min(found, key=lambda m: (m.creation_timestamp, m.model_id)) if found else None
 
     def lookup(self, key: str) -> Any:
         """The MLflow run for a ledger run id (or ``pipeline:<key>``): from the full listing, else one search."""
@@ -280,8 +258,8 @@ class _Syncer:
         datasets, models = [], []
         for r in records:
             b = r.body
-            if b.get("name") == "model" and self.model_id(b["digest"]):
-                models.append(LoggedModelInput(self.model_id(b["digest"])))
+            if b.get("name") == "model" and self.models.id(b["digest"]):
+                models.append(LoggedModelInput(self.models.id(b["digest"])))
             source = b.get("locator") or (self.root / b["path"]).resolve().as_uri()
             ds = Dataset(name=b["name"], digest=_short(b["digest"]), source_type="marin-ledger", source=source,
                          profile=json.dumps({"size": b["size"], "license": b.get("license")}))
@@ -302,7 +280,7 @@ class _Syncer:
         if r.kind != "eval":
             return []
         inputs = {i.body["name"]: i.body["digest"] for i in log.of_kind("input")}
-        model_id = self.model_id(inputs["model"]) if "model" in inputs else None
+        model_id = self.models.id(inputs["model"]) if "model" in inputs else None
         tokens = inputs.get("tokens")
         link = {"model_id": model_id} if model_id else {}
         if tokens:
@@ -312,52 +290,12 @@ class _Syncer:
                 for k, v in r.body["values"].items() if not isinstance(v, str)]
 
     def _output(self, mlflow_id: str, log: RunLog, r: Record) -> None:
-        from mlflow.entities import LoggedModelOutput, LoggedModelStatus
-
         b = r.body
         path = self.root / b["path"]
         if b["name"].endswith("manifest") and path.is_file():
             self.client.log_artifact(mlflow_id, str(path), "manifests")
-        if b["name"] != "model" or self.model_id(b["digest"]):
-            return
-        config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
-        model = self.client.create_logged_model(
-            self.exp, name=f"marin-{log.run_id}", source_run_id=mlflow_id, model_type="marin-decoder",
-            params={k: str(v) for k, v in config.get("model", {}).items()},
-            tags={"marin.run_id": log.run_id, "marin.output_digest": b["digest"], "marin.folder_digest": b["digest"],
-                  "marin.tensor_digest": b.get("tensor_digest", ""), "marin.location": path.resolve().as_uri(),
-                  "marin.recipe_digest": log.started.body["recipe_digest"]})
-        # Ours is pending, so this waits until a model another stage made at the same moment is
-        # visible too: the earliest one stays.
-        first = self._first_model(b["digest"]) or model
-        if first.model_id != model.model_id:
-            self.client.delete_logged_model(model.model_id)
-            self._models[b["digest"]] = first.model_id
-            return
-        self._model_files(model.model_id, path, b, config)
-        self.client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
-        self.client.log_outputs(mlflow_id, [LoggedModelOutput(model.model_id, b.get("meta", {}).get("step", 0))])
-        self._models[b["digest"]] = model.model_id
-
-    def _model_files(self, model_id: str, path: Path, b: dict[str, Any], config: dict[str, Any]) -> None:
-        """The model's files (weights, config, tokenizer) as the LoggedModel's artifacts, when the copy
-        on disk is the recorded one (a later run may have replaced it: then a tag says so)."""
-        from marin import hashing
-
-        tok = self.root / config.get("tokenizer", {}).get("path", "data/tokens/tokenizer.json")
-        if not path.is_dir() or hashing.path_digest(path) != b["digest"]:
-            self.client.set_logged_model_tags(model_id, {"marin.files": f"not uploaded: {b['path']} on disk is "
-                                                                      "not the recorded version"})
-            return
-        with tempfile.TemporaryDirectory(prefix="marin-model-") as tmp:
-            for f in sorted(path.iterdir()):
-                if f.is_file():
-                    shutil.copyfile(f, Path(tmp) / f.name)
-            if tok.is_file() and hashing.file_digest(tok) == config.get("tokenizer", {}).get("digest"):
-                shutil.copyfile(tok, Path(tmp) / "tokenizer.json")  # the very tokenizer the model was trained with
-            files = sorted(os.listdir(tmp))
-            self.client.log_model_artifacts(model_id, tmp)
-        self.client.set_logged_model_tags(model_id, {"marin.files": ", ".join(files)})
+        if b["name"] == "model":
+            self.models.log_output(mlflow_id, log, r)
 
 
 def _racing(write: Any, tries: int = 4) -> None:

@@ -1,0 +1,91 @@
+"""The model outputs of a ledger as MLflow LoggedModels: one per output digest, carrying the
+model's files (weights, config, tokenizer), linked to the run that made it and to every run
+that read it. Stages syncing at the same moment may each make one; the earliest made stays
+and the others delete theirs, so every stage links to the same one."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from marin import hashing
+from marin.ledger.records import Record
+from marin.ledger.store import RunLog
+
+
+class LoggedModels:
+    def __init__(self, client: Any, experiment_id: str, root: Path):
+        self.client, self.exp, self.root = client, experiment_id, root
+        self._ids: dict[str, str | None] = {}  # model output digest -> LoggedModel id, looked up when needed
+
+    def id(self, digest: str) -> str | None:
+        """The LoggedModel id of a model output digest, or None when MLflow has none yet."""
+        if digest not in self._ids:
+            first = self._first(digest)
+            self._ids[digest] = first.model_id if first else None
+        return self._ids[digest]
+
+    def _first(self, digest: str) -> Any:
+        """The earliest LoggedModel made for ``digest``, looked for again after a second while
+        any is pending (its maker has not yet kept or deleted it)."""
+        from mlflow.entities import LoggedModelStatus
+
+        def search() -> list[Any]:
+            return self.client.search_logged_models(
+                experiment_ids=[self.exp], filter_string=f"tags.`marin.output_digest` = '{digest}'", max_results=50)
+
+        found = search()
+        if any(m.status != LoggedModelStatus.READY for m in found):
+            time.sleep(1.0)
+            found = search()
+        return min(found, key=lambda m: (m.creation_timestamp, m.model_id)) if found else None
+
+    def log_output(self, mlflow_id: str, log: RunLog, r: Record) -> None:
+        """The LoggedModel of a run's model output record, made (with its files) unless MLflow has it."""
+        from mlflow.entities import LoggedModelOutput, LoggedModelStatus
+
+        b = r.body
+        if self.id(b["digest"]):
+            return
+        path = self.root / b["path"]
+        config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
+        model = self.client.create_logged_model(
+            self.exp, name=f"marin-{log.run_id}", source_run_id=mlflow_id, model_type="marin-decoder",
+            params={k: str(v) for k, v in config.get("model", {}).items()},
+            tags={"marin.run_id": log.run_id, "marin.output_digest": b["digest"], "marin.folder_digest": b["digest"],
+                  "marin.tensor_digest": b.get("tensor_digest", ""), "marin.location": path.resolve().as_uri(),
+                  "marin.recipe_digest": log.started.body["recipe_digest"]})
+        # Ours is pending, so this waits until a model another stage made at the same moment is
+        # visible too: the earliest one stays.
+        first = self._first(b["digest"]) or model
+        if first.model_id != model.model_id:
+            self.client.delete_logged_model(model.model_id)
+            self._ids[b["digest"]] = first.model_id
+            return
+        self._files(model.model_id, path, b, config)
+        self.client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+        self.client.log_outputs(mlflow_id, [LoggedModelOutput(model.model_id, b.get("meta", {}).get("step", 0))])
+        self._ids[b["digest"]] = model.model_id
+
+    def _files(self, model_id: str, path: Path, b: dict[str, Any], config: dict[str, Any]) -> None:
+        """The model's files as the LoggedModel's artifacts, when the copy on disk is the recorded
+        one (a later run may have replaced it: then a tag says so)."""
+        tok = self.root / config.get("tokenizer", {}).get("path", "data/tokens/tokenizer.json")
+        if not path.is_dir() or hashing.path_digest(path) != b["digest"]:
+            self.client.set_logged_model_tags(model_id, {"marin.files": f"not uploaded: {b['path']} on disk is "
+                                                                      "not the recorded version"})
+            return
+        with tempfile.TemporaryDirectory(prefix="marin-model-") as tmp:
+            for f in sorted(path.iterdir()):
+                if f.is_file():
+                    shutil.copyfile(f, Path(tmp) / f.name)
+            if tok.is_file() and hashing.file_digest(tok) == config.get("tokenizer", {}).get("digest"):
+                shutil.copyfile(tok, Path(tmp) / "tokenizer.json")  # the very tokenizer the model was trained with
+            files = sorted(os.listdir(tmp))
+            self.client.log_model_artifacts(model_id, tmp)
+        self.client.set_logged_model_tags(model_id, {"marin.files": ", ".join(files)})
