@@ -103,6 +103,8 @@ def main() -> None:
                 jax.block_until_ready(state)
                 live.close()
                 wall, cpu = time.perf_counter() - t, time.process_time() - c
+                if live._thread.is_alive():  # close() waits 5 s at most: a starved thread finishes off the clock,
+                    live._thread.join()  # its CPU still counted below, and nothing of it runs in the next window
                 run.finish()
                 sent += live.sent
                 row[mode] = {"tok_s": a.window * tokens / wall, "cpu": cpu / a.window,
