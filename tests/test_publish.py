@@ -90,21 +90,30 @@ def test_publish_records_where_each_object_lives(lab, s3) -> None:
     assert f"Distributed through the DVC remote `lab` (`s3://{BUCKET}/dvc`)" in datasheet
 
 
+def upstream_table(stdout: str) -> dict[str, str]:
+    """`verify --upstream`'s closing table: stage -> result."""
+    stages = ("fetch", "curate", "tokenize", "train")
+    return {w[0]: w[2] for w in map(str.split, stdout.splitlines()[-6:]) if w and w[0] in stages}
+
+
 def test_a_stranger_checks_the_run_from_a_fresh_clone(lab, tmp_path) -> None:
     clone = stranger(lab, tmp_path / "elsewhere" / "check")
     hidden = lab.root.with_name("lab-hidden")
     lab.root.rename(hidden)  # no access to the lab's folders during the check
     try:
         clone.dvc("pull", "-q")
-        # Every stage behind the model replayed bit for bit; train by 2 of its 3 checkpoint intervals,
-        # from the published checkpoints (one command: a full train replay is tests/test_verify.py's).
-        r = clone.marin("verify", "--upstream", "models/final", "--segments", "2", "--seed", "1")
+        # Every stage behind the model replayed bit for bit, train from its first step to its last.
+        r = clone.marin("verify", "--upstream", "models/final")
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-        stages = ("fetch", "curate", "tokenize", "train")
-        table = {w[0]: w[2] for w in map(str.split, r.stdout.splitlines()[-6:]) if w and w[0] in stages}
-        assert table == dict.fromkeys(stages, "bit-exact"), r.stdout[-2000:]
-        assert "2 of 3 intervals" in r.stdout
+        assert upstream_table(r.stdout) == dict.fromkeys(("fetch", "curate", "tokenize", "train"), "bit-exact"), \
+            r.stdout[-2000:]
+        assert "intervals replayed" not in r.stdout  # the whole run, not segments
+        # Then train by 2 of its 3 checkpoint intervals, from the published checkpoints (the stages
+        # before it were replayed above: `--upstream --segments 2` would replay them again).
         train = clone.runs("train")[-1][0]["run_id"]
+        r = clone.marin("verify", "--segments", "2", "--seed", "1", train)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+        assert "2 of 3 intervals" in r.stdout and f"verify {train}: BIT-EXACT" in r.stdout, r.stdout[-2000:]
         assert (clone.root / ".marin/cache/checkpoints" / train).is_dir()  # fetched by digest, not the lab's
         assert not (clone.root / "checkpoints").exists()
     finally:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -106,38 +105,72 @@ def test_the_model_downloads_from_mlflow_with_its_recorded_digest(synced, team, 
     assert "sha256:" + hashlib.sha256((dest / "tokenizer.json").read_bytes()).hexdigest() == tok["digest"]
 
 
+# The run page's state, read in the page: each metric chart card's drawn line traces (plotly
+# paths with at least two points) and their box and colour; spinners and skeletons still showing.
+CHARTS = """(() => {
+  if (!document.body) return null;
+  const cards = {};
+  for (const card of document.querySelectorAll('[data-testid="experiment-view-compare-runs-card"]')) {
+    const title = card.querySelector('h4[title]'), plot = card.querySelector('.js-plotly-plot');
+    if (!title || !plot) continue;
+    const lines = [...plot.querySelectorAll('path.js-line')].filter(p => /L/.test(p.getAttribute('d') || ''));
+    const r = plot.getBoundingClientRect();
+    cards[title.title] = {lines: lines.length, box: [r.left, r.top, r.right, r.bottom].map(Math.round),
+                          stroke: lines.length ? getComputedStyle(lines[0]).stroke : null};
+  }
+  const busy = document.querySelectorAll('[class*="-spin-spinning"], [class*="-skeleton"]').length;
+  return {cards, busy, text: document.body.innerText.split('\\n').map(s => s.trim())};
+})()"""
+CHARTED = ("loss", "grad_norm", "tokens_per_s")
+
+
+def drawn(state: dict | None) -> bool:
+    return bool(state) and state["busy"] == 0 and all(state["cards"].get(k, {}).get("lines") for k in CHARTED)
+
+
+def trace_pixels(px, state: dict, key: str) -> int:
+    """Pixels of the chart's box in the screenshot within a few levels of its trace's colour."""
+    import numpy as np
+
+    left, top, right, bottom = state["cards"][key]["box"]
+    rgb = [int(v) for v in state["cards"][key]["stroke"].removeprefix("rgb(").rstrip(")").split(",")[:3]]
+    return int((np.abs(px[top:bottom, left:right] - np.array(rgb)).max(axis=2) < 40).sum())
+
+
 def test_the_ui_opens_a_training_run_in_the_model_training_view(synced, team, tmp_path) -> None:
     import numpy as np
     from PIL import Image
+
+    from tests.browser import Browser
 
     c, exp = client(team)
     assert c.get_experiment(exp).tags["mlflow.experimentKind"] == "custom_model_development"
     train = next(r for r in c.search_runs([exp]) if r.data.tags.get("marin.stage") == "train")
     assert {"loss", "lr", "grad_norm"} <= set(train.data.metrics)
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert chromium, "CI installs chromium from the Debian packages (.ci/run)"
     # MLflow 3.17's UI picks GenAI or model training from a global switch (default GenAI) that a link
     # can set: `marin mlflow sync` prints the experiment's link with it.
     link = next(w for w in synced.marin("mlflow", "sync", check=True).stdout.split() if "workflowType=" in w)
     assert link == f"{team.uri}/#/experiments/{exp}?workflowType=machine_learning"
     url = f"{team.uri}/#/experiments/{exp}/runs/{train.info.run_id}/model-metrics?workflowType=machine_learning"
-    args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,1000",
-            "--virtual-time-budget=60000", f"--user-data-dir={tmp_path / 'profile'}"]
-    for _ in range(3):  # the charts load after several requests: on a busy machine, look again
-        dom = subprocess.run([*args, "--dump-dom", url], capture_output=True, text=True, timeout=180,
-                             check=True).stdout
-        if ">grad_norm<" in dom:
-            break
     shot = Path(os.environ.get("MARIN_SCREENSHOT_DIR", tmp_path)) / "mlflow-train-run.png"
-    subprocess.run([*args, f"--screenshot={shot}", url], capture_output=True, timeout=180, check=True)
-    assert train.info.run_name in dom  # the run's own page
-    for key in ("loss", "grad_norm", "tokens_per_s"):  # its metric charts
-        assert f">{key}<" in dom, key
-    assert ">Models<" in dom  # the model-training view's sidebar: Runs, Models, Traces
+    with Browser(tmp_path / "profile") as browser:
+        browser.open(url)
+        for _ in range(3):  # the page refreshes itself now and then (spinners): the state on both sides
+            before = browser.wait(CHARTS, drawn, timeout=180)
+            browser.screenshot(shot)
+            after = browser.js(CHARTS)
+            if drawn(before) and after == before:
+                break
+    assert drawn(before) and after == before, before and {k: v for k, v in before.items() if k != "text"}
+    text = before["text"]
+    assert train.info.run_name in text  # the run's own page
+    assert "Models" in text and "Model metrics" in text  # the model-training view: Runs, Models, Traces
     for genai in ("Agent versions", "Evaluation runs", "Prompts", "Judges", "Sessions"):  # the GenAI view's
-        assert f">{genai}<" not in dom, genai
+        assert genai not in text, genai
     px = np.asarray(Image.open(shot).convert("RGB")).astype(int)
     assert px.std() > 10, "blank page"
+    for key in CHARTED:  # the lines are in the image, not only in the page: a drawn trace is long
+        assert trace_pixels(px, before, key) > 150, key
 
 
 def test_live_metrics_reach_mlflow_while_training_and_a_stopped_server_fails_nothing(synced, team) -> None:
