@@ -12,8 +12,7 @@ the stage and sends a batch every ``--live-every`` records to MLflow (default: a
 store, the embedded default, whose writes run in this process; ``--uri`` for a server). Every
 window is a fresh ledger run (and so a fresh MLflow run), as a stage is. The thread's start-up
 (creating the MLflow run: once per stage) is done before the window's clock starts and reported
-apart; the window includes closing it (the last batch). Mode "on-nice0" is "on" without the
-thread's lower CPU priority (to show what the priority buys).
+apart; the window includes closing it (the last batch).
 
 Per window it measures wall time (tokens/s), the process's CPU seconds (every thread: XLA's pool,
 the loop, the live thread) and the live thread's own CPU seconds. On a shared machine the CPU
@@ -39,7 +38,7 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=40)
     ap.add_argument("--log-every", type=int, default=5)
     ap.add_argument("--live-every", type=int, default=2)
-    ap.add_argument("--modes", default="off,on", help="comma-separated: off, on, on-nice0")
+    ap.add_argument("--modes", default="off,on", help="comma-separated: off, on")
     ap.add_argument("--uri")
     a = ap.parse_args()
     modes = a.modes.split(",")
@@ -69,7 +68,6 @@ def main() -> None:
         state, _ = train_step(state, batch)
     jax.block_until_ready(state)
     tokens = p.train.batch_size * cfg.max_seq_len
-    lowest = live_mod._lowest_priority
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -83,7 +81,6 @@ def main() -> None:
             row: dict[str, dict[str, float]] = {}
             for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # each mode first in turn
                 os.environ["MARIN_MLFLOW_LIVE"] = "off" if mode == "off" else "on"
-                live_mod._lowest_priority = (lambda: None) if mode == "on-nice0" else lowest
                 run = Run.start(root, "train", params={}, inputs=[])  # a fresh run file, as a stage's
                 live = live_mod.Live.start(root, run.run_id)
                 if mode != "off":

@@ -5,7 +5,6 @@ its CPU time (benchmarks/bench_live_metrics.py reports it)."""
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 from mlflow import MlflowClient
@@ -27,14 +26,10 @@ def live_env(tmp_path, monkeypatch) -> str:
     return uri
 
 
-def test_the_thread_sends_the_ledger_s_metrics_at_the_lowest_priority(tmp_path, live_env) -> None:
+def test_the_thread_sends_the_ledger_s_metrics(tmp_path, live_env) -> None:
     run = Run.start(tmp_path, "train", params={}, inputs=[])
-    mine = os.getpriority(os.PRIO_PROCESS, 0)
     live = Live.start(tmp_path, run.run_id)
     assert live.ready.wait(120) and live.failed is None, live.failed
-    if sys.platform.startswith("linux"):  # a thread's own nice value; the caller's is untouched
-        assert os.getpriority(os.PRIO_PROCESS, live._thread.native_id) == 19
-        assert os.getpriority(os.PRIO_PROCESS, 0) == mine
     recorded = []
     for step in range(1, 6):
         run.record("metric", {"step": step, "values": {"loss": exact(1.0 / step)}})

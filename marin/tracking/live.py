@@ -10,14 +10,13 @@ Any failure (MLflow down, slow, refusing) stops the thread with one note line; t
 on, and the stage's own sync after it (or a later ``marin mlflow sync``) completes the view.
 ``MARIN_MLFLOW_LIVE=off`` turns it off; ``MARIN_MLFLOW=off`` turns off all syncing.
 
-The thread runs at the lowest CPU priority (Linux: nice 19 for this thread alone), so on a busy
-machine the training's own threads come first; its CPU time is kept in :attr:`Live.cpu_s`
-(benchmarks/bench_live_metrics.py reports it per step).
+The thread's CPU time is kept in :attr:`Live.cpu_s` (benchmarks/bench_live_metrics.py reports
+it per step). It runs at the process's priority: at nice 19 it starved while XLA's threads kept
+every core busy, and no metric reached MLflow before the stage ended (tests/test_team.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
@@ -76,7 +75,6 @@ class Live:
     # -- the thread ---------------------------------------------------------------------------
 
     def _main(self) -> None:
-        _lowest_priority()
         try:
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
@@ -121,12 +119,3 @@ class Live:
         for i in range(0, len(metrics), 900):
             self.syncer.client.log_batch(self.mlflow_id, metrics=metrics[i : i + 900])
         self.sent += len(metrics)
-
-
-
-def _lowest_priority() -> None:
-    """Nice 19 for the calling thread only (Linux's setpriority takes a thread id); elsewhere the
-    call would renice the whole process, so nothing is done there."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)

@@ -105,8 +105,8 @@ class _Syncer:
         if self.known is not None:
             return self.known.get(key)
         tag, value = ("marin.pipeline", key[9:]) if key.startswith("pipeline:") else ("marin.run_id", key)
-        found = self.client.search_runs([self.exp], filter_string=f"tags.`{tag}` = '{value}'", max_results=2)
-        return found[0] if found else None
+        found = self.client.search_runs([self.exp], filter_string=f"tags.`{tag}` = '{value}'", max_results=50)
+        return min(found, key=_made) if found else None  # of two made at once, the first stays
 
     def list_all(self) -> None:
         """Every run of the experiment, page by page (a full sync looks at all of them anyway)."""
@@ -114,7 +114,9 @@ class _Syncer:
         while True:
             page = self.client.search_runs([self.exp], max_results=1000, page_token=token)
             for r in page:
-                self.known[r.data.tags.get("marin.run_id") or "pipeline:" + r.data.tags.get("marin.pipeline", "")] = r
+                key = r.data.tags.get("marin.run_id") or "pipeline:" + r.data.tags.get("marin.pipeline", "")
+                if key not in self.known or _made(r) < _made(self.known[key]):
+                    self.known[key] = r
             token = page.token
             if not token:
                 return
@@ -152,7 +154,7 @@ class _Syncer:
 
     def _first(self, tag: str, value: str, mine: Any) -> Any:
         found = self.client.search_runs([self.exp], filter_string=f"tags.`{tag}` = '{value}'", max_results=50)
-        return min([mine, *found], key=lambda r: (int(r.data.tags.get(CREATED, "0")), r.info.run_id))
+        return min([mine, *found], key=_made)
 
     def _lost_late(self, tag: str, value: str, mine: Any) -> bool:
         """Checked again once a created run is synced: a run created a moment before it, whose
@@ -170,6 +172,9 @@ class _Syncer:
         if code["dirty"]:
             key += "-dirty-" + code["diff_digest"].split(":")[1][:8]
         found = self.lookup("pipeline:" + key)
+        if found is not None and found.info.status == "RUNNING" and self.known is None:
+            time.sleep(1.0)  # just made by a stage syncing now: by then it has kept or deleted it
+            found = self.lookup("pipeline:" + key)
         if found is not None:
             return found.info.run_id
         run, created = self._create_once(
@@ -296,6 +301,11 @@ class _Syncer:
             self.client.log_artifact(mlflow_id, str(path), "manifests")
         if b["name"] == "model":
             self.models.log_output(mlflow_id, log, r)
+
+
+def _made(run: Any) -> tuple[int, str]:
+    """The order in which MLflow runs were made (by marin's creation tag): the first one stays."""
+    return int(run.data.tags.get(CREATED, "0")), run.info.run_id
 
 
 def _racing(write: Any, tries: int = 4) -> None:
