@@ -146,3 +146,20 @@ def test_a_verification_before_run_finished_is_named(tmp_path) -> None:
     _finished_run(path, verification_first=True)
     problems = [str(p) for p in check_run(read_run(path))]
     assert problems == [f"{path.name} seq 1: a verification record before run.finished"]
+
+
+def test_a_locked_output_missing_without_dvc_yaml_is_reported_not_a_crash(data_project) -> None:
+    import shutil
+
+    import yaml
+
+    proj = data_project
+    curate = next(json.loads(x) for x in _lines(_run_file(proj, "curate"))
+                  if json.loads(x)["kind"] == "output" and json.loads(x)["body"]["path"] == "data/curated")
+    (proj.root / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {"curate": {"outs": [
+        {"path": "data/curated", "md5": curate["body"]["dvc_md5"]}]}}}))
+    (proj.root / "dvc.yaml").unlink()
+    shutil.rmtree(proj.root / "data" / "curated")
+    r = proj.marin("ledger", "check")
+    assert "Traceback" not in r.stderr, r.stderr
+    assert "data/curated: recorded by curate-" in r.stdout + r.stderr

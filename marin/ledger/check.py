@@ -190,7 +190,7 @@ def _dvc_yaml_cached(root: Path) -> dict[str, bool]:
     -> whether DVC caches it (``cache: false`` outputs are kept in git instead)."""
     spec = root / "dvc.yaml"
     if not spec.is_file():
-        return set()
+        return {}
     try:
         data = yaml.safe_load(spec.read_text()) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as e:
