@@ -56,6 +56,10 @@ def disk_cause(e: BaseException) -> str | None:
         return None
     if e.errno in DISK_ERRNOS:
         return os.strerror(e.errno).lower()
+    return _disk_words(e)
+
+
+def _disk_words(e: BaseException) -> str | None:
     text = str(e).lower()
     return next((w for w in _DISK_WORDS if w in text), None)
 
@@ -68,8 +72,7 @@ def failure_cause(e: BaseException) -> str | None:
     cur: BaseException | None = e
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
-        text = str(cur).lower()
-        cause = disk_cause(cur) or next((w for w in _DISK_WORDS if w in text), None)
+        cause = disk_cause(cur) or _disk_words(cur)
         if cause is not None:
             return cause
         cur = cur.__cause__ or cur.__context__

@@ -105,8 +105,7 @@ class _Syncer:
         if self.known is not None:
             return self.known.get(key)
         tag, value = ("marin.pipeline", key[9:]) if key.startswith("pipeline:") else ("marin.run_id", key)
-        found = self.client.search_runs([self.exp], filter_string=f"tags.`{tag}` = '{value}'", max_results=50)
-        return min(found, key=_made) if found else None  # of two made at once, the first stays
+        return self._first(tag, value)
 
     def list_all(self) -> None:
         """Every run of the experiment, page by page (a full sync looks at all of them anyway)."""
@@ -152,9 +151,10 @@ class _Syncer:
             return first, False
         return run, True
 
-    def _first(self, tag: str, value: str, mine: Any) -> Any:
+    def _first(self, tag: str, value: str, mine: Any = None) -> Any:
+        """Of the runs tagged ``tag=value`` (and ``mine``), the first made: of two made at once, it stays."""
         found = self.client.search_runs([self.exp], filter_string=f"tags.`{tag}` = '{value}'", max_results=50)
-        return min([mine, *found], key=_made)
+        return min([r for r in (mine, *found) if r is not None], key=_made, default=None)
 
     def _lost_late(self, tag: str, value: str, mine: Any) -> bool:
         """Checked again once a created run is synced: a run created a moment before it, whose
