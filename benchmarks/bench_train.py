@@ -40,9 +40,11 @@ TORCH_CMD = "uv run --no-project --python 3.11 --with torch==2.13.0 python"
 
 def load_params() -> Any:
     from marin import config
+    from marin.train import runtime
 
     p = config.load(ROOT / "params.yaml")
     os.environ["NPROC"] = str(p.runtime.xla_cpu_threads)  # before jax starts
+    runtime.keep_freed_memory()  # as the train stage does (runtime.configure)
     return p
 
 

@@ -151,6 +151,48 @@ class RMSNorm(nnx.Module):
         return (x32 * inv_rms * self.scale[...]).astype(x.dtype)
 
 
+def _causal_mask(q_len: int, t: int) -> jax.Array:
+    """(G*T, T) bool: row ``g * T + i`` (query position i of group member g) sees keys s <= i."""
+    return jnp.tile(jnp.tril(jnp.ones((t, t), dtype=bool)), (q_len // t, 1))
+
+
+@jax.custom_vjp
+def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    """softmax(q k^T + causal mask) v per kv head, f32 scores and probabilities.
+
+    q (B, K, G*T, Dh), already scaled by 1/sqrt(Dh), the G query heads of kv head k
+    stacked along the query axis; k, v (B, K, T, Dh). Returns (B, K, G*T, Dh).
+
+    The gradient is written out (Dao et al. 2022, "FlashAttention", arXiv:2205.14135,
+    eq. for dS): ``dS = P * (dP - rowsum(dO * O))``. The row sum over the (T, Dh) output
+    replaces autodiff's row sum over the (T, T) product ``dP * P`` and the probabilities
+    saved by the forward pass are reused, nothing (T, T) is recomputed."""
+    return _attention_fwd(q, k, v)[0]
+
+
+def _attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    s = jnp.einsum("bkqd,bksd->bkqs", q, k, preferred_element_type=jnp.float32)  # (B, K, G*T, T)
+    s = jnp.where(_causal_mask(q.shape[2], k.shape[2]), s, jnp.finfo(jnp.float32).min)
+    e = jnp.exp(s - s.max(-1, keepdims=True))
+    p = e * (1.0 / e.sum(-1, keepdims=True))  # (B, K, G*T, T) f32
+    o = jnp.einsum("bkqs,bksd->bkqd", p.astype(v.dtype), v)  # (B, K, G*T, Dh)
+    return o, (q, k, v, p, o)
+
+
+def _attention_bwd(res: tuple[jax.Array, ...], do: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    q, k, v, p, o = res
+    dv = jnp.einsum("bkqs,bkqd->bksd", p.astype(v.dtype), do)  # (B, K, T, Dh)
+    dp = jnp.einsum("bkqd,bksd->bkqs", do, v, preferred_element_type=jnp.float32)  # (B, K, G*T, T)
+    rows = jnp.sum(do.astype(jnp.float32) * o.astype(jnp.float32), -1, keepdims=True)  # (B, K, G*T, 1)
+    ds = (p * (dp - rows)).astype(q.dtype)  # masked entries: p = 0, so ds = 0
+    dq = jnp.einsum("bkqs,bksd->bkqd", ds, k)  # (B, K, G*T, Dh)
+    dk = jnp.einsum("bkqs,bkqd->bksd", ds, q)  # (B, K, T, Dh)
+    return dq, dk, dv
+
+
+causal_attention.defvjp(_attention_fwd, _attention_bwd)
+
+
 class Attention(nnx.Module):
     """Causal multi-head self-attention with rotary embeddings and optional GQA."""
 
@@ -171,14 +213,9 @@ class Attention(nnx.Module):
         # Heads first, once, for all of q, k, v: (B, H + 2K, T, Dh); rope on the q and k heads.
         qkv = qkv.transpose(0, 2, 1, 3)
         qk = apply_rope(qkv[:, : h + k], cos[None, None], sin[None, None])  # (B, H + K, T, Dh)
-        q = qk[:, :h].reshape(b, k, (h // k) * t, dh)  # (B, K, G*T, Dh): query head h uses kv head h // G
-        kk, v = qk[:, h:], qkv[:, h + k:]  # (B, K, T, Dh) each
-        scores = jnp.einsum("bkqd,bksd->bkqs", q, kk, preferred_element_type=jnp.float32)  # (B, K, G*T, T)
-        scores = scores.reshape(b, k, h // k, t, t) * (1.0 / math.sqrt(dh))  # (B, K, G, T, T)
-        causal = jnp.tril(jnp.ones((t, t), dtype=bool))  # (T, T): query t sees keys s <= t
-        scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype).reshape(b, k, (h // k) * t, t)
-        out = jnp.einsum("bkqs,bksd->bkqd", probs, v)  # (B, K, G*T, Dh)
+        # (B, K, G*T, Dh): query head h uses kv head h // G; scaled here, on Dh columns, not T.
+        q = (qk[:, :h] * (1.0 / math.sqrt(dh))).reshape(b, k, (h // k) * t, dh)
+        out = causal_attention(q, qk[:, h:], qkv[:, h + k:])  # k, v (B, K, T, Dh) -> (B, K, G*T, Dh)
         out = out.reshape(b, h, t, dh).transpose(0, 2, 1, 3).reshape(b, t, h * dh)  # (B, T, H*Dh)
         return linear(out, self.wo)  # (B, T, D)
 

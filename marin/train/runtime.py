@@ -6,10 +6,17 @@ its thread-pool size from the ``NPROC`` environment variable, else from the CPU
 affinity; the pool size decides the bits of reductions. ``taskset -c 0`` with
 ``NPROC=2`` reproduces an unpinned 2-core run exactly. So the stage sets ``NPROC`` from
 ``runtime.xla_cpu_threads`` and never inherits it from the machine.
+
+It also keeps freed memory in the process (:func:`keep_freed_memory`): XLA's CPU client
+allocates each execution's temporaries (445 MB per train step at the default size) with
+``posix_memalign`` from its worker threads; glibc serves such a request from a thread arena
+by a fresh ``mmap`` and unmaps it on free, so every step faulted ~110k pages back in and
+27% of the step's CPU time was the kernel's (docs/architecture.md, issue 16).
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
 import sys
@@ -35,6 +42,25 @@ def configure(rt: RuntimeParams) -> None:
         flags.append(f"{_DEVICE_FLAG}={rt.devices}")
     os.environ["XLA_FLAGS"] = " ".join(flags)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    keep_freed_memory()
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8  # glibc's mallopt parameters
+
+
+def keep_freed_memory() -> bool:
+    """One malloc arena, no mmap'd chunks, no trimming (glibc only; False elsewhere).
+
+    With one arena every thread allocates from the main heap, which honours "no mmap", and
+    a freed block stays mapped for the next step's allocation of the same size. Peak memory
+    is unchanged; the process keeps its peak until it exits. Allocation does not change
+    what is computed: the bits are the same (tests/test_train.py)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return all(mallopt(p, v) == 1 for p, v in ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2**31 - 1)))
 
 
 def global_devices(rt: RuntimeParams) -> int:
