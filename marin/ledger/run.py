@@ -25,7 +25,7 @@ from typing import Any
 from marin import env, hashing
 from marin.errors import LedgerError
 from marin.ledger import listing
-from marin.ledger.index import hash_cache
+from marin.ledger.index import Index, hash_cache
 from marin.ledger.records import Record, new_run_id
 from marin.ledger.store import RunFile, read_run
 from marin.paths import ledger_dir, relpath
@@ -63,6 +63,7 @@ class Plan:
     body: dict[str, Any]
     input_records: list[dict[str, Any]]
     t0: float
+    hashes: hashing.FileHashes | None = None  # the file-hash cache the inputs were digested with
 
     @property
     def recipe_digest(self) -> str:
@@ -73,18 +74,19 @@ class Plan:
         cls, root: Path, stage: str, *, params: dict[str, Any], inputs: list[Input],
         det_class: dict[str, Any] | None = None, seeds: dict[str, Any] | None = None,
         command: list[str] | None = None, fingerprint: dict[str, Any] | None = None,
-        execution: dict[str, Any] | None = None, tracked: Sequence[str] = (),
+        execution: dict[str, Any] | None = None, tracked: Sequence[str] = (), index: Index | None = None,
     ) -> Plan:
         """``execution``: where the run ran (engine, workers), recorded but not in the recipe.
         ``tracked``: paths the run reads that are not ``inputs`` (fetch's local sources): an
-        uncommitted change to them where git tracks them makes the run dirty, as for inputs."""
+        uncommitted change to them where git tracks them makes the run dirty, as for inputs.
+        ``index``: the command's ledger index (else one is opened)."""
         t = time.perf_counter()
         root = Path(root)
         fp = fingerprint or env.fingerprint()
         det = det_class or env.data_class(fp)
         code = env.code_state(root, [*(i.path for i in inputs), *tracked])
         command = command or [relpath(root, sys.argv[0]), *sys.argv[1:]]
-        hashes = hash_cache(root)  # each input file read once for sha256 and md5, and not again while unchanged
+        hashes = hash_cache(root, index=index)  # each input read once for sha256 and md5, not again while unchanged
         digested = []
         for i in inputs:
             p = root / i.path
@@ -109,19 +111,20 @@ class Plan:
             if i.locator:
                 rec["locator"] = i.locator
             records.append(rec)
-        return cls(root, body, records, t)
+        return cls(root, body, records, t, hashes)
 
 
 class Run:
     """An open ledger run. Create with :meth:`start` or :meth:`resume`."""
 
-    def __init__(self, root: Path, file: RunFile, started: Record, t0: float | None = None):
+    def __init__(self, root: Path, file: RunFile, started: Record, t0: float | None = None,
+                 hashes: hashing.FileHashes | None = None):
         self.root = root
         self.file = file
         self.started = started
         self.t0 = time.perf_counter() if t0 is None else t0
         self.ledger_s = 0.0
-        self._hashes = hash_cache(root)
+        self._hashes = hashes or hash_cache(root)
         self._outputs: list[dict[str, str]] = []
 
     @property
@@ -144,7 +147,7 @@ class Run:
         """Start a new run from a plan."""
         run_id = new_run_id(plan.body["stage"])
         file = RunFile(ledger_dir(plan.root) / f"{run_id}.jsonl", run_id)
-        run = cls(plan.root, file, file.append("run.started", plan.body), t0=plan.t0)
+        run = cls(plan.root, file, file.append("run.started", plan.body), t0=plan.t0, hashes=plan.hashes)
         for rec in plan.input_records:
             run.file.append("input", rec)
         run.ledger_s += time.perf_counter() - plan.t0

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marin import hashing
 from marin.errors import LedgerError, SchemaError
@@ -25,6 +25,9 @@ from marin.fsutil import disk_cause, shown, write_all
 from marin.ledger import merkle
 from marin.ledger.records import AFTER_FINISH, Record
 from marin.paths import ledger_dir
+
+if TYPE_CHECKING:
+    from marin.ledger.index import Index
 
 _ADVICE = "free space (or fix the disk) and rerun the stage"
 
@@ -149,9 +152,11 @@ class RunFile:
     """Appender for one run file. It keeps the compact Merkle range of the file's records as
     it appends (and catches up on lines others appended), so ``run.finished`` costs O(log n)."""
 
-    def __init__(self, path: str | os.PathLike[str], run_id: str):
+    def __init__(self, path: str | os.PathLike[str], run_id: str, index: Index | None = None):
+        """``index``: the command's ledger index, asked for the file's Merkle range (else one is opened)."""
         self.path = Path(path)
         self.run_id = run_id
+        self._index = index
         self._range: tuple[int, merkle.Builder] | None = None  # (bytes covered, range over their records)
 
     @contextmanager
@@ -205,7 +210,7 @@ class RunFile:
         """The Merkle range over every record in the file: kept from our own appends, extended by
         lines others appended since, seeded from the ledger index (or one read) the first time."""
         size = os.fstat(fd).st_size
-        covered, tree = self._range or _seed(self.path, self.run_id)
+        covered, tree = self._range or _seed(self.path, self.run_id, self._index)
         if covered > size:  # the file shrank under us (repair): start over
             covered, tree = 0, merkle.Builder()
         if covered < size:
@@ -263,21 +268,18 @@ class RunFile:
             return torn
 
 
-def _seed(path: Path, run_id: str) -> tuple[int, merkle.Builder]:
-    """Where the ledger index has the file's range, start from it (its last line checked);
-    else from nothing. Either way the caller reads only the bytes not covered."""
+def _seed(path: Path, run_id: str, index: Index | None) -> tuple[int, merkle.Builder]:
+    """Where the ledger index (``index``, else the project's) has the file's range, start from it
+    (its last line checked); else from nothing. Either way the caller reads only the bytes not covered."""
     from marin.ledger.index import Index  # the index reads run files; the appender only asks it
 
     root = path.parent.parent.parent
     if path.parent != ledger_dir(root):  # a run file outside a project: no index to ask
         return 0, merkle.Builder()
     try:
-        idx = Index.open(root, refresh=False)
-        try:
+        with Index.using(root, index, refresh=False) as idx:
             idx.refresh([run_id])
             found = idx.merkle_state(run_id)
-        finally:
-            idx.close()
     except (OSError, sqlite3.Error):
         found = None  # no usable index here (read-only disk, say): one read of the file instead
     return found if found is not None else (0, merkle.Builder())

@@ -28,6 +28,7 @@ from marin.config import Params, ReportParams
 from marin.errors import ParamsError
 from marin.ledger.check import check_run
 from marin.ledger.head import Head, head
+from marin.ledger.index import Index, with_index
 from marin.ledger.run import Plan, Run, recipe_digest
 from marin.ledger.store import run_files
 from marin.lineage import Ledger, prov_json
@@ -191,20 +192,22 @@ class Published:
     looked_for: str  # where a key was looked for
 
 
-def publish(root: Path, params: Params, model: str = "models/final") -> Published:
+@with_index
+def publish(root: Path, params: Params, model: str = "models/final", *, index: Index) -> Published:
     """The report stage: one ledger run ``report`` whose inputs are the ledger snapshot (its head
     before this run), the reference files and the signing key's fingerprint, and whose outputs are
-    the report directory and its envelope, snapshot and report.json."""
+    the report directory and its envelope, snapshot and report.json. ``index``: the command's
+    ledger index (else one is opened for the whole build)."""
     p = params.report
     if p is None:
         raise ParamsError("params.yaml: no report section (model_name, version, license, ...); add the one of "
                           "the shipped params.yaml")
     key = existing_key(root, p)
     refs = reference.resolve(root, p)
-    snapshot = head(ledger_dir(root))  # before this run exists: the report never depends on itself
+    snapshot = head(ledger_dir(root), index=index)  # before this run exists: the report never depends on itself
     inputs = [{"name": k, **r.to_dict()} for k, r in sorted(refs.items())]  # the very bytes the report reads
     inputs += [_head_input(root, snapshot)] + ([_key_input(root, key)] if key is not None else [])
-    plan = Plan.make(root, "report", params=params.section("report"), inputs=[])
+    plan = Plan.make(root, "report", params=params.section("report"), inputs=[], index=index)
     rel = Path("reports") / p.model_name
 
     def record(tmp: Path) -> None:  # recorded, then published: a ledger that cannot take it keeps the old report
@@ -213,7 +216,8 @@ def publish(root: Path, params: Params, model: str = "models/final") -> Publishe
             run.output(name, rel / path, source=tmp / path)
 
     with Run.begin(_with_inputs(plan, inputs)) as run:
-        out = write(Ledger(root), p, refs, snapshot, key, model, record)
+        index.refresh()  # the ledger as it is now, this run's start included
+        out = write(Ledger(root, index), p, refs, snapshot, key, model, record)
     return Published(out, run.run_id, key, _configured(root, p))
 
 

@@ -324,23 +324,22 @@ def _racing(write: Any, tries: int = 4) -> None:
             time.sleep(0.2 * (i + 1))
 
 
-def sync(root: Path, uri: str | None = None, full: bool = True) -> SyncReport:
+def sync(root: Path, uri: str | None = None, full: bool = True, index: Index | None = None) -> SyncReport:
     """Create or complete one MLflow run per ledger run; unchanged runs are not touched.
 
     ``full``: look at every ledger run and every MLflow run (``marin mlflow sync``; it repairs a
     mirror that lost runs). Otherwise (after a stage) only the runs that the index says changed
-    since this mirror last saw them: the run just written, and any an outage left behind."""
+    since this mirror last saw them: the run just written, and any an outage left behind.
+    ``index``: the command's ledger index, brought up to date here (else one is opened)."""
     uri = uri or default_uri(root)
-    idx = Index.open(root)
-    try:
-        return _sync(root, uri, idx, full)
-    except MarinError:
-        raise
-    except Exception as e:  # MLflow raises many kinds (connection, REST, SQL)
-        raise TrackingError(f"MLflow at {uri} failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}; "
-                            "the ledger has everything: run `marin mlflow sync` when it is back") from e
-    finally:
-        idx.close()
+    with Index.using(root, index) as idx:
+        try:
+            return _sync(root, uri, idx, full)
+        except MarinError:
+            raise
+        except Exception as e:  # MLflow raises many kinds (connection, REST, SQL)
+            raise TrackingError(f"MLflow at {uri} failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}; "
+                                "the ledger has everything: run `marin mlflow sync` when it is back") from e
 
 
 def quiet_mlflow() -> None:
@@ -367,7 +366,7 @@ def _sync(root: Path, uri: str, idx: Index, full: bool) -> SyncReport:
     return report
 
 
-def sync_quietly(root: Path) -> None:
+def sync_quietly(root: Path, index: Index | None = None) -> None:
     """After a stage: sync, but never fail the stage; say in one line if MLflow is down."""
     if os.environ.get("MARIN_MLFLOW", "on").lower() in ("0", "off", "false", "no"):
         return
@@ -376,6 +375,6 @@ def sync_quietly(root: Path) -> None:
     import sys
 
     try:
-        sync(root, full=False)
+        sync(root, full=False, index=index)
     except Exception as e:
         print(f"marin: warning: stage succeeded, MLflow not updated: {str(e).splitlines()[0]}", file=sys.stderr)

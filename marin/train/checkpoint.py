@@ -3,21 +3,20 @@
 A checkpoint directory ``<dir>/<step>/`` holds the state (OCDBT arrays) and a JSON
 ``meta`` item (step, loader position, run id, model config). Orbax writes timestamps
 and random file names, so checkpoint *files* never hash the same twice; the digest is
-taken over the tensors restored from disk (leaf path, dtype, shape, bytes). Orbax saves
-asynchronously; a save here blocks until orbax has committed the step (renamed it out of
-its ``*.orbax-checkpoint-tmp-*`` folder), and only committed steps are ever listed or
+taken over the tensors restored from disk (leaf path, dtype, shape, bytes). A save here
+is synchronous: it returns once orbax has committed the step (renamed it out of its
+``*.orbax-checkpoint-tmp-*`` folder), and only committed steps are ever listed or
 restored, so an interrupted save is invisible.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import logging
 import os
 import shutil
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,80 +39,75 @@ def state_digest(state: Any) -> str:
     return hashing.tree_digest(tensors(state))
 
 
-class _Held(logging.Filter):
-    """Keeps back orbax's log records while a save runs: re-emitted after it, dropped when the
-    save failed on the disk (the failure is then one WriteError line)."""
+class _Reports:
+    """What orbax's and tensorstore's threads report (absl and asyncio log records, exceptions that
+    end a thread or that nothing could raise, tracebacks printed through ``sys.excepthook``), routed
+    through hooks installed once while any Checkpoints is open (a train stage), not per save: held
+    while a save runs and shown once it worked; dropped when it failed on the disk, and from then on
+    (orbax's callbacks go on failing), so the stage's WriteError stays its one line. Outside a save,
+    before any failure, every report passes straight through."""
+
+    LOGGERS = ("absl", "asyncio")
 
     def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-        self.printed: list[tuple[Any, Any, Any]] = []  # what tensorstore's threads print through sys.excepthook
-        self.excepthook = sys.excepthook
+        self.users, self.saving, self.failed = 0, False, False
+        self.held: list[Callable[[], object]] = []
+        self.hooks: tuple[Any, Any, Any] | None = None
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        self.records.append(record)
+    def open(self) -> None:
+        self.users += 1
+        if self.hooks is not None:
+            return
+        self.hooks = sys.excepthook, threading.excepthook, sys.unraisablehook
+        sys.excepthook = self._routed(sys.excepthook, lambda t, v, tb: v)
+        threading.excepthook = self._routed(threading.excepthook, lambda a: a.exc_value)
+        sys.unraisablehook = self._routed(sys.unraisablehook, lambda u: u.exc_value)
+        for name in self.LOGGERS:
+            logging.getLogger(name).addFilter(self._log)
+
+    def close(self) -> None:
+        """The last Checkpoints closed: the hooks go, unless a save failed (reports go on coming)."""
+        self.users -= 1
+        if self.users > 0 or self.hooks is None or self.failed:
+            return
+        sys.excepthook, threading.excepthook, sys.unraisablehook = self.hooks
+        self.hooks = None
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeFilter(self._log)
+
+    def _passes(self, e: BaseException | None, later: Callable[[], object]) -> bool:
+        """True: it passes now. Held while a save runs (``later`` shows it), dropped after a failure;
+        the stage's own WriteError (its traceback, with --verbose) always passes."""
+        if isinstance(e, fsutil.WriteError) or not (self.saving or self.failed):
+            return True
+        if not self.failed:
+            self.held.append(later)
         return False
 
-    def hold(self, t: Any, v: Any, tb: Any) -> None:
-        self.printed.append((t, v, tb))
+    def _routed(self, hook: Callable[..., object], exc: Callable[..., BaseException | None]) -> Callable[..., None]:
+        def routed(*args: Any) -> None:
+            if self._passes(exc(*args), lambda: hook(*args)):
+                hook(*args)
+        return routed
 
-    def release(self, logger: logging.Logger, err: _ThreadsHeld) -> None:
-        """The save worked (or failed otherwise): put stderr and the hooks back, show what was held."""
-        logger.removeFilter(self)
-        sys.excepthook, sys.stderr = self.excepthook, err.stream
-        sys.stderr.write("".join(err.kept))
-        for r in self.records:
-            logger.handle(r)
-        for args in self.printed:
-            self.excepthook(*args)
+    def _log(self, record: logging.LogRecord) -> bool:
+        return self._passes(None, lambda: logging.getLogger(record.name).handle(record))
+
+    def done(self, failed_on_disk: bool) -> None:
+        """The save ended: show what was held, or (it failed on the disk) drop it and all that follows."""
+        self.failed = self.failed or failed_on_disk
+        self.saving, held, self.held = False, self.held, []
+        if not failed_on_disk:
+            for show in held:
+                show()
 
 
-class _ThreadsHeld:
-    """sys.stderr while a save runs: what other threads write (tensorstore prints tracebacks
-    straight to sys.stderr) is kept back, written out after a save that worked, dropped for the
-    rest of the process after one that failed on the disk; the main thread writes through."""
-
-    def __init__(self, stream: Any) -> None:
-        self.stream, self.kept, self.dropping = stream, [], False
-
-    def write(self, text: str) -> int:
-        if threading.current_thread() is threading.main_thread():
-            return self.stream.write(text)
-        if not self.dropping:
-            self.kept.append(text)
-        return len(text)
-
-    def flush(self) -> None:
-        self.stream.flush()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.stream, name)
+_REPORTS = _Reports()
 
 
 def _remove_uncommitted(directory: Path, step: int) -> None:
     for tmp in directory.glob(f"{step}.orbax-checkpoint-tmp*"):
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _quiet_after_failure(held: _Held, directory: Path, step: int) -> None:
-    """After a save failed on the disk, orbax's threads go on failing (absl and asyncio logs,
-    unraisable coroutines, tracebacks tensorstore prints through sys.excepthook) until the
-    interpreter shuts down: drop them, so the stage's WriteError stays its one line (or, with
-    --verbose, its traceback), and end the process with exit 1 once exit handlers would run (the
-    stage has failed and its run is recorded as failed), removing what orbax wrote meanwhile."""
-    logging.getLogger("asyncio").addFilter(held)
-    sys.unraisablehook = lambda _: None
-    threading.excepthook = lambda _: None
-    shown = held.excepthook
-    sys.excepthook = lambda t, v, tb: shown(t, v, tb) if isinstance(v, fsutil.WriteError) else None
-
-    def exit_now() -> None:
-        _remove_uncommitted(directory, step)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
-
-    atexit.register(exit_now)  # handlers run last-registered first: this one before orbax's and jax's
 
 
 class Checkpoints:
@@ -122,10 +116,12 @@ class Checkpoints:
 
     def __init__(self, directory: Path, create: bool = True):
         self.directory = Path(directory).resolve()
+        # Synchronous: a save returns once committed, with no orbax thread left running to fail later.
         options = ocp.CheckpointManagerOptions(max_to_keep=None, create=create,
-                                               enable_async_checkpointing=True)
+                                               enable_async_checkpointing=False)
         self.manager = ocp.CheckpointManager(os.fspath(self.directory), options=options,
                                              item_names=("state", "meta"))
+        _REPORTS.open()
 
     def steps(self) -> list[int]:
         """Committed steps only."""
@@ -136,30 +132,23 @@ class Checkpoints:
         return self.directory / str(step)
 
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
-        """Save and block until orbax has committed the step. On a failing disk (full, quota,
-        I/O error) a WriteError names the step's folder: orbax's uncommitted folder is removed,
-        earlier steps are kept, and orbax's own error logs of the failure are dropped (one line)."""
-        held = _Held()
-        absl = logging.getLogger("absl")
-        absl.addFilter(held)
-        sys.excepthook = held.hold
-        err = sys.stderr = _ThreadsHeld(sys.stderr)
+        """Save, and return once orbax has committed the step (orbax saves synchronously here). On a
+        failing disk (full, quota, I/O error) a WriteError names the step's folder: orbax's uncommitted
+        folder is removed, earlier steps are kept, and what orbax's threads report about the failure
+        is dropped (one line)."""
+        _REPORTS.saving = True
         try:
             self.manager.save(step, args=ocp.args.Composite(
                 state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
             self.manager.wait_until_finished()
         except Exception as e:
             cause = fsutil.failure_cause(e)
+            _REPORTS.done(failed_on_disk=cause is not None)
             if cause is None:
-                held.release(absl, err)
                 raise
-            err.dropping = True  # stays sys.stderr: orbax's threads go on failing until the process ends
-            _quiet_after_failure(held, self.directory, step)
-            with contextlib.suppress(Exception):  # let orbax's save threads end before its folder goes
-                self.manager.close()
             _remove_uncommitted(self.directory, step)
             raise fsutil.WriteError(self.path(step), cause) from None
-        held.release(absl, err)
+        _REPORTS.done(failed_on_disk=False)
 
     def restore(self, step: int, abstract: Any, shardings: Any) -> tuple[Any, dict[str, Any]]:
         """Restore into the abstract TrainState with the given shardings."""
@@ -171,3 +160,4 @@ class Checkpoints:
 
     def close(self) -> None:
         self.manager.close()
+        _REPORTS.close()

@@ -31,6 +31,7 @@ from typing import Any
 from marin import env, hashing
 from marin.errors import IntegrityError, MarinError
 from marin.ledger.check import check_run
+from marin.ledger.index import Index, with_index
 from marin.ledger.run import recipe_digest
 from marin.ledger.store import NoSuchRun, RunFile, RunLog, load_run, read_all
 from marin.lineage import Ledger
@@ -62,13 +63,16 @@ def _load(root: Path, run_id: str) -> RunLog:
     return log
 
 
+@with_index
 def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | None = None,
-           xla_flags: tuple[str, ...] = (), keep: bool = False, say: Say = print) -> Outcome:
-    """Verify one run (steps 1-8) and append the verification record."""
+           xla_flags: tuple[str, ...] = (), keep: bool = False, say: Say = print, index: Index) -> Outcome:
+    """Verify one run (steps 1-8) and append the verification record. ``index``: the command's
+    ledger index (else one is opened for this run)."""
     t0 = time.perf_counter()
+    index.refresh()
     log = _load(root, run_id)  # 1
     if segments is not None:
-        check_segments(root, log, segments)
+        check_segments(root, log, segments, index)
     started = log.started.body
     out = Outcome(run_id, started["stage"], "segments" if segments else "full")
     say(f"verify {run_id} ({out.stage}, {out.mode})")
@@ -77,14 +81,14 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
     out.divergences = _check_recipe(log)  # 2
     if out.divergences:
         say(f"  2. recipe: MISMATCH {out.first}")
-        return _finish(root, log, out, t0, say)
+        return _finish(log, out, t0, say, index)
     say(f"  2. recipe: {started['recipe_digest']} recomputed from run.started")
 
     ws = Workspace.open(root, run_id, started, keep)  # 3
     try:
         say(f"  3. workspace: git worktree at {ws.commit[:12]} with the recorded params")
-        if not _restore_inputs(root, log, ws, out, say):  # 4
-            return _finish(root, log, out, t0, say)
+        if not _restore_inputs(Ledger(root, index), log, ws, out, say):  # 4
+            return _finish(log, out, t0, say, index)
         replay_env = ws.env(started, list(xla_flags))  # 5
         out.verifier = {"workspace": f"git worktree at {ws.commit}", "inputs": ws.restored,
                         "forced": {"xla_flags": list(xla_flags)} if xla_flags else {}}
@@ -92,20 +96,21 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
             f"NPROC={replay_env.get('NPROC', '(unset)')}")
         t1 = time.perf_counter()
         if segments:  # 6, 7
-            replay_segments(root, log, ws, replay_env, segments, seed, out, say)
+            replay_segments(root, log, ws, replay_env, segments, seed, out, say, index)
         else:
-            _replay_full(root, log, ws, replay_env, out, say)
+            _replay_full(root, log, ws, replay_env, out, say, index)
         out.seconds["replay_s"] = round(time.perf_counter() - t1, 3)
     finally:
         ws.close()
-    return _finish(root, log, out, t0, say)
+    return _finish(log, out, t0, say, index)
 
 
-def _restore_inputs(root: Path, log: RunLog, ws: Workspace, out: Outcome, say: Say) -> bool:
+def _restore_inputs(ledger: Ledger, log: RunLog, ws: Workspace, out: Outcome, say: Say) -> bool:
     """Step 4: every input put in the workspace by digest. False (the divergence in ``out``) when an
     input's recorded content is nowhere and the project's copy is one no run recorded."""
+    root = ledger.root
     by_name = {r.body["name"]: r for r in log.of_kind("input")}
-    producers = Ledger(root).producers_of  # digest -> the runs that output it
+    producers = ledger.producers_of  # digest -> the runs that output it
     for i in log.started.body["inputs"]:
         rec = by_name[i["name"]]
         try:
@@ -162,7 +167,7 @@ def _module(command: list[str]) -> str:
 
 
 def _replay_full(root: Path, log: RunLog, ws: Workspace, replay_env: dict[str, str], out: Outcome,
-                 say: Say) -> None:
+                 say: Say, index: Index) -> None:
     started = log.started.body
     module = _module(started["command"])
     say(f"  6. replay: python -m {module} {' '.join(started['command'][1:])}".rstrip())
@@ -185,7 +190,7 @@ def _replay_full(root: Path, log: RunLog, ws: Workspace, replay_env: dict[str, s
     out.compared, out.divergences = compare(log, replay)
     out.divergences = _started_fields(log, rs) + out.divergences
     if out.stage == "train":
-        _checkpoint_tensors(root, log, replay, ws, replay_env, out)
+        _checkpoint_tensors(root, log, replay, ws, replay_env, out, index)
     if out.class_diffs:
         out.distances = {"metrics": metric_distances(log, replay), **(out.distances or {})}
     say(f"  7. compared {sum(out.compared.values())} records ({counts(out.compared)})")
@@ -208,13 +213,13 @@ def _started_fields(log: RunLog, replayed: dict[str, Any]) -> list[Divergence]:
 
 
 def _checkpoint_tensors(root: Path, log: RunLog, replay: RunLog, ws: Workspace, replay_env: dict[str, str],
-                        out: Outcome) -> None:
+                        out: Outcome, index: Index) -> None:
     """Tensor by tensor: the recorded run's checkpoints on disk against the replay's. Catches a
     checkpoint changed on disk, and names the tensor where digests diverge."""
     recs, replayed = log.of_kind("checkpoint"), replay.of_kind("checkpoint")
     if not recs or not replayed:
         return
-    on_disk = checkpoints_dir(root, log)  # the project's, else the published ones, fetched by digest
+    on_disk = checkpoints_dir(root, log, index)  # the project's, else the published ones, fetched by digest
     replay_dir = ws.root / Path(replayed[0].body["path"]).parent
     if not on_disk.is_dir():
         out.verifier["tensor_pass"] = f"skipped: the recorded checkpoints ({on_disk}) are not on this machine"
@@ -255,7 +260,7 @@ def _checkpoint_tensors(root: Path, log: RunLog, replay: RunLog, ws: Workspace, 
                          "note": f"recorded checkpoints missing on disk at steps {missing}" if missing else ""}
 
 
-def _finish(root: Path, log: RunLog, out: Outcome, t0: float, say: Say) -> Outcome:
+def _finish(log: RunLog, out: Outcome, t0: float, say: Say, index: Index) -> Outcome:
     """Step 8: append the verification record and say the verdict."""
     out.seconds["total_s"] = round(time.perf_counter() - t0, 3)
     if not out.verifier:
@@ -277,7 +282,7 @@ def _finish(root: Path, log: RunLog, out: Outcome, t0: float, say: Say) -> Outco
         body["segments"] = out.segments
     if out.replay_run_id:
         body["replay_run_id"] = out.replay_run_id
-    rec = RunFile(log.path, log.run_id).append("verification", json.loads(json.dumps(body, default=str)))
+    rec = RunFile(log.path, log.run_id, index).append("verification", json.loads(json.dumps(body, default=str)))
     out.record_seq = rec.seq
     for line in render(out):
         say(line)
@@ -312,11 +317,14 @@ def render(out: Outcome) -> list[str]:
 Row = tuple[str, str, Outcome | MarinError]  # stage, run id, what verifying it gave
 
 
-def verify_upstream(root: Path, target: str, say: Say = print, **kw: Any) -> list[Row]:
-    """Verify TARGET's run and every run in its lineage, upstream first, then print one table."""
+@with_index
+def verify_upstream(root: Path, target: str, say: Say = print, *, index: Index, **kw: Any) -> list[Row]:
+    """Verify TARGET's run and every run in its lineage, upstream first, then print one table.
+    ``index``: the command's ledger index (else one is opened), shared by every run verified."""
     from marin.lineage import LineageError, upstream
 
-    ledger = Ledger(root)
+    index.refresh()
+    ledger = Ledger(root, index)
     try:
         resolved = ledger.resolve(target)
     except LineageError as e:
@@ -330,7 +338,7 @@ def verify_upstream(root: Path, target: str, say: Say = print, **kw: Any) -> lis
     for s in steps:
         try:
             opts = kw if s.stage == "train" else {k: v for k, v in kw.items() if k not in ("segments", "seed")}
-            rows.append((s.stage, s.run_id, verify(root, s.run_id, say=say, **opts)))
+            rows.append((s.stage, s.run_id, verify(root, s.run_id, say=say, index=index, **opts)))
         except MarinError as e:
             say(f"verify {s.run_id}: {e}")
             rows.append((s.stage, s.run_id, e))

@@ -15,6 +15,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from marin.ledger.index import Index
 from marin.ledger.store import RunLog
 from marin.publish import checkpoints_dir
 from marin.verify.compare import Divergence, class_differences, values_divergence
@@ -22,7 +23,7 @@ from marin.verify.outcome import Outcome, Say, counts, json_run
 from marin.verify.workspace import CannotVerify, Workspace
 
 
-def check_segments(root: Path, log: RunLog, k: int) -> None:
+def check_segments(root: Path, log: RunLog, k: int, index: Index | None = None) -> None:
     """Before any work: a train run, 1 <= K <= N, and its checkpoints on this machine."""
     stage = log.started.body["stage"]
     if stage != "train":
@@ -35,7 +36,7 @@ def check_segments(root: Path, log: RunLog, k: int) -> None:
     if not 1 <= k <= len(ckpts):
         raise CannotVerify(f"--segments {k}: run {log.run_id} has {len(ckpts)} checkpoint intervals; "
                            f"choose 1..{len(ckpts)}")
-    where = checkpoints_dir(root, log)  # the project's, else those `marin publish` stored, fetched by digest
+    where = checkpoints_dir(root, log, index)  # the project's, else those `marin publish` stored, fetched by digest
     if not where.is_dir():
         raise CannotVerify(f"--segments needs the run's checkpoints, and {where} is not on this machine "
                            "(checkpoints are not DVC outputs) and no `marin publish` recorded them; copy them "
@@ -48,7 +49,7 @@ def draw(seed: int, n: int, k: int) -> list[int]:
 
 
 def replay_segments(root: Path, log: RunLog, ws: Workspace, replay_env: dict[str, str], k: int,
-                    seed: int | None, out: Outcome, say: Say) -> None:
+                    seed: int | None, out: Outcome, say: Say, index: Index | None = None) -> None:
     """Steps 6-7 with --segments: draw, replay in the workspace, compare (see the module docstring)."""
     started = log.started.body
     ckpts = sorted(log.of_kind("checkpoint"), key=lambda r: r.body["step"])
@@ -59,7 +60,7 @@ def replay_segments(root: Path, log: RunLog, ws: Workspace, replay_env: dict[str
     out.segments = {"seed": seed, "seed_source": source, "k": k, "n": n, "drawn": [list(b) for b in bounds],
                     "detection_probability": round(k / n, 6)}
     say(f"  6. replay: {k} of {n} checkpoint intervals, seed {seed} ({source}): {bounds}")
-    ckpt_dir = checkpoints_dir(root, log)
+    ckpt_dir = checkpoints_dir(root, log, index)
     res_all = json_run(ws, replay_env, ["segments", "--checkpoints", str(ckpt_dir), "--intervals",
                                         ",".join(f"{a}:{b}" for a, b in bounds)], out)
     # What ran: the recorded code and params (as the full replay's own run.started shows them).

@@ -1,0 +1,215 @@
+"""What each ``marin`` command does, given its parsed arguments (``marin.cli`` parses them):
+one function per command, each calling library functions with typed arguments and printing
+the command's output. Library imports stay inside the functions, so ``marin --help`` and
+every command load only what they use."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from marin import config
+from marin.paths import ledger_dir
+
+
+def ledger_check(args: argparse.Namespace) -> int:
+    from marin.ledger import head
+    from marin.ledger.check import check
+
+    since, signature = None, ""
+    if args.since is not None and args.since.is_dir():  # a report: its snapshot as its statement vouches for it
+        from marin.report.check import report_snapshot
+
+        since, signature = report_snapshot(args.root, args.since.resolve(), args.key)
+        signature = f", report {signature}"
+    elif args.since is not None:
+        since = head.load_snapshot(args.since)
+    report = check(args.root, since, rehash=args.rehash)
+    for p in report.problems:
+        print(f"FAIL {p}", file=sys.stderr)
+    for m in report.missing:
+        print(f"{'FAIL' if args.require_outputs else 'MISSING'} {m}", file=sys.stderr)
+    if args.verbose:
+        for n in report.notes:
+            print(f"note {n}")
+    failed = len(report.problems) + (len(report.missing) if args.require_outputs else 0)
+    status = "ok" if not failed else f"{failed} problem(s)"
+    missing = f", {len(report.missing)} recorded outputs not on disk" if report.missing else ""
+    grown = f", every run of snapshot {since.root[:19]}… ({since.runs} runs{signature}) intact or extended" \
+        if since is not None and not failed else ""
+    print(f"ledger check: {report.runs} runs, {report.records} records, "
+          f"{report.outputs_checked} outputs on disk checked{missing}{grown}: {status}")
+    return 0 if not failed else 1
+
+
+def ledger_head(args: argparse.Namespace) -> int:
+    import json
+
+    from marin.ledger import head
+
+    h = head.head(ledger_dir(args.root))
+    if args.json:
+        print(json.dumps(h.to_dict(), indent=1))
+    else:
+        print(f"{h.root} {h.runs} runs")
+    return 0
+
+
+def ledger_log(args: argparse.Namespace) -> int:
+    from marin.ledger.index import Index
+
+    idx = Index.open(args.root)
+    rows = idx.runs(args.stage, include_unstarted=args.stage is None, last=None if args.all else args.last)
+    total = idx.count(args.stage)
+    if len(rows) < total:
+        print(f"(the last {len(rows)} of {total} runs; --all or --last N for more)")
+    outputs: dict[str, list[str]] = {}
+    for r in rows:
+        for _, _, _, body in idx.entities(run_id=r.run_id, role="output"):
+            shown = f"{body['name']}={body['digest'].split(':')[1][:12]}"
+            if "tensor_digest" in body:  # a model: its folder digest, then the digest over its tensors
+                shown += f" (tensors {body['tensor_digest'].split(':')[1][:12]})"
+            outputs.setdefault(r.run_id, []).append(shown)
+    print(f"{'time':20} {'stage':9} {'run id':38} {'recipe':12} {'status':10} outputs")
+    for r in rows:
+        recipe = r.recipe.split(":")[1][:12] if r.recipe else "?"
+        when = r.started[:19].replace("T", " ") if r.started else "?"
+        status = r.status + (" (truncated)" if r.truncated else "")
+        print(f"{when:20} {r.stage or '?':9} {r.run_id:38} {recipe:12} {status:10} "
+              f"{', '.join(outputs.get(r.run_id, []))}")
+    return 0
+
+
+def ledger_repair(args: argparse.Namespace) -> int:
+    from marin.ledger.store import RunFile, run_path
+
+    path = run_path(args.root, args.run_id)
+    torn = RunFile(path, args.run_id).repair()
+    if torn is None:
+        print(f"{path.name}: last line is complete; nothing to repair")
+    else:
+        print(f"{path.name}: moved a truncated line of {len(torn)} bytes to {path.name}.torn")
+    return 0
+
+
+def mlflow_sync(args: argparse.Namespace) -> int:
+    from marin.tracking import sync
+
+    print(sync(args.root, args.uri).summary())
+    return 0
+
+
+def params_check(args: argparse.Namespace) -> int:
+    config.load(args.root / "params.yaml")
+    print(f"{args.root / 'params.yaml'}: valid")
+    return 0
+
+
+def schemas_pin(args: argparse.Namespace) -> int:
+    import json
+
+    from marin import fsutil, schemas
+
+    pins = schemas.current_pins()
+    fsutil.write_bytes(schemas.PINS, (json.dumps(pins, indent=1, sort_keys=True) + "\n").encode())
+    print(f"{schemas.PINS.name}: pinned {len(pins)} schemas; commit it with the schema change")
+    return 0
+
+
+def schemas_check(args: argparse.Namespace) -> int:
+    from marin import schemas
+
+    problems = schemas.pin_problems()
+    for p in problems:
+        print(f"FAIL {p}", file=sys.stderr)
+    print(f"schemas: {len(schemas.pins())} pinned: {'ok' if not problems else f'{len(problems)} problem(s)'}")
+    return 1 if problems else 0
+
+
+def lineage(args: argparse.Namespace) -> int:
+    from marin import lineage
+
+    ledger = lineage.Ledger(args.root, skip=("metric",))  # lineage never reads metric records
+    target = ledger.resolve(args.target)
+    if target.note:
+        print(f"marin: note: {target.note}", file=sys.stderr)
+    node = ledger.node(target)
+    text = lineage.render_text(node) if args.format == "text" else lineage.prov_json(node)
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def diff(args: argparse.Namespace) -> int:
+    from marin import diff
+
+    d = diff.diff(args.root, args.run_a, args.run_b)
+    print(diff.render(d))
+    return 0 if d.identical else 1
+
+
+def verify(args: argparse.Namespace) -> int:
+    from marin import verify
+
+    kw = {"segments": args.segments, "seed": args.seed, "xla_flags": tuple(args.xla_flags), "keep": args.keep}
+    if args.upstream:  # one ledger index for every run verified (verify.verify_upstream opens it)
+        return verify.upstream_exit(verify.verify_upstream(args.root, args.target, **kw))
+    return verify.verify(args.root, args.target, **kw).exit_code
+
+
+def report(args: argparse.Namespace) -> int:
+    from marin.ledger.index import Index
+    from marin.report import build
+    from marin.tracking import sync_quietly
+
+    params = config.load(args.root / "params.yaml")
+    with Index.using(args.root, None, refresh=False) as idx:  # one ledger index for the command
+        done = build.publish(args.root, params, args.model, index=idx)
+        print(build.report_line(done, args.root))
+        sync_quietly(args.root, idx)  # the MLflow view, as after every stage
+    return 0
+
+
+def report_verify(args: argparse.Namespace) -> int:
+    from marin.report import check
+
+    v = check.verify(args.root, args.directory.resolve(), args.key, args.require_signature)
+    for p in v.problems:
+        print(f"FAIL {p}", file=sys.stderr)
+    status = "ok" if v.ok else f"{len(v.problems)} problem(s)"
+    print(f"report verify {args.directory}: {v.signature}, {v.checked.get('files', 0)} files, "
+          f"{v.checked.get('facts', 0)} facts re-derived from the ledger: {status}")
+    return 0 if v.ok else 1
+
+
+def keygen(args: argparse.Namespace) -> int:
+    from marin.report import attest, build
+
+    path = args.path or build.signing_key(args.root, config.load(args.root / "params.yaml").report)
+    if args.if_missing and path.exists():
+        print(f"keygen: {path} exists; kept")
+        return 0
+    private, public = attest.keygen(path)
+    print(f"keygen: wrote {private} (keep it secret; never commit it) and {public}")
+    return 0
+
+
+def pin(args: argparse.Namespace) -> int:
+    from marin.data import pins
+
+    cwd = Path.cwd()
+    kind = args.kind or pins.infer_kind(args.target, cwd)
+    locator = pins.project_locator(args.target, kind, cwd, args.root)
+    name = args.name or pins.default_name(locator, kind)
+    print(pins.pin(locator, kind, args.root, name).snippet(name), end="")
+    return 0
+
+
+def publish(args: argparse.Namespace) -> int:
+    from marin.publish import publish
+
+    publish(args.root, args.remote)
+    return 0
