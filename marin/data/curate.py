@@ -38,8 +38,10 @@ STEPS = ("utf8", "empty", *(n for n, _ in filters.RULES), "exact_dedup", "near_d
 SCHEMA = pa.schema([("doc_id", pa.string()), ("corpus", pa.string()), ("source", pa.string()),
                     ("name", pa.string()), ("license", pa.string()), ("n_bytes", pa.int64()),
                     ("text", pa.string())])
-# dictionaries for the few-valued columns; 64 documents (~1 MB) encoded at a time
-PARQUET = parquet.settings(("corpus", "source", "license"), 64)
+# dictionaries for the few-valued columns; 64 documents (~1 MB) encoded at a time; zstd level 1:
+# the driver writes every row, and level 3 compresses text at a third of the speed (57 vs 168 MB/s
+# measured) for files 10% smaller
+PARQUET = parquet.settings(("corpus", "source", "license"), 64, 1)
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,14 @@ ROW_GROUP_ROWS = 4096
 ROW_GROUP_BYTES = 4 << 20
 
 
-def settings(dictionary: tuple[str, ...], batch_rows: int) -> dict[str, Any]:
+def settings(dictionary: tuple[str, ...], batch_rows: int, zstd_level: int) -> dict[str, Any]:
     """:data:`WRITER` with dictionary encoding for the named columns only (a column of
     distinct long texts gains nothing from it, and the encoder copies a whole batch of them
-    into its memo table before it gives up) and ``batch_rows`` values encoded at a time (a
-    page is cut only between batches: pyarrow's 1024 rows of 20 KB documents make 20 MB pages)."""
-    return {**WRITER, "use_dictionary": list(dictionary), "write_batch_size": batch_rows}
+    into its memo table before it gives up), ``batch_rows`` values encoded at a time (a page
+    is cut only between batches: pyarrow's 1024 rows of 20 KB documents make 20 MB pages)
+    and zstd at ``zstd_level``."""
+    return {**WRITER, "use_dictionary": list(dictionary), "write_batch_size": batch_rows,
+            "compression_level": zstd_level}
 
 
 def write(table: pa.Table, path: Path, options: dict[str, Any] = WRITER) -> None:
