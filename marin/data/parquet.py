@@ -110,7 +110,11 @@ class _Column:
         self.data: Any = None
         self.mapped: pa.MemoryMappedFile | None = None
         if self.string:
-            self.data = pa.OSFile(str(spool), "wb") if spool else pa.BufferOutputStream()
+            # buffered: a row is one small write per string column
+            if spool is None:
+                self.data = pa.BufferOutputStream()
+            else:
+                self.data = pa.BufferedOutputStream(pa.OSFile(str(spool), "wb"), 1 << 16)
             self.offsets = [0]
 
     def append(self, v: Any) -> None:
