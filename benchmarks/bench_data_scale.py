@@ -205,6 +205,11 @@ def summary(rows: list[dict]) -> None:
         print(f"\ncurate at {top}x: 2 workers {a['wall'] / b['wall']:.2f}x the throughput (MB per wall s) of 1 "
               f"(target >= 1.7); on 2 idle cores at most {a['cpu'] / bound:.2f}x (1 worker's CPU over the larger of "
               "the 2-worker run's driver CPU and half its total CPU)")
+        serial, parallel = b["own"], b["cpu"] - b["own"]
+        print(f"curate at {top}x, 2 workers: driver (serial) {serial:.1f} CPU s of {b['cpu']:.1f} "
+              f"({serial / b['cpu']:.1%}); Amdahl's bound {b['cpu'] / (serial + parallel / 2):.2f}x "
+              f"(total CPU / (serial + parallel / 2)); 2-worker CPU overhead over 1 worker "
+              f"{b['cpu'] / a['cpu'] - 1:+.1%}")
     for r in rows:
         if r["stage"] == "tokenize" and r["scale"] == top:
             print(f"tokenize at {top}x, {r['workers']} worker(s): {r['mb'] / r['cpu']:.2f} MB per CPU s = "

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-FILES = ("marin", "pipeline", "schemas", "dvc.yaml", "params.yaml", "pyproject.toml", "uv.lock")
+FILES = ("marin", "pipeline", "schemas", "tokenizer", "dvc.yaml", "params.yaml", "pyproject.toml", "uv.lock")
 
 
 def main() -> None:

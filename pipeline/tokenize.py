@@ -60,6 +60,8 @@ def tokenize_stage(root: Path, params: Params) -> None:
     engine = Engine.from_params(params)
     inputs = [Input(s, (CURATED / f"{s}.parquet").as_posix()) for s in SPLITS]
     pretrained = params.tokenize.pretrained
+    if pretrained:
+        tk.tracked(tk.inside(root, pretrained.path))
     pinned = tk.pretrained(root, pretrained) if pretrained else None  # refused before any run starts
     if pinned is not None:
         inputs.append(Input("pretrained_tokenizer", pinned.path))

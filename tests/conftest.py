@@ -21,7 +21,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
-PROJECT_FILES = ("marin", "pipeline", "schemas", "dvc.yaml", "params.yaml", "pyproject.toml",
+PROJECT_FILES = ("marin", "pipeline", "schemas", "tokenizer", "dvc.yaml", "params.yaml", "pyproject.toml",
                  "uv.lock", ".dvc/config", ".dvc/.gitignore", ".dvcignore", ".gitignore")
 BIN = Path(sys.executable).parent
 # One persistent JAX compilation cache for every stage the tests run (set here in the controller,

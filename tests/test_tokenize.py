@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from marin import config, hashing
@@ -222,6 +223,20 @@ def test_a_pretrained_tokenizer_is_refused(tmp_path: Path, tok: Tokenizer, case:
     with pytest.raises(error) as e:
         tk.pretrained(root, p)
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("rel, ok", [("tokenizer/t.json", True), ("tokenizer/gpt2/tokenizer.json", True),
+                                     ("t.json", False), ("tokenizers/t.json", False), ("tokenizer", False),
+                                     ("data/tokenizer/t.json", False)])
+def test_a_pretrained_tokenizer_lies_in_the_folder_dvc_tracks(rel: str, ok: bool) -> None:
+    deps = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["tokenize"]["deps"]
+    assert tk.PRETRAINED_DIR in deps  # so DVC reruns tokenize when a file there changes
+    if ok:
+        assert tk.tracked(rel) == rel
+        return
+    with pytest.raises(ParamsError, match=f"tokenize.pretrained.path: {rel} is not in tokenizer/") as e:
+        tk.tracked(rel)
+    assert "\n" not in str(e.value)
 
 
 # -- params -----------------------------------------------------------------------------------

@@ -38,6 +38,10 @@ STEPS = ("utf8", "empty", *(n for n, _ in filters.RULES), "exact_dedup", "near_d
 SCHEMA = pa.schema([("doc_id", pa.string()), ("corpus", pa.string()), ("source", pa.string()),
                     ("name", pa.string()), ("license", pa.string()), ("n_bytes", pa.int64()),
                     ("text", pa.string())])
+# dictionaries for the few-valued columns; 64 documents (~1 MB) encoded at a time; zstd level 1:
+# the driver writes every row, and level 3 compresses text at a third of the speed (57 vs 168 MB/s
+# measured) for files 10% smaller
+PARQUET = parquet.settings(("corpus", "source", "license"), 64, 1)
 
 
 @dataclass(frozen=True)
@@ -184,7 +188,7 @@ class Curation:
         self.exact = dedup.ExactIndex(self.store) if p.dedup.exact else None
         self.near = dedup.NearIndex(p.dedup.near, self.store) if p.dedup.near.enabled else None
         self.groups = dedup.ExactIndex(self.store, "groups")
-        self.writers = {s: parquet.Writer(out / f"{s}.parquet", SCHEMA, spool=work) for s in SPLITS}
+        self.writers = {s: parquet.Writer(out / f"{s}.parquet", SCHEMA, spool=work, options=PARQUET) for s in SPLITS}
         self.removed = manifest.ListSpool(work / "removed.json", "removed", _SKELETON)
         self.kept = {s: [0, 0] for s in SPLITS}  # docs, bytes
 
@@ -238,7 +242,7 @@ class Curation:
             w.close()
             if w.rows == 0:  # as before streaming: an empty table's columns are typed null, n_bytes int64
                 parquet.write(pa.table({f.name: pa.array([], f.type if f.name == "n_bytes" else pa.null())
-                                        for f in SCHEMA}), w.path)
+                                        for f in SCHEMA}), w.path, PARQUET)
             splits[s] = {"file": w.path.name, "digest": hashing.file_digest(w.path),
                          "docs": self.kept[s][0], "bytes": self.kept[s][1]}
         self.store.close()

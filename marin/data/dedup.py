@@ -7,9 +7,9 @@ reproduces ``datasketch.MinHashLSH`` (its band count and width, candidates = doc
 sharing all values of some band) so results are the same as with the library's index.
 
 Both indexes keep at most ``spill_at`` entries in memory; beyond that they move them to a
-SQLite database in the stage's work directory, so memory stays bounded (a few tens of MB)
-whatever the corpus size, and only disk grows: about 100 bytes per document for exact
-dedup and 600 + 4·num_perm bytes per indexed document for near dedup.
+SQLite database in the stage's work directory (its page cache: ``Store.cache_mib``), so
+memory stays bounded (a few MB) whatever the corpus size, and only disk grows: about 100
+bytes per document for exact dedup and 600 + 4·num_perm bytes per indexed document for near dedup.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ from marin.errors import StageError
 _WORD = re.compile(r"\w+")
 MINHASH_SEED = 1  # datasketch's permutation seed; fixed so results never vary
 SHINGLE_BATCH = 8192  # shingles per update: bounds the num_perm x batch temporary (8 MiB at 128)
-EXACT_SPILL_AT = 1 << 14  # ~200 bytes each in memory (digest, name, dict slot): ~3 MB
-NEAR_SPILL_AT = 1 << 12  # ~2.5 kB each in memory (signature, 9 band keys): ~10 MB
+# Small enough that a corpus of a few hundred documents already spills (so peak memory does not
+# grow with the corpus from there); the SQLite lookups that follow cost well under 1% of curate.
+EXACT_SPILL_AT = 1 << 10  # ~200 bytes each in memory (digest, name, dict slot): ~0.2 MB
+NEAR_SPILL_AT = 1 << 8  # ~2.5 kB each in memory (signature, 9 band keys): ~0.6 MB
 _PERMUTATIONS: dict[int, object] = {}
 
 
@@ -67,7 +69,7 @@ class Store:
     """The SQLite file both indexes spill to: no journal, no fsync (it is scratch, deleted
     with the work directory), a bounded page cache."""
 
-    def __init__(self, path: Path, cache_mib: int = 4):
+    def __init__(self, path: Path, cache_mib: int = 2):
         self.path = path
         try:
             self.db = sqlite3.connect(path, isolation_level=None)

@@ -26,13 +26,23 @@ ROW_GROUP_ROWS = 4096
 # a streamed row group also ends here, so long documents cannot grow it without bound; readers
 # hold about 2x a row group's text however few rows they ask for (pyarrow iter_batches, measured:
 # +113 MB for a 49 MB group), so this bounds tokenize's memory as well as curate's
-ROW_GROUP_BYTES = 16 << 20
+ROW_GROUP_BYTES = 4 << 20
 
 
-def write(table: pa.Table, path: Path) -> None:
-    """Write ``table`` deterministically (no timestamps; fixed row groups)."""
+def settings(dictionary: tuple[str, ...], batch_rows: int, zstd_level: int) -> dict[str, Any]:
+    """:data:`WRITER` with dictionary encoding for the named columns only (a column of
+    distinct long texts gains nothing from it, and the encoder copies a whole batch of them
+    into its memo table before it gives up), ``batch_rows`` values encoded at a time (a page
+    is cut only between batches: pyarrow's 1024 rows of 20 KB documents make 20 MB pages)
+    and zstd at ``zstd_level``."""
+    return {**WRITER, "use_dictionary": list(dictionary), "write_batch_size": batch_rows,
+            "compression_level": zstd_level}
+
+
+def write(table: pa.Table, path: Path, options: dict[str, Any] = WRITER) -> None:
+    """Write ``table`` deterministically (no timestamps; fixed row groups) with ``options``."""
     table = table.replace_schema_metadata(None)
-    pq.write_table(table, path, row_group_size=ROW_GROUP_ROWS, **WRITER)
+    pq.write_table(table, path, row_group_size=ROW_GROUP_ROWS, **options)
 
 
 def read(path: Path, columns: list[str] | None = None) -> pa.Table:
@@ -43,10 +53,11 @@ class Writer:
     """Rows appended in order, written one row group at a time with :data:`WRITER`: a group
     ends after ROW_GROUP_ROWS rows or once its rows' sizes reach ROW_GROUP_BYTES. Below
     that size the file is byte for byte what :func:`write` makes of the same rows. With
-    ``spool`` (a directory), a pending group's strings wait there, not in memory."""
+    ``spool`` (a directory), a pending group's strings wait there, not in memory.
+    ``options``: the writer settings, as :func:`write` takes them."""
 
-    def __init__(self, path: Path, schema: pa.Schema, spool: Path | None = None):
-        self.path, self.schema = path, schema.remove_metadata()
+    def __init__(self, path: Path, schema: pa.Schema, spool: Path | None = None, options: dict[str, Any] = WRITER):
+        self.path, self.schema, self.options = path, schema.remove_metadata(), options
         self.spool = [spool / f"{path.name}.{f.name}.pending" if spool else None for f in self.schema]
         self.columns = self._columns()
         self.pending = self.size = self.rows = 0
@@ -68,7 +79,7 @@ class Writer:
 
     def _flush(self) -> None:
         if self._pq is None:
-            self._pq = pq.ParquetWriter(self.path, self.schema, **WRITER)
+            self._pq = pq.ParquetWriter(self.path, self.schema, **self.options)
         table = pa.Table.from_arrays([c.array() for c in self.columns], schema=self.schema)
         self._pq.write_table(table, row_group_size=ROW_GROUP_ROWS)
         del table
@@ -99,7 +110,11 @@ class _Column:
         self.data: Any = None
         self.mapped: pa.MemoryMappedFile | None = None
         if self.string:
-            self.data = pa.OSFile(str(spool), "wb") if spool else pa.BufferOutputStream()
+            # buffered: a row is one small write per string column
+            if spool is None:
+                self.data = pa.BufferOutputStream()
+            else:
+                self.data = pa.BufferedOutputStream(pa.OSFile(str(spool), "wb"), 1 << 16)
             self.offsets = [0]
 
     def append(self, v: Any) -> None:
@@ -112,6 +127,10 @@ class _Column:
 
     def array(self) -> pa.Array:
         if not self.string:
+            if pa.types.is_integer(self.type) and None not in self.values:
+                # from the buffer: pa.array over a Python list imports pandas (+50 MB, 0.5 CPU s; measured)
+                data = np.array(self.values, dtype=np.dtype(str(self.type)))  # int64 is numpy's int64
+                return pa.Array.from_buffers(self.type, len(self.values), [None, pa.py_buffer(data)])
             return pa.array(self.values, self.type)
         if self.offsets[-1] >= 2**31:
             raise ValueError(f"{self.offsets[-1]:,} bytes of strings in one row group; the limit is 2 GiB")

@@ -38,6 +38,7 @@ EOS = "<|endoftext|>"
 SPECIAL_TOKENS = [EOS]
 READ_ROWS = 64  # rows per read batch (Arrow decodes a whole row group anyway: curate bounds those)
 ENCODE_BATCH_BYTES = 1 << 20  # text per engine task: a task costs ~100 bytes per token while it runs
+PRETRAINED_DIR = "tokenizer"  # dvc.yaml's tokenize stage depends on it: DVC sees a file there change
 MAX_PRETRAINED_BYTES = 256 << 20  # GPT-2's tokenizer.json is 1.4 MB; bigger ones exist, not 100x bigger
 MAX_IDS = 1 << 16  # shards hold uint16 ids
 SAMPLE_KEY = b"marin-tokenize-sample-v1\0"
@@ -135,6 +136,16 @@ def inside(root: Path, given: str) -> str:
     if rel is None:
         raise ParamsError(f"params.yaml: tokenize.pretrained.path: {given} lies outside the project; the "
                           "tokenize stage reads only project files: copy the tokenizer into the project")
+    return rel
+
+
+def tracked(rel: str) -> str:
+    """``rel`` (project-relative) if it lies in :data:`PRETRAINED_DIR`, the folder dvc.yaml
+    lists as the tokenize stage's dependency; elsewhere DVC would not see the file change."""
+    if not rel.startswith(f"{PRETRAINED_DIR}/"):
+        raise ParamsError(f"params.yaml: tokenize.pretrained.path: {rel} is not in {PRETRAINED_DIR}/, the folder "
+                          f"dvc.yaml tracks for the tokenize stage; move the file into {PRETRAINED_DIR}/ and set "
+                          "the path")
     return rel
 
 
