@@ -14,7 +14,6 @@ from marin.data.curate import curate
 from marin.data.engine import Engine
 from marin.errors import StageError
 from marin.ledger import Input, Run
-from marin.ledger.index import hash_cache
 from marin.stage import stage_main
 
 RAW, OUT = Path("data/raw"), Path("data/curated")
@@ -37,13 +36,12 @@ def curate_stage(root: Path, params: Params) -> None:
             work.mkdir()
             result = curate(archives, params.curate, engine, tmp, work)
             splits = result.close()
-            hashes = hash_cache(root)  # the archive's digests as the run's inputs took them: not read again
             funnel = result.funnel.as_dict()
             manifest.write_streamed({
                 "kind": "curate",
                 "params": params.raw["curate"],
                 "sources": [{"name": s.name, "path": p.relative_to(root).as_posix(),
-                             "digest": hashing.digest_path(p, hashes).digest, "license": s.license,
+                             "digest": hashing.digest_path(p, run.hashes).digest, "license": s.license,
                              "license_note": s.license_note, "locator": f"{s.kind}:{s.locator}"}
                             for s, p in archives],
                 "funnel": funnel,

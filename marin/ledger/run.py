@@ -124,7 +124,7 @@ class Run:
         self.started = started
         self.t0 = time.perf_counter() if t0 is None else t0
         self.ledger_s = 0.0
-        self._hashes = hashes or hash_cache(root)
+        self.hashes = hashes or hash_cache(root)  # the file digests of its inputs and outputs, kept
         self._outputs: list[dict[str, str]] = []
 
     @property
@@ -192,7 +192,7 @@ class Run:
         previous output where it was)."""
         t = time.perf_counter()
         p = self.root / path
-        d = hashing.digest_path(Path(source) if source is not None else p, self._hashes)
+        d = hashing.digest_path(Path(source) if source is not None else p, self.hashes)
         body: dict[str, Any] = {"name": name, "path": relpath(self.root, p), "digest": d.digest, "size": d.size}
         if d.entries is None:
             body["type"] = "file"
