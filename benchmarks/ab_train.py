@@ -66,6 +66,9 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["NPROC"] = "2"
     sys.path.insert(0, str(ROOT))
+    from marin.train import runtime
+
+    runtime.keep_freed_memory()  # as the train stage does (runtime.configure), before jax starts
     import jax
     import numpy as np
 

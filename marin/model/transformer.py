@@ -42,6 +42,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 
@@ -85,11 +86,14 @@ def _dense(cfg: ModelConfig, d_in: int, d_out: int, std: float, rngs: nnx.Rngs) 
     )
 
 
-def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
-    """cos/sin tables for positions 0..seq_len-1, each (T, Dh/2), float32."""
-    inv_freq = theta ** (-jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)  # (Dh/2,)
-    angles = jnp.arange(seq_len, dtype=jnp.float32)[:, None] * inv_freq[None, :]  # (T, Dh/2)
-    return jnp.cos(angles), jnp.sin(angles)
+def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin tables for positions 0..seq_len-1, each (T, Dh/2), float32, computed on the
+    host (float64, rounded once): constants of the compiled step. Computed with jnp inside
+    the step, XLA fused ``cos``/``sin`` into every rope and rope-gradient loop and evaluated
+    them once per element, ~8 % of a step's CPU time at d_model 256 / 8 layers."""
+    inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)  # (Dh/2,)
+    angles = np.arange(seq_len, dtype=np.float64)[:, None] * inv_freq[None, :]  # (T, Dh/2)
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
 def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
