@@ -7,6 +7,11 @@ Groups: matmuls (YNNPACK/dot fusions) of the forward pass, of the backward pass,
 loss/softmax, attention softmax, layout copies (transposes), the optimizer update (ops
 outside jvp/transpose), other elementwise. Times are per step, wall time of the thunk
 as the profiler saw it; on a shared machine compare shares, not absolute numbers.
+
+With more than one thread the per-thunk times mislead: XLA runs the weight-gradient
+matmuls (Eigen ``dot`` thunks) asynchronously, so the trace shows a 0.1 ms launch for each
+and their work lands inside whatever YNNPACK thunk runs beside them. ``--threads 1``
+(one XLA thread, no overlap) gives each thunk's own CPU cost.
 """
 
 from __future__ import annotations
@@ -51,10 +56,16 @@ def main() -> None:
     ap.add_argument("--size", default="default", choices=("default", "large"))
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--threads", type=int, help="XLA CPU threads (default: runtime.xla_cpu_threads)")
     a = ap.parse_args()
+    import os
+
     import bench_train
 
-    bench = bench_train.JaxBench(bench_train.sizes(bench_train.load_params())[a.size])
+    p = bench_train.load_params()
+    if a.threads:
+        os.environ["NPROC"] = str(a.threads)  # before jax starts (JaxBench imports it)
+    bench = bench_train.JaxBench(bench_train.sizes(p)[a.size])
     import jax
 
     hlo = instructions(bench.compiled_text())

@@ -107,3 +107,21 @@ def test_attention_gradient_is_jax_own(groups: int, t: int) -> None:
     for a, b in zip(ours, plain, strict=True):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_the_compiled_step_reads_the_rope_tables_instead_of_evaluating_sines() -> None:
+    """Built with jnp inside the step, the (T, Dh/2) tables were fused into every rope loop,
+    forward and backward, and a sine and a cosine evaluated per element (docs/architecture.md,
+    issue 16). The tables are host constants now: no sine or cosine over an array is left."""
+    import re
+
+    cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, max_seq_len=16)
+    graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
+    tokens = jnp.zeros((2, 16), jnp.int32)
+
+    def loss(p):
+        return nnx.merge(graphdef, p)(tokens).sum()
+
+    hlo = jax.jit(jax.value_and_grad(loss)).lower(params).compile().as_text()
+    assert re.search(r"= f32\[[0-9,]+\]\S* (sine|cosine)\(", hlo) is None
+    assert re.search(r"= f32\[\S+ (multiply|add)\(", hlo)  # the pattern reads this HLO's instruction lines
