@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import os
 import statistics
 import sys
 import time
@@ -64,22 +63,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--steps", type=int, default=3, help="steps of one version per round")
     args = ap.parse_args()
-    os.environ["NPROC"] = "2"
-    sys.path.insert(0, str(ROOT))
-    from marin.train import runtime
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_train  # the thread count, allocator and the two sizes of bench_train.py
 
-    runtime.keep_freed_memory()  # as the train stage does (runtime.configure), before jax starts
+    p = bench_train.load_params()
+    cfg0, _, b = bench_train.sizes(p)[args.size]
+    t = cfg0.max_seq_len
     import jax
     import numpy as np
 
-    from marin import config
-    from marin.train import loop
-
-    p = config.load(ROOT / "params.yaml")
-    cfg0 = loop.model_config(p, p.tokenize.vocab_size)
-    if args.size == "large":
-        cfg0 = dataclasses.replace(cfg0, d_model=256, n_layers=8, d_ff=768, max_seq_len=256)
-    b, t = p.train.batch_size, cfg0.max_seq_len
     mesh = jax.make_mesh((1,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
     x = np.random.default_rng(0).integers(0, cfg0.vocab_size, (b, t + 1), dtype=np.int32)
     batch = {"inputs": x[:, :-1], "targets": x[:, 1:]}

@@ -38,12 +38,14 @@ sys.path.insert(0, str(ROOT))
 TORCH_CMD = "uv run --no-project --python 3.11 --with torch==2.13.0 python"
 
 
-def load_params() -> Any:
+def load_params(threads: int | None = None) -> Any:
+    """params.yaml, with XLA's thread count (``runtime.xla_cpu_threads`` unless ``threads``)
+    and the allocator set as the train stage sets them; call before jax starts."""
     from marin import config
     from marin.train import runtime
 
     p = config.load(ROOT / "params.yaml")
-    os.environ["NPROC"] = str(p.runtime.xla_cpu_threads)  # before jax starts
+    os.environ["NPROC"] = str(threads or p.runtime.xla_cpu_threads)
     runtime.keep_freed_memory()  # as the train stage does (runtime.configure)
     return p
 

@@ -58,14 +58,9 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--threads", type=int, help="XLA CPU threads (default: runtime.xla_cpu_threads)")
     a = ap.parse_args()
-    import os
-
     import bench_train
 
-    p = bench_train.load_params()
-    if a.threads:
-        os.environ["NPROC"] = str(a.threads)  # before jax starts (JaxBench imports it)
-    bench = bench_train.JaxBench(bench_train.sizes(p)[a.size])
+    bench = bench_train.JaxBench(bench_train.sizes(bench_train.load_params(a.threads))[a.size])
     import jax
 
     hlo = instructions(bench.compiled_text())

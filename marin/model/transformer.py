@@ -96,7 +96,7 @@ def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[np.ndarray, 
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
-def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+def apply_rope(x: jax.Array, cos: np.ndarray | jax.Array, sin: np.ndarray | jax.Array) -> jax.Array:
     """Rotates channel pairs (i, i + Dh/2) of x (..., T, Dh) by position-dependent angles;
     cos/sin (T, Dh/2) broadcast against x's leading axes (pass them expanded to match).
     Computed in float32 (a no-op cast for float32 x)."""
