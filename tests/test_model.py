@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from marin.model import ModelConfig, Transformer
-from marin.model.transformer import causal_attention, matmul
+from marin.model import ModelConfig, Transformer, transformer
+from marin.model.transformer import attention_blocks, batch_chunks, block_mask, causal_attention, matmul
 
 
 def _rms(x: np.ndarray, scale: np.ndarray) -> np.ndarray:
@@ -86,16 +86,23 @@ def test_matmul_gradient_is_jax_own(d_in: int, d_out: int) -> None:
 
 
 def _plain_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
-    """JAX autodiff's own attention: softmax with -inf above the diagonal, per group member."""
-    b, kv, gt, dh = q.shape
+    """JAX autodiff's own attention: softmax with -inf above the diagonal, per group member
+    (q's rows are position-major: row i * G + g)."""
+    b, kv, tg, dh = q.shape
     t = k.shape[2]
-    s = jnp.einsum("bkgqd,bksd->bkgqs", q.reshape(b, kv, gt // t, t, dh), k)
+    s = jnp.einsum("bktgd,bksd->bkgts", q.reshape(b, kv, t, tg // t, dh), k)
     s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, -jnp.inf)
-    return jnp.einsum("bkgqs,bksd->bkgqd", jax.nn.softmax(s, -1), v).reshape(q.shape)
+    o = jnp.einsum("bkgts,bksd->bkgtd", jax.nn.softmax(s, -1), v)
+    return o.transpose(0, 1, 3, 2, 4).reshape(q.shape)
 
 
-@pytest.mark.parametrize("groups,t", [(1, 1), (2, 5), (4, 3)])
-def test_attention_gradient_is_jax_own(groups: int, t: int) -> None:
+@pytest.mark.parametrize("groups,t,chunk_scores", [(1, 1, None), (2, 5, None), (4, 3, None), (2, 128, None),
+                                                   (2, 128, 2 * 128 * 128)],
+                         ids=["one", "gqa", "mqa-like", "blocks", "blocks-and-chunks"])
+def test_attention_gradient_is_jax_own(groups: int, t: int, chunk_scores: int | None,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    if chunk_scores:  # two chunks of the batch of 2 (3 kv heads x 256 rows x 128 keys each)
+        monkeypatch.setattr(transformer, "ATTENTION_CHUNK_SCORES", 3 * chunk_scores)
     k = jax.random.split(jax.random.key(1), 4)
     q = 3 * jax.random.normal(k[0], (2, 3, groups * t, 8))  # large scores: far from uniform
     kk, v = 3 * jax.random.normal(k[1], (2, 3, t, 8)), jax.random.normal(k[2], (2, 3, t, 8))
@@ -107,6 +114,25 @@ def test_attention_gradient_is_jax_own(groups: int, t: int) -> None:
     for a, b in zip(ours, plain, strict=True):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_attention_blocks_cover_the_positions_and_skip_only_masked_scores() -> None:
+    assert attention_blocks(256) == [(0, 64), (64, 128), (128, 192), (192, 256)]
+    assert attention_blocks(100) == [(0, 100)]  # 64 does not divide 100: one block
+    m = block_mask(64, 128, 2)  # rows: positions 64, 64, 65, 65, ...; keys 0..127
+    assert m.shape == (128, 128)
+    full = np.tril(np.ones((256, 256), bool))  # the full causal mask, position by position
+    np.testing.assert_array_equal(m, np.repeat(full[64:128, :128], 2, axis=0))
+    for start, end in attention_blocks(256):  # nothing visible is beyond a block's end
+        assert not full[start:end, end:].any()
+
+
+def test_batch_chunks_are_the_fewest_equal_ones_within_the_budget() -> None:
+    per = transformer.ATTENTION_CHUNK_SCORES // 8
+    assert [(c.start, c.stop) for c in batch_chunks(32, per)] == [(0, 8), (8, 16), (16, 24), (24, 32)]
+    assert batch_chunks(4, per) == [slice(0, 4)]
+    assert len(batch_chunks(3, transformer.ATTENTION_CHUNK_SCORES)) == 3  # one example per chunk at most
+    assert len(batch_chunks(5, 2 * transformer.ATTENTION_CHUNK_SCORES)) == 5  # over budget: still one each
 
 
 def test_the_compiled_step_reads_the_rope_tables_instead_of_evaluating_sines() -> None:

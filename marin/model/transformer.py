@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -155,18 +156,49 @@ class RMSNorm(nnx.Module):
         return (x32 * inv_rms * self.scale[...]).astype(x.dtype)
 
 
-def _causal_mask(q_len: int, t: int) -> jax.Array:
-    """(G*T, T) bool: row ``g * T + i`` (query position i of group member g) sees keys s <= i."""
-    return jnp.tile(jnp.tril(jnp.ones((t, t), dtype=bool)), (q_len // t, 1))
+ATTENTION_BLOCK = 64  # query positions per block of causal_attention
+ATTENTION_CHUNK_SCORES = 4 * 2**20  # float32 scores per batch chunk of causal_attention (16 MiB)
+
+
+def attention_blocks(t: int) -> list[tuple[int, int]]:
+    """(start, end) query positions of each block of ``causal_attention``: blocks of
+    ``ATTENTION_BLOCK`` positions when that divides ``t`` (else one block). Block j scores
+    only the keys ``[0, end)``: the masked scores above its end are never computed."""
+    c = ATTENTION_BLOCK if t % ATTENTION_BLOCK == 0 else t
+    return [(s, s + c) for s in range(0, t, c)]
+
+
+def block_mask(start: int, end: int, g: int) -> np.ndarray:
+    """(G*(end - start), end) bool host constant: row r, query position ``start + r // G``,
+    sees the keys ``s <= start + r // G``."""
+    pos = np.repeat(np.arange(start, end), g)
+    return np.arange(end)[None, :] <= pos[:, None]
+
+
+def batch_chunks(b: int, scores_per_example: int) -> list[slice]:
+    """Slices of the batch axis for ``causal_attention``: the fewest equal chunks whose
+    scores hold at most ``ATTENTION_CHUNK_SCORES`` floats, so a chunk's scores stay in the
+    last-level cache from the matmul that writes them through the softmax that reads them."""
+    n = next(n for n in range(1, b + 1)
+             if n == b or (b % n == 0 and (b // n) * scores_per_example <= ATTENTION_CHUNK_SCORES))
+    return [slice(i * (b // n), (i + 1) * (b // n)) for i in range(n)]
+
+
+def _join(parts: list[jax.Array], axis: int) -> jax.Array:
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
 
 
 @jax.custom_vjp
 def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     """softmax(q k^T + causal mask) v per kv head, f32 scores and probabilities.
 
-    q (B, K, G*T, Dh), already scaled by 1/sqrt(Dh), the G query heads of kv head k
-    stacked along the query axis; k, v (B, K, T, Dh). Returns (B, K, G*T, Dh).
+    q (B, K, T*G, Dh), already scaled by 1/sqrt(Dh): row ``i * G + g`` is position i of the
+    g-th query head of kv head k (position-major, so a block of positions is a contiguous
+    slice); k, v (B, K, T, Dh). Returns (B, K, T*G, Dh).
 
+    Computed by batch chunks (``batch_chunks``) and, within one, by blocks of query positions
+    (``attention_blocks``), each scoring only the keys up to its own end: at T = 256, 10/16
+    of the full (T, T) scores (docs/architecture.md, issue 16, session 8).
     The gradient is written out (Dao et al. 2022, "FlashAttention", arXiv:2205.14135,
     eq. for dS): ``dS = P * (dP - rowsum(dO * O))``. The row sum over the (T, Dh) output
     replaces autodiff's row sum over the (T, T) product ``dP * P`` and the probabilities
@@ -174,24 +206,61 @@ def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     return _attention_fwd(q, k, v)[0]
 
 
-def _attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, tuple[jax.Array, ...]]:
-    s = jnp.einsum("bkqd,bksd->bkqs", q, k, preferred_element_type=jnp.float32)  # (B, K, G*T, T)
-    s = jnp.where(_causal_mask(q.shape[2], k.shape[2]), s, jnp.finfo(jnp.float32).min)
-    e = jnp.exp(s - s.max(-1, keepdims=True))
-    p = e * (1.0 / e.sum(-1, keepdims=True))  # (B, K, G*T, T) f32
-    o = jnp.einsum("bkqs,bksd->bkqd", p.astype(v.dtype), v)  # (B, K, G*T, Dh)
-    return o, (q, k, v, p, o)
+def _chunks(q: jax.Array, k: jax.Array) -> list[slice]:
+    return batch_chunks(q.shape[0], q.shape[1] * q.shape[2] * k.shape[2])
 
 
-def _attention_bwd(res: tuple[jax.Array, ...], do: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    q, k, v, p, o = res
-    dv = jnp.einsum("bkqs,bkqd->bksd", p.astype(v.dtype), do)  # (B, K, T, Dh)
-    dp = jnp.einsum("bkqd,bksd->bkqs", do, v, preferred_element_type=jnp.float32)  # (B, K, G*T, T)
-    rows = jnp.sum(do.astype(jnp.float32) * o.astype(jnp.float32), -1, keepdims=True)  # (B, K, G*T, 1)
-    ds = (p * (dp - rows)).astype(q.dtype)  # masked entries: p = 0, so ds = 0
-    dq = jnp.einsum("bkqs,bksd->bkqd", ds, k)  # (B, K, G*T, Dh)
-    dk = jnp.einsum("bkqs,bkqd->bksd", ds, q)  # (B, K, T, Dh)
+def _attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, tuple[Any, ...]]:
+    outs, ps = [], []
+    for c in _chunks(q, k):
+        o, p = _blocks_fwd(q[c], k[c], v[c])
+        outs.append(o)
+        ps.append(p)
+    o = _join(outs, 0)
+    return o, (q, k, v, tuple(ps), o)
+
+
+def _attention_bwd(res: tuple[Any, ...], do: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    q, k, v, ps, o = res
+    grads = [_blocks_bwd(q[c], k[c], v[c], p, o[c], do[c]) for c, p in zip(_chunks(q, k), ps, strict=True)]
+    dq, dk, dv = (_join(list(g), 0) for g in zip(*grads, strict=True))
     return dq, dk, dv
+
+
+def _blocks_fwd(q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    """One batch chunk: the output and each block's probabilities (B, K, G*c, end) f32."""
+    g = q.shape[2] // k.shape[2]
+    outs, ps = [], []
+    for start, end in attention_blocks(k.shape[2]):
+        s = jnp.einsum("bkqd,bksd->bkqs", q[:, :, start * g:end * g], k[:, :, :end],
+                       preferred_element_type=jnp.float32)  # (B, K, G*c, end)
+        s = jnp.where(block_mask(start, end, g), s, jnp.finfo(jnp.float32).min)
+        e = jnp.exp(s - s.max(-1, keepdims=True))
+        ps.append(e * (1.0 / e.sum(-1, keepdims=True)))
+        outs.append(jnp.einsum("bkqs,bksd->bkqd", ps[-1].astype(v.dtype), v[:, :, :end]))  # (B, K, G*c, Dh)
+    return _join(outs, 2), tuple(ps)
+
+
+def _pad_keys(x: jax.Array, t: int) -> jax.Array:
+    """(B, K, end, Dh) -> (B, K, t, Dh), zeros after ``end``."""
+    return jnp.pad(x, ((0, 0), (0, 0), (0, t - x.shape[2]), (0, 0)))
+
+
+def _blocks_bwd(q: jax.Array, k: jax.Array, v: jax.Array, ps: tuple[jax.Array, ...], o: jax.Array,
+                do: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One batch chunk's (dq, dk, dv); dk and dv sum the blocks' gradients over their keys."""
+    t = k.shape[2]
+    g = q.shape[2] // t
+    rows = jnp.sum(do.astype(jnp.float32) * o.astype(jnp.float32), -1, keepdims=True)  # (B, K, T*G, 1)
+    dqs, dks, dvs = [], [], []
+    for (start, end), p in zip(attention_blocks(t), ps, strict=True):
+        sl = slice(start * g, end * g)
+        dvs.append(_pad_keys(jnp.einsum("bkqs,bkqd->bksd", p.astype(v.dtype), do[:, :, sl]), t))
+        dp = jnp.einsum("bkqd,bksd->bkqs", do[:, :, sl], v[:, :, :end], preferred_element_type=jnp.float32)
+        ds = (p * (dp - rows[:, :, sl])).astype(q.dtype)  # masked entries: p = 0, so ds = 0
+        dqs.append(jnp.einsum("bkqs,bksd->bkqd", ds, k[:, :, :end]))  # (B, K, G*c, Dh)
+        dks.append(_pad_keys(jnp.einsum("bkqs,bkqd->bksd", ds, q[:, :, sl]), t))
+    return _join(dqs, 2), sum(dks[1:], dks[0]), sum(dvs[1:], dvs[0])
 
 
 causal_attention.defvjp(_attention_fwd, _attention_bwd)
@@ -212,15 +281,15 @@ class Attention(nnx.Module):
     def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
         b, t, _ = x.shape  # (B, T, D)
         h, k, dh = self.n_heads, self.n_kv_heads, self.head_dim
+        g = h // k
         # One matmul for q, k and v (kernels joined in that order; the parameters stay separate).
         qkv = linear(x, self.wq, self.wk, self.wv).reshape(b, t, h + 2 * k, dh)  # (B, T, H + 2K, Dh)
-        # Heads first, once, for all of q, k, v: (B, H + 2K, T, Dh); rope on the q and k heads.
-        qkv = qkv.transpose(0, 2, 1, 3)
-        qk = apply_rope(qkv[:, : h + k], cos[None, None], sin[None, None])  # (B, H + K, T, Dh)
-        # (B, K, G*T, Dh): query head h uses kv head h // G; scaled here, on Dh columns, not T.
-        q = (qk[:, :h] * (1.0 / math.sqrt(dh))).reshape(b, k, (h // k) * t, dh)
-        out = causal_attention(q, qk[:, h:], qkv[:, h + k:])  # k, v (B, K, T, Dh) -> (B, K, G*T, Dh)
-        out = out.reshape(b, h, t, dh).transpose(0, 2, 1, 3).reshape(b, t, h * dh)  # (B, T, H*Dh)
+        # q as (B, K, T, G, Dh): query head h is kv head h // G; rope, then the 1/sqrt(Dh) scale.
+        q = qkv[:, :, :h].reshape(b, t, k, g, dh).transpose(0, 2, 1, 3, 4)
+        q = apply_rope(q, cos[:, None], sin[:, None]) * (1.0 / math.sqrt(dh))
+        kv = qkv[:, :, h:].transpose(0, 2, 1, 3)  # (B, 2K, T, Dh): k heads, then v heads
+        out = causal_attention(q.reshape(b, k, t * g, dh), apply_rope(kv[:, :k], cos, sin), kv[:, k:])
+        out = out.reshape(b, k, t, g, dh).transpose(0, 2, 1, 3, 4).reshape(b, t, h * dh)  # (B, T, H*Dh)
         return linear(out, self.wo)  # (B, T, D)
 
 
