@@ -211,13 +211,9 @@ def _chunks(q: jax.Array, k: jax.Array) -> list[slice]:
 
 
 def _attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, tuple[Any, ...]]:
-    outs, ps = [], []
-    for c in _chunks(q, k):
-        o, p = _blocks_fwd(q[c], k[c], v[c])
-        outs.append(o)
-        ps.append(p)
-    o = _join(outs, 0)
-    return o, (q, k, v, tuple(ps), o)
+    parts = [_blocks_fwd(q[c], k[c], v[c]) for c in _chunks(q, k)]  # (output, probabilities) per chunk
+    o = _join([out for out, _ in parts], 0)
+    return o, (q, k, v, tuple(ps for _, ps in parts), o)
 
 
 def _attention_bwd(res: tuple[Any, ...], do: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
