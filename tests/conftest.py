@@ -6,6 +6,7 @@ subprocesses (``python -m pipeline.<stage>`` or ``dvc repro``), exactly as a use
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -20,7 +21,26 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+# sha256 of the vendored copies of public standards, taken from the upstream files when they were
+# copied (tests/data/README.md, marin/report/reference/README.md): tests read a copy only through
+# ``reference``, which checks it, so an edited copy fails the tests that rely on it.
+PINNED = {
+    "marin/report/reference/fmti-indicators-dec2025.csv": "ab3bbdebf09f5d015909145272553bcd41b86a0129c73c4aef4722f325577c08",
+    "marin/report/reference/fmti-indicators-2024.csv": "fc2b47c8c73d0aab3c1557728a30af63cf6c648c3cf51369febe5fc248051bfc",
+    "marin/report/reference/mof-licenses.json": "d898bee5da1b5d1eef00ca3de00470af272b9abe315e4e74c742ea5a26ccea08",
+    "tests/data/mof_schema.json": "da7292f27a91280364d6e4f1965663f6cbb8da6d652a0e499e9f764db796840a",
+    "tests/data/prov-json.schema.json": "9cf7be7497718f41e40bd65f018cf6c9b815f9d7ca90a2c602d4b99322fd62d5",
+}
+
+
+def reference(name: str) -> Path:
+    """The repository's copy of the public file ``name`` (a file name, or a path under the
+    repository), after checking it against its pinned sha256."""
+    rel = name if "/" in name else next(k for k in PINNED if k.endswith("/" + name))
+    path = REPO / rel
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digest == PINNED[rel], f"{rel}: sha256 {digest} is not the pinned upstream copy's {PINNED[rel]}"
+    return path
 PROJECT_FILES = ("marin", "pipeline", "schemas", "tokenizer", "dvc.yaml", "params.yaml", "pyproject.toml",
                  "uv.lock", ".dvc/config", ".dvc/.gitignore", ".dvcignore", ".gitignore")
 BIN = Path(sys.executable).parent

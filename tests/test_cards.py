@@ -22,11 +22,10 @@ from markdown_it import MarkdownIt
 
 from marin.report import cards, fmti, mof
 from marin.report.facts import ReportError, gather
-from tests.conftest import SHARED
+from tests.conftest import reference
 
 pytestmark = pytest.mark.slow
 
-VENDOR = SHARED / "vendor"  # the upstream copies, read independently of the vendored ones
 META = {"model_name": "marin-tiny", "license": "Apache-2.0", "report_dir": "reports/marin-tiny",
         "code_license": "Apache-2.0", "model_license": "Apache-2.0", "date": "2026-11-30", "version": "0.1.0"}
 HEADER = ["domain", "subdomain", "indicator", "disclosed", "disclosure", "evidence"]
@@ -192,9 +191,9 @@ def test_datasheet_has_the_seven_sections_and_says_what_is_not_recorded(built: A
 @pytest.mark.parametrize("name", ["fmti-indicators-dec2025.csv", "fmti-indicators-2024.csv"])
 def test_fmti_has_one_row_per_indicator_with_ledger_evidence(built: Any, name: str) -> None:
     root, facts, doc = built
-    with open(VENDOR / name, newline="", encoding="utf-8-sig") as fh:
+    with open(reference(name), newline="", encoding="utf-8-sig") as fh:
         indicators = list(csv.DictReader(fh))
-    reader = csv.DictReader(io.StringIO(fmti.fmti(facts, doc, META, VENDOR / name)))
+    reader = csv.DictReader(io.StringIO(fmti.fmti(facts, doc, META, reference(name))))
     rows = list(reader)
     assert reader.fieldnames == HEADER
     assert [(r["domain"], r["subdomain"], r["indicator"]) for r in rows] == [
@@ -220,14 +219,14 @@ def test_fmti_without_its_indicator_list_is_an_error_never_a_built_in_list(built
     with pytest.raises(ReportError, match=r"missing\.csv: no such FMTI indicator list"):
         fmti.fmti(facts, doc, META, tmp_path / "missing.csv")
     with pytest.raises(ReportError, match="not an FMTI indicator list"):
-        fmti.fmti(facts, doc, META, VENDOR / "mof-licenses.json")
+        fmti.fmti(facts, doc, META, reference("mof-licenses.json"))
 
 
 def test_mof_release_validates_and_reaches_class_ii(built: Any) -> None:
     root, facts, doc = built
     meta = {**META, "model_license": "Apache-2.0"}
     release = yaml.safe_load(yaml.safe_dump(mof.mof(facts, doc, meta), sort_keys=False))
-    schema = json.loads((VENDOR / "mof_schema.json").read_text())
+    schema = json.loads(reference("mof_schema.json").read_text())
     validator = jsonschema.validators.validator_for(schema)
     validator(schema, format_checker=validator.FORMAT_CHECKER).validate(release)
     comps = {c["name"]: c for c in release["release"]["components"]}
@@ -235,14 +234,14 @@ def test_mof_release_validates_and_reaches_class_ii(built: Any) -> None:
     for c in comps.values():  # what the release points at exists in the project (the report files aside)
         if c["location"] and not c["location"].startswith(META["report_dir"]):
             assert (root / c["location"]).exists(), c
-    licenses = VENDOR / "mof-licenses.json"
+    licenses = reference("mof-licenses.json")
     # Class III and II components are all under Apache-2.0 (code/document) or CC0-1.0 (the evaluation
     # data); Class I needs a research paper, which is not included.
     assert mof.mof_class(release, licenses) == "Class II - Open Tooling"
     with pytest.raises(ReportError, match="no such MOF license list"):  # no built-in fallback list
         mof.mof_class(release, root / "missing.json")
     with pytest.raises(ReportError, match="not a MOF license list"):
-        mof.mof_class(release, VENDOR / "mof_schema.json")
+        mof.mof_class(release, reference("mof_schema.json"))
     no_card = copy.deepcopy(release)
     no_card["release"]["components"] = [c for c in comps.values() if c["name"] != "Model card"]
     assert mof.mof_class(no_card, licenses) == "Unclassified"

@@ -16,9 +16,9 @@ from prov.model import ProvDocument
 from marin import lineage
 from marin.ledger import RunFile
 from marin.paths import ledger_dir
-from tests.conftest import Project
+from tests.conftest import Project, reference
 
-SCHEMA = Path(__file__).parent / "data" / "prov-json.schema.json"
+SCHEMA = reference("prov-json.schema.json")
 TOKENIZER = "data/tokens/tokenizer.json"
 
 

@@ -15,7 +15,7 @@ import pytest
 import rfc8785
 import yaml
 
-from tests.conftest import SHARED, Project
+from tests.conftest import Project, reference
 from tests.test_verify import records, rewrite_chain, run_file
 
 pytestmark = pytest.mark.slow
@@ -122,11 +122,11 @@ def test_outside_checkers_accept_every_format(reported) -> None:
     card = ModelCard((out / "model_card.md").read_text())
     assert card.data.to_dict()["license"] == "apache-2.0" and card.data.to_dict()["model-index"]
     mof = yaml.safe_load((out / "mof.yml").read_text())
-    Draft202012Validator(json.loads((SHARED / "vendor" / "mof_schema.json").read_text())).validate(mof)
+    Draft202012Validator(json.loads(reference("mof_schema.json").read_text())).validate(mof)
     assert len(mof["release"]["components"]) == 17
     assert mof["classification"]["class"] == "Class II - Open Tooling"  # no research paper: not Class I
     prov = json.loads((out / "lineage.prov.json").read_text())
-    schema = json.loads((Path(__file__).parent / "data" / "prov-json.schema.json").read_text())
+    schema = json.loads(reference("prov-json.schema.json").read_text())
     from jsonschema import validators
 
     validators.validator_for(schema)(schema).validate(prov)

@@ -17,7 +17,7 @@ import yaml
 
 from marin.ledger.merkle import merkle_root
 from marin.report import attest
-from tests.conftest import SHARED, Project, copy_project, tiny
+from tests.conftest import PINNED, Project, copy_project, reference, tiny
 from tests.test_verify import records, run_file
 
 pytestmark = pytest.mark.slow
@@ -56,7 +56,10 @@ def no_shared_beside(proj: Project) -> None:
 def test_vendored_reference_files_are_the_upstream_copies() -> None:
     repo = Path(__file__).resolve().parents[1]
     for name in ("fmti-indicators-dec2025.csv", "fmti-indicators-2024.csv", "mof-licenses.json"):
-        assert (repo / "marin/report/reference" / name).read_bytes() == (SHARED / "vendor" / name).read_bytes()
+        reference(name)  # the copy is byte for byte the pinned upstream file
+    listed = dict(line.split()[::-1] for line in (repo / "marin/report/reference/README.md").read_text().splitlines()
+                  if len(line.split()) == 2 and len(line.split()[0]) == 64)
+    assert listed == {k.rsplit("/", 1)[1]: v for k, v in PINNED.items() if k.startswith("marin/report/reference/")}
     notice = (repo / "marin/report/reference/NOTICE").read_text()
     assert "CC-BY-4.0" in notice and "MIT" in notice and "stanford-crfm/fmti" in notice
     assert "Copyright 2024 The Model Openness Tool Authors" in (repo / "marin/report/reference/LICENSE-MIT").read_text()
@@ -76,7 +79,7 @@ def test_a_report_built_in_one_clone_verifies_in_another_without_shared(trained_
     b = copy_project(a, b_dir)
     shutil.rmtree(b.root / ".marin/keys")  # the second clone has no key, only the publisher's public key
     no_shared_beside(b)
-    with open(SHARED / "vendor" / "fmti-indicators-dec2025.csv", newline="", encoding="utf-8-sig") as fh:
+    with open(reference("fmti-indicators-dec2025.csv"), newline="", encoding="utf-8-sig") as fh:
         upstream = [(r["Domain"].strip(), r["Subdomain"].strip(), r["Indicator"].strip()) for r in csv.DictReader(fh)]
     rows = list(csv.DictReader((b.root / REPORT / "fmti.csv").open(encoding="utf-8")))
     assert len(upstream) == 100 and [(r["domain"], r["subdomain"], r["indicator"]) for r in rows] == upstream
@@ -100,10 +103,12 @@ def test_a_report_built_in_one_clone_verifies_in_another_without_shared(trained_
 
 
 @pytest.mark.parametrize("where", ["absolute", "dotdot"])
-def test_a_reference_path_outside_the_project_is_refused(trained_project: Project, where: str) -> None:
+def test_a_reference_path_outside_the_project_is_refused(trained_project: Project, where: str,
+                                                         tmp_path: Path) -> None:
     keyed(trained_project)
     params = trained_project.params
-    outside = str(SHARED / "vendor" / "fmti-indicators-dec2025.csv")
+    outside = str(tmp_path / "fmti-indicators-dec2025.csv")
+    shutil.copy(reference("fmti-indicators-dec2025.csv"), outside)
     params["report"]["fmti_indicators"] = outside if where == "absolute" else "../shared/vendor/x.csv"
     trained_project.write_params(params)
     r = trained_project.stage("report", check=False)
