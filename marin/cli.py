@@ -23,6 +23,7 @@ EPILOG = """\
 examples:
   marin ledger log                    the latest runs and their outputs
   marin ledger check                  every run, hash chain and recorded output holds
+  marin status                        outputs whose stage's code changed since they were made
   marin lineage models/final          the runs and data behind the model
   marin verify --upstream models/final    replay the model's runs bit for bit
   marin report verify reports/marin-tiny  check a published report against the ledger
@@ -186,6 +187,21 @@ def _publish(sub: Sub) -> None:
     p.set_defaults(fn=cmd.publish)
 
 
+def _stages(sub: Sub) -> None:
+    p = sub.add_parser("stages", help="the pipeline's stages and their code (import closures); dvc.yaml from them")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--check", action="store_true", help="exit 1, naming each difference, when dvc.yaml does not "
+                                                         "match the declared stages and their code")
+    how.add_argument("--write", action="store_true", help="write dvc.yaml from the declarations (marin/stages.py)")
+    p.set_defaults(fn=cmd.stages)
+
+
+def _status(sub: Sub) -> None:
+    p = sub.add_parser("status", help="outputs made by code that is no longer their stage's code (stale), "
+                                      "module by module; exit 1 when any is stale")
+    p.set_defaults(fn=cmd.status)
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -203,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the project directory (default: the nearest directory above holding params.yaml)")
     ap.add_argument("-v", "--verbose", action="store_true", help="show tracebacks and extra notes")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (_ledger, _mlflow, _lineage, _diff, _verify, _report, _schemas, _params, _pin, _publish):
+    for group in (_ledger, _status, _mlflow, _lineage, _diff, _verify, _report, _stages, _schemas, _params, _pin,
+                  _publish):
         group(sub)
     return ap
 

@@ -213,3 +213,39 @@ def publish(args: argparse.Namespace) -> int:
 
     publish(args.root, args.remote)
     return 0
+
+
+def stages(args: argparse.Namespace) -> int:
+    from marin import stages as st
+
+    if args.write:
+        from marin.fsutil import write_bytes
+
+        write_bytes(args.root / st.DVC_YAML, st.render(args.root).encode())
+        print(f"wrote {st.DVC_YAML}: {len(st.STAGES)} stages, code dependencies from their imports")
+        return 0
+    if args.check:
+        problems = st.check(args.root)
+        for line in problems:
+            print(line, file=sys.stderr)
+        print(f"stages: {st.DVC_YAML} {'matches' if not problems else 'does not match'} the declared stages and "
+              "their import closures")
+        return 1 if problems else 0
+    for s in st.STAGES:
+        files = st.code_files(args.root, s.name)
+        print(f"{s.name:<9} {s.cmd:<28} {len(files):>3} code files  params: {', '.join(s.params) or '-'}  "
+              f"outs: {', '.join(o.path for o in s.outs)}")
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    from marin.ledger.index import Index
+    from marin.status import status as stage_status
+
+    with Index.using(args.root, None) as index:
+        result = stage_status(args.root, index)
+    for st in result:
+        print(st.line(), file=sys.stderr if st.stale else sys.stdout)
+    stale = [st.stage for st in result if st.stale]
+    print(f"status: {len(stale)} stale stage(s){': ' + ', '.join(stale) if stale else ''}")
+    return 1 if stale else 0

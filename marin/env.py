@@ -126,8 +126,11 @@ def code_paths(root: Path) -> list[str]:
     return sorted(p for p in found if "__pycache__" not in p)
 
 
-def code_state(root: Path, inputs: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
-    """Git commit, tree digest, uncommitted-diff digest, and the digest of the code files.
+def code_state(root: Path, inputs: tuple[str, ...] | list[str] = (),
+               closure: list[str] | None = None) -> dict[str, Any]:
+    """Git commit, tree digest, uncommitted-diff digest, the digest of the code files, and (given
+    ``closure``, the files of a stage's code: :mod:`marin.closure`) each closure file's sha256
+    and the digest over them, which is what the recipe digest covers.
 
     A run is ``dirty`` only when something that can change its result differs from the
     commit: the code (``CODE_GLOBS``, and any file in ``CODE_DIRS``), ``dvc.yaml``, and the
@@ -160,6 +163,9 @@ def code_state(root: Path, inputs: tuple[str, ...] | list[str] = ()) -> dict[str
         "code_digest": hashing.files_digest(root, code_paths(root)),
         "lock_digest": hashing.file_digest(lock) if lock.is_file() else None,
     }
+    if closure is not None:
+        state["closure_digest"] = hashing.files_digest(root, closure)
+        state["closure"] = {p: hashing.file_digest(root / p) for p in closure if (root / p).is_file()}
     if changed:
         state["changed"] = changed[:MAX_NAMES]
     if stray:

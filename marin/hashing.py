@@ -124,12 +124,12 @@ def path_size(path: str | os.PathLike[str]) -> int:
 def files_digest(root: str | os.PathLike[str], paths: Iterable[str]) -> str:
     """Digest over named files below ``root`` (relative paths), e.g. the code of a stage."""
     root = Path(root)
-    entries = [
-        {"path": rel, "digest": file_digest(root / rel)}
-        for rel in sorted(set(paths))
-        if (root / rel).is_file()
-    ]
-    return json_digest(entries)
+    return files_map_digest({rel: file_digest(root / rel) for rel in set(paths) if (root / rel).is_file()})
+
+
+def files_map_digest(digests: Mapping[str, str]) -> str:
+    """:func:`files_digest` from recorded ``{relative path: file digest}``."""
+    return json_digest([{"path": rel, "digest": digests[rel]} for rel in sorted(digests)])
 
 
 def tree_digest(leaves: Mapping[str, Any]) -> str:

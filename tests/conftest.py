@@ -25,8 +25,10 @@ REPO = Path(__file__).resolve().parents[1]
 # copied (tests/data/README.md, marin/report/reference/README.md): tests read a copy only through
 # ``reference``, which checks it, so an edited copy fails the tests that rely on it.
 PINNED = {
-    "marin/report/reference/fmti-indicators-dec2025.csv": "ab3bbdebf09f5d015909145272553bcd41b86a0129c73c4aef4722f325577c08",
-    "marin/report/reference/fmti-indicators-2024.csv": "fc2b47c8c73d0aab3c1557728a30af63cf6c648c3cf51369febe5fc248051bfc",
+    "marin/report/reference/fmti-indicators-dec2025.csv":
+        "ab3bbdebf09f5d015909145272553bcd41b86a0129c73c4aef4722f325577c08",
+    "marin/report/reference/fmti-indicators-2024.csv":
+        "fc2b47c8c73d0aab3c1557728a30af63cf6c648c3cf51369febe5fc248051bfc",
     "marin/report/reference/mof-licenses.json": "d898bee5da1b5d1eef00ca3de00470af272b9abe315e4e74c742ea5a26ccea08",
     "tests/data/mof_schema.json": "da7292f27a91280364d6e4f1965663f6cbb8da6d652a0e499e9f764db796840a",
     "tests/data/prov-json.schema.json": "9cf7be7497718f41e40bd65f018cf6c9b815f9d7ca90a2c602d4b99322fd62d5",

@@ -10,7 +10,9 @@ from collections import Counter
 import pytest
 import yaml
 
-from tests.conftest import new_project
+from marin.stages import NAMES as STAGES
+from tests.conftest import copy_project, new_project
+from tests.test_closure import independent_closure
 
 pytestmark = pytest.mark.slow
 
@@ -51,6 +53,51 @@ def test_default_pipeline_runs_and_ledger_checks(repro) -> None:
     for stage in lock["stages"].values():  # DVC's md5 is recorded beside our sha256
         for o in stage["outs"]:
             assert recorded[o["path"]] == o["md5"]
+
+
+# Data files of a closure, with the stages that read them: modulefinder sees only modules.
+DATA_DEPS = {"marin/schema_pins.json": set(STAGES), "schemas/ledger/run.started.schema.json": set(STAGES),
+             "marin/report/reference/mof-licenses.json": {"report"}}
+
+
+def test_an_edit_to_any_module_of_a_stage_is_seen_by_dvc_and_named_by_marin_status(repro, tmp_path) -> None:
+    """For every project file that a stage's process can import (found independently, by
+    modulefinder), an edit makes exactly the stages that import it changed for DVC and stale for
+    ``marin status``, which names the file. Before closures, dvc.yaml missed e.g. shards.py."""
+    from dvc.repo import Repo
+
+    from marin.ledger.index import Index
+    from marin.status import status
+
+    proj = copy_project(repro[0], tmp_path / "proj")
+    r = proj.marin("status")
+    assert r.returncode == 0 and "status: 0 stale stage(s)" in r.stdout, r.stdout + r.stderr
+    closures = {s: independent_closure(s) for s in STAGES}
+    wanted: dict[str, set[str]] = {f: {s for s, files in closures.items() if f in files}
+                                   for f in set().union(*closures.values())}
+    wanted.update(DATA_DEPS)
+    wanted.pop("pipeline/__init__.py")  # empty: editing it is not a change DVC can be asked to see twice
+    assert "marin/data/shards.py" in wanted and "curate" in wanted["marin/data/shards.py"]
+    for rel, want in sorted(wanted.items()):
+        path = proj.root / rel
+        original = path.read_bytes()
+        path.write_bytes(original + b"\n# an edit\n")
+        try:
+            with Repo(str(proj.root)) as repo:
+                dvc_changed = {k.rsplit(":", 1)[-1] for k in repo.status()}
+            with Index.using(proj.root, None) as index:
+                named = {st.stage for st in status(proj.root, index) if rel in st.changed}
+        finally:
+            path.write_bytes(original)
+        assert dvc_changed == want, (rel, dvc_changed, want)
+        assert named == want, (rel, named, want)
+    (proj.root / "marin/data/shards.py").write_text((proj.root / "marin/data/shards.py").read_text() + "# x\n")
+    r = proj.marin("status")
+    assert r.returncode == 1
+    [line] = [x for x in r.stderr.splitlines() if x.startswith("stale:")]
+    assert line.startswith("stale: curate (data/curated, run ") and "marin/data/shards.py changed" in line
+    assert "`dvc repro curate`" in line
+    assert "curate" in proj.dvc("status").stdout
 
 
 def test_the_default_repro_writes_a_verifiable_report(repro) -> None:

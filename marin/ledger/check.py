@@ -6,17 +6,14 @@ the record seq and what differs.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from marin import hashing, schemas
-from marin.errors import IntegrityError, LedgerError, MarinError, SchemaError
+from marin import dvcfiles, hashing, schemas
+from marin.errors import IntegrityError, SchemaError
 from marin.ledger import head, listing, merkle
 from marin.ledger.head import Head
 from marin.ledger.index import hash_cache
@@ -168,67 +165,6 @@ def stream_run(path: Path, watch: int | None = None) -> RunCheck:
     return rc
 
 
-def _dvc_lock_outs(root: Path) -> dict[str, str]:
-    """Output path -> md5 of every output ``dvc.lock`` lists."""
-    lock = root / "dvc.lock"
-    if not lock.is_file():
-        return {}
-    try:
-        data = yaml.safe_load(lock.read_text()) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise LedgerError(f"{lock}: not readable YAML ({e}); restore it from git") from None
-    outs = {}
-    for stage in (data.get("stages") or {}).values():
-        for o in stage.get("outs") or []:
-            if "md5" in o:
-                outs[Path(o["path"]).as_posix()] = o["md5"]
-    return outs
-
-
-def _dvc_yaml_cached(root: Path) -> dict[str, bool]:
-    """Every output path ``dvc.yaml`` declares (outs, metrics, plots), ``${…}`` resolved from params
-    -> whether DVC caches it (``cache: false`` outputs are kept in git instead)."""
-    spec = root / "dvc.yaml"
-    if not spec.is_file():
-        return {}
-    try:
-        data = yaml.safe_load(spec.read_text()) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise LedgerError(f"{spec}: not readable YAML ({e}); restore it from git") from None
-    paths: dict[str, bool] = {}
-    for stage in (data.get("stages") or {}).values():
-        for key in ("outs", "metrics", "plots"):
-            for o in stage.get(key) or []:
-                name = next(iter(o)) if isinstance(o, dict) else str(o)
-                opts = o.get(name) if isinstance(o, dict) else None
-                paths[name] = not (isinstance(opts, dict) and opts.get("cache") is False)
-    resolved = {_interpolate(root, p): cached for p, cached in paths.items()}
-    return {Path(p).as_posix(): cached for p, cached in resolved.items() if p is not None}
-
-
-def _interpolate(root: Path, path: str) -> str | None:
-    """``reports/${report.model_name}`` with the value from the validated params (None if unknown)."""
-    if "${" not in path:
-        return path
-    from marin import config
-
-    try:
-        raw = config.load(root / "params.yaml").raw
-    except MarinError:
-        return None
-
-    def value(m: re.Match[str]) -> str:
-        v: Any = raw
-        for part in m.group(1).split("."):
-            v = v[part]
-        return str(v)
-
-    try:
-        return re.sub(r"\$\{([^}]+)\}", value, path)
-    except (KeyError, TypeError):
-        return None
-
-
 def _latest_per_stage(runs: list[RunCheck]) -> set[str]:
     """Run ids of the latest succeeded run of each stage: the outputs a workspace should hold."""
     latest: dict[str, str] = {}
@@ -246,7 +182,8 @@ def check_outputs(root: Path, runs: list[RunCheck], report: Report, hashes: hash
     for rc in runs:
         for r in rc.outputs:
             by_path[r.body["path"]].append((rc, r))
-    locked, cached = _dvc_lock_outs(root), _dvc_yaml_cached(root)
+    locked = {p: md5 for outs in dvcfiles.lock_outs(root).values() for p, md5 in outs.items()}
+    cached = dvcfiles.declared_outs(root)
     declared = set(cached)
     latest = _latest_per_stage(runs)
     problems = []

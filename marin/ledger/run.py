@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from marin import env, hashing
+from marin import env, hashing, stages
 from marin.errors import LedgerError
 from marin.ledger import listing
 from marin.ledger.index import Index, hash_cache
@@ -41,6 +41,12 @@ class Input:
     path: str  # project-relative
     license: str | None = None
     locator: str | None = None
+
+
+def recipe_code(code: dict[str, Any]) -> str:
+    """The code digest a run's recipe covers: its stage's closure (runs recorded before closures
+    were recorded: the whole code)."""
+    return code.get("closure_digest") or code["code_digest"]
 
 
 def recipe_digest(
@@ -84,7 +90,7 @@ class Plan:
         root = Path(root)
         fp = fingerprint or env.fingerprint()
         det = det_class or env.data_class(fp)
-        code = env.code_state(root, [*(i.path for i in inputs), *tracked])
+        code = env.code_state(root, [*(i.path for i in inputs), *tracked], closure=stages.code_files(root, stage))
         command = command or [relpath(root, sys.argv[0]), *sys.argv[1:]]
         hashes = hash_cache(root, index=index)  # each input read once for sha256 and md5, not again while unchanged
         digested = []
@@ -97,7 +103,7 @@ class Plan:
         recipe_inputs = [{"name": i.name, "digest": d} for i, d, _, _ in digested]
         body = {
             "stage": stage, "command": command, "params": params,
-            "recipe_digest": recipe_digest(stage, command, params, code["code_digest"], recipe_inputs, det),
+            "recipe_digest": recipe_digest(stage, command, params, recipe_code(code), recipe_inputs, det),
             "inputs": recipe_inputs, "code": code, "env": fp, "determinism_class": det,
             "determinism_digest": env.class_digest(det), "seeds": seeds or {},
         }

@@ -123,6 +123,19 @@ def load_run(root: Path, run_id: str, validate: bool = True, skip: tuple[str, ..
     return read_run(run_path(root, run_id), validate, skip)
 
 
+def read_started(root: Path, run_id: str) -> Record:
+    """The first record of run ``run_id`` (``run.started``), read without the rest of the file."""
+    path = run_path(root, run_id)
+    with open(path, "rb") as f:
+        line = f.readline()
+    if not line.endswith(b"\n"):
+        raise LedgerError(f"{path}: no complete first record; see `marin ledger check`")
+    rec = Record.from_line(line, f"{path.name} line 1", False)
+    if rec.kind != "run.started":
+        raise LedgerError(f"{path}: line 1 is {rec.kind}, not run.started; see `marin ledger check`")
+    return rec
+
+
 def _read_tail(fd: int) -> tuple[Record | None, bool]:
     """Last complete record of the open file and whether a truncated line follows it."""
     size = os.fstat(fd).st_size

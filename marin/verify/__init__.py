@@ -32,7 +32,7 @@ from marin import env, hashing
 from marin.errors import IntegrityError, MarinError
 from marin.ledger.check import check_run
 from marin.ledger.index import Index, with_index
-from marin.ledger.run import recipe_digest
+from marin.ledger.run import recipe_code, recipe_digest
 from marin.ledger.store import NoSuchRun, RunFile, RunLog, load_run, read_all
 from marin.lineage import Ledger
 from marin.paths import ledger_dir
@@ -135,12 +135,15 @@ def _restore_inputs(ledger: Ledger, log: RunLog, ws: Workspace, out: Outcome, sa
 def _check_recipe(log: RunLog) -> list[Divergence]:
     """Step 2: the recorded recipe digest is the digest of the recorded recipe fields."""
     s, seq = log.started.body, log.started.seq
-    again = recipe_digest(s["stage"], s["command"], s["params"], s["code"]["code_digest"], s["inputs"],
+    again = recipe_digest(s["stage"], s["command"], s["params"], recipe_code(s["code"]), s["inputs"],
                           s["determinism_class"])
     if again != s["recipe_digest"]:
         return [Divergence(seq, "run.started", f"recipe digest {s['recipe_digest']} is not the digest of the "
                            f"recorded stage, command, params, code, inputs and class ({again}): run.started was "
                            "edited", recorded=s["recipe_digest"], replayed=again, independent=True)]
+    if "closure" in s["code"] and hashing.files_map_digest(s["code"]["closure"]) != s["code"]["closure_digest"]:
+        return [Divergence(seq, "run.started", "code.closure_digest is not the digest of the recorded closure's "
+                           "files: run.started was edited", independent=True)]
     if env.class_digest(s["determinism_class"]) != s["determinism_digest"]:
         return [Divergence(seq, "run.started", "determinism_digest is not the digest of the recorded class: "
                            "run.started was edited", recorded=s["determinism_digest"], independent=True)]

@@ -1,0 +1,149 @@
+"""The code of a stage: the project files that ``python -m pipeline.<stage>`` can import or read.
+
+Found by reading imports (``ast``), never by running them: every ``import`` and ``from ...
+import`` anywhere in a module, functions included (a lazy import is still code the stage may
+run), resolved to files of the project's own packages; each imported module brings the
+``__init__.py`` of every package above it (Python runs them first), and each package brings
+its data files (non-Python files in it and in its non-package folders: the schema pins, the
+report's reference data). Every stage also reads the JSON Schemas its records are checked
+against and runs on the locked environment, so ``schemas/`` and ``uv.lock`` belong to every
+closure.
+
+The closure is what ``dvc.yaml`` lists as a stage's code (``marin stages``), what the recipe
+digest covers, and what ``marin status`` compares with the code a run recorded.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+PACKAGES = ("marin", "pipeline")  # the project's own top-level packages
+COMMON = ("schemas", "uv.lock")  # read or run by every stage
+SKIP_DIRS = ("__pycache__",)
+SKIP_SUFFIXES = (".pyc",)
+
+
+def module_file(root: Path, name: str) -> Path | None:
+    """The file that defines module ``name`` in the project, or None (not ours, or absent)."""
+    if name.split(".")[0] not in PACKAGES:
+        return None
+    base = root.joinpath(*name.split("."))
+    for candidate in (base / "__init__.py", base.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def imported_names(source: str, module: str, is_package: bool) -> set[str]:
+    """Every module name an import statement in ``source`` may load (``module`` is the name of
+    the module the source belongs to, for relative imports). ``from a import b`` yields ``a``
+    and ``a.b``: ``b`` may be a submodule or a name defined in ``a``."""
+    names: set[str] = set()
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1])
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            names.add(target)
+            names.update(f"{target}.{a.name}" for a in node.names if a.name != "*")
+    return names
+
+
+def _with_parents(name: str) -> Iterable[str]:
+    parts = name.split(".")
+    return (".".join(parts[: i + 1]) for i in range(len(parts)))
+
+
+def module_closure(root: Path, entry: str) -> list[Path]:
+    """The project's Python files that importing module ``entry`` may load, sorted."""
+    seen: dict[str, Path] = {}
+    todo = [entry]
+    while todo:
+        name = todo.pop()
+        for n in _with_parents(name):
+            if n in seen:
+                continue
+            path = module_file(root, n)
+            if path is None:
+                continue
+            seen[n] = path
+            todo.extend(imported_names(path.read_text(encoding="utf-8"), n, path.name == "__init__.py"))
+    return sorted(set(seen.values()))
+
+
+def _walk(folder: Path) -> Iterable[Path]:
+    for p in sorted(folder.iterdir()):
+        if p.is_dir():
+            if p.name not in SKIP_DIRS:
+                yield from _walk(p)
+        elif p.is_file() and not p.name.endswith(SKIP_SUFFIXES):
+            yield p
+
+
+def package_data(package_dir: Path) -> list[Path]:
+    """Non-Python files of a package: in it and in its folders that hold no Python module."""
+    out = [p for p in sorted(package_dir.iterdir()) if p.is_file() and p.suffix not in (".py", ".pyc")]
+    for sub in sorted(package_dir.iterdir()):
+        if sub.is_dir() and sub.name not in SKIP_DIRS and not any(sub.glob("*.py")):  # namespace packages too
+            out.extend(_walk(sub))
+    return out
+
+
+def files(root: Path, entry: str) -> list[str]:
+    """Project-relative paths of every file in the code closure of ``python -m ENTRY``: its
+    modules, their packages' data files, and ``COMMON``."""
+    root = Path(root)
+    modules = module_closure(root, entry)
+    files = set(modules)
+    for init in (m for m in modules if m.name == "__init__.py"):
+        files.update(package_data(init.parent))
+    for common in COMMON:
+        p = root / common
+        files.update(_walk(p) if p.is_dir() else [p] if p.is_file() else [])
+    return sorted(p.relative_to(root).as_posix() for p in files)
+
+
+def compact(root: Path, files: list[str]) -> list[str]:
+    """``files`` with each folder whose every file is listed replaced by the folder (outermost
+    first): the same set of files as DVC sees a directory dependency."""
+    root = Path(root)
+    chosen = set(files)
+    out: list[str] = []
+    covered: set[str] = set()
+    folders = sorted({str(Path(f).parent) for f in files if "/" in f} | {f for f in files if (root / f).is_dir()})
+    for folder in sorted(_ancestors(folders), key=lambda d: (d.count("/"), d)):
+        if any(folder == c or folder.startswith(c + "/") for c in covered):
+            continue
+        inside = [p.relative_to(root).as_posix() for p in _walk(root / folder)]
+        if inside and all(f in chosen for f in inside):
+            covered.add(folder)
+            out.append(folder)
+    out.extend(f for f in files if not any(f.startswith(c + "/") for c in covered))
+    return sorted(out)
+
+
+def _ancestors(folders: Iterable[str]) -> set[str]:
+    out: set[str] = set()
+    for f in folders:
+        parts = f.split("/")
+        out.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+    out.discard(".")
+    return out
+
+
+def expand(root: Path, deps: Iterable[str]) -> list[str]:
+    """The files behind dependency paths (folders walked as DVC walks them), sorted."""
+    root = Path(root)
+    out: set[str] = set()
+    for d in deps:
+        p = root / d
+        out.update(x.relative_to(root).as_posix() for x in (_walk(p) if p.is_dir() else [p]))
+    return sorted(out)

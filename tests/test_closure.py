@@ -1,0 +1,126 @@
+"""A stage's code is its import closure: the pure pieces (import reading, closure, folder
+compaction), and dvc.yaml against closures found independently with ``modulefinder``."""
+
+from __future__ import annotations
+
+import modulefinder
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from marin import closure, stages
+from tests.conftest import REPO
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def test_imported_names_reads_every_import_form_including_lazy_and_relative() -> None:
+    src = """
+import os, marin.a
+from marin.b import c, d as e
+from . import sibling
+from .sub import thing
+from .. import up
+def f():
+    from marin.lazy import x
+    import marin.lazier
+"""
+    names = closure.imported_names(src, "marin.pkg.mod", is_package=False)
+    assert {"os", "marin.a", "marin.b", "marin.b.c", "marin.b.d", "marin.lazy", "marin.lazy.x",
+            "marin.lazier", "marin.pkg", "marin.pkg.sibling", "marin.pkg.sub", "marin.pkg.sub.thing",
+            "marin", "marin.up"} <= names
+    assert "marin.b.e" not in names  # an alias is not a module
+    in_package = closure.imported_names("from . import x", "marin.pkg", is_package=True)
+    assert in_package == {"marin.pkg", "marin.pkg.x"}
+
+
+def test_module_closure_follows_imports_parents_and_stops_at_other_packages(tmp_path: Path) -> None:
+    write(tmp_path, {
+        "pipeline/__init__.py": "",
+        "pipeline/s.py": "from marin.a import f\nimport json\n",
+        "marin/__init__.py": "",
+        "marin/a.py": "def f():\n    from marin.sub import b\n",
+        "marin/sub/__init__.py": "from .c import g\n",
+        "marin/sub/b.py": "",
+        "marin/sub/c.py": "",
+        "marin/unused.py": "import marin.a\n",
+    })
+    got = [p.relative_to(tmp_path).as_posix() for p in closure.module_closure(tmp_path, "pipeline.s")]
+    assert got == ["marin/__init__.py", "marin/a.py", "marin/sub/__init__.py", "marin/sub/b.py", "marin/sub/c.py",
+                   "pipeline/__init__.py", "pipeline/s.py"]
+
+
+def test_package_data_takes_data_files_and_data_folders_not_subpackages(tmp_path: Path) -> None:
+    write(tmp_path, {
+        "marin/__init__.py": "", "marin/pins.json": "{}", "marin/ref/list.csv": "a",
+        "marin/ns/mod.py": "", "marin/ns/data.json": "{}",  # a namespace package: not data
+        "marin/__pycache__/x.pyc": "",
+    })
+    got = [p.relative_to(tmp_path).as_posix() for p in closure.package_data(tmp_path / "marin")]
+    assert got == ["marin/pins.json", "marin/ref/list.csv"]
+
+
+def test_compact_then_expand_gives_back_the_same_files(tmp_path: Path) -> None:
+    write(tmp_path, {"a/x.py": "", "a/y.py": "", "a/b/z.py": "", "c/p.py": "", "c/q.py": "", "top.lock": ""})
+    files = ["a/b/z.py", "a/x.py", "a/y.py", "c/p.py", "top.lock"]
+    compacted = closure.compact(tmp_path, files)
+    assert compacted == ["a", "c/p.py", "top.lock"]  # c/q.py is not in: c stays file by file
+    assert closure.expand(tmp_path, compacted) == files
+
+
+def independent_closure(stage: str) -> set[str]:
+    """The project files ``python -m pipeline.<stage>`` may import, by the standard library's
+    modulefinder (bytecode scanning, function bodies included), searching the repository only."""
+    finder = modulefinder.ModuleFinder(path=[str(REPO)])
+    finder.run_script(str(REPO / "pipeline" / f"{stage}.py"))
+    files = {Path(m.__file__).resolve() for m in finder.modules.values() if m.__file__}
+    # a package's __init__ runs whenever a module below it is imported
+    inits = {p.parent / "__init__.py" for f in files for p in [f, *f.parents] if REPO in p.parents}
+    return {p.relative_to(REPO).as_posix() for p in files | inits
+            if p.is_file() and p.is_relative_to(REPO) and p.parts[len(REPO.parts)] in ("marin", "pipeline")}
+
+
+@pytest.mark.parametrize("stage", stages.NAMES)
+def test_dvc_yaml_lists_every_module_the_stage_imports(stage: str) -> None:
+    spec = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"][stage]
+    listed = set(closure.expand(REPO, [d for d in spec["deps"] if (REPO / d).exists()]))
+    found = independent_closure(stage)
+    assert found, stage
+    assert found - {"pipeline/__init__.py"} <= listed, sorted(found - listed)
+    assert {"schemas/ledger/run.started.schema.json", "marin/schema_pins.json", "uv.lock"} <= listed
+    assert spec["cmd"] == f"python -m pipeline.{stage}"
+
+
+def test_dvc_yaml_is_what_the_declarations_generate() -> None:
+    assert stages.check(REPO) == []
+    r = subprocess.run([sys.executable, "-m", "marin.cli", "stages", "--check"], cwd=REPO, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_stages_check_names_a_missing_dependency(tmp_path: Path) -> None:
+    for rel in ("marin", "pipeline", "schemas", "uv.lock", "params.yaml", "dvc.yaml"):
+        src = REPO / rel
+        if src.is_dir():
+            import shutil
+
+            shutil.copytree(src, tmp_path / rel, ignore=lambda d, names: [n for n in names if n == "__pycache__"])
+        else:
+            (tmp_path / rel).write_bytes(src.read_bytes())
+    text = (tmp_path / "dvc.yaml").read_text()
+    (tmp_path / "dvc.yaml").write_text(text.replace("      - marin/data/shards.py\n", "", 1))
+    problems = stages.check(tmp_path)
+    assert any("marin/data/shards.py" in p for p in problems), problems
+    r = subprocess.run([sys.executable, "-m", "marin.cli", "--root", str(tmp_path), "stages", "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "marin/data/shards.py" in r.stderr and "marin stages --write" in r.stderr
+    subprocess.run([sys.executable, "-m", "marin.cli", "--root", str(tmp_path), "stages", "--write"], check=True,
+                   capture_output=True)
+    assert (tmp_path / "dvc.yaml").read_text() == text
