@@ -171,6 +171,7 @@ class RuntimeParams:
     param_sharding: str  # replicated | fsdp
     data: DataRuntime = DataRuntime()
     processes: int = 1  # jax.distributed processes; the mesh's data axis has processes * devices devices
+    determinism: str = "portable"  # portable (bits pinned to x86-64-v3) | native (this CPU's fastest kernels)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from marin import hashing
+from marin import cpu, hashing
 from marin.errors import MarinError
 
 # Variables that can change results or explain them. Everything else stays out.
@@ -44,14 +44,6 @@ LOCK_FILE = "uv.lock"
 # (params.yaml: the sections a stage reads are in its run.started); not part of the code state.
 DIFF_EXCLUDE = ("ledger", "dvc.lock", "reports", "mlflow.db", "params.yaml")
 
-# CPU features that decide which kernels XLA and numpy pick.
-_ISA_FLAGS = (
-    "sse2", "sse3", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f",
-    "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx512_vnni", "avx512_bf16",
-    "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2",
-)
-
-
 def recorded_env_vars(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The allow-listed environment variables and their values."""
     environ = dict(os.environ if environ is None else environ)
@@ -62,26 +54,6 @@ def recorded_env_vars(environ: dict[str, str] | None = None) -> dict[str, str]:
         ):
             out[k] = environ[k]
     return out
-
-
-def _cpuinfo() -> tuple[str, list[str]]:
-    model, flags = platform.processor() or "unknown", []
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return model, flags
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key in ("model name", "Model", "CPU part") and model in ("unknown", "", platform.machine()):
-            model = value.strip()
-        if key in ("flags", "Features") and not flags:
-            flags = value.split()
-    return model, flags
-
-
-def isa_flags() -> list[str]:
-    return sorted(f for f in _cpuinfo()[1] if f in _ISA_FLAGS)
 
 
 def usable_cores() -> list[int]:
@@ -180,15 +152,15 @@ def _lines(out: str | None) -> list[str]:
 
 def fingerprint() -> dict[str, Any]:
     """What this machine and interpreter are, as far as a run's results may care."""
-    model, _ = _cpuinfo()
     return {
         "python": sys.version.split()[0],
         "python_implementation": platform.python_implementation(),
         "platform": platform.platform(),
         "machine": platform.machine(),
         "byteorder": sys.byteorder,
-        "cpu_model": model,
-        "isa_flags": isa_flags(),
+        "cpu_model": cpu.model(),  # from cpuid, as the kernels see it (marin/cpu.py)
+        "isa_flags": cpu.reported_features(),
+        "isa_level": cpu.isa_level(),
         "cpu_count": os.cpu_count() or 1,
         "usable_cores": usable_cores(),
         "packages": {

@@ -43,7 +43,8 @@ class Stage:
         return f"python -m {self.module}"
 
 
-RUNTIME_TRAIN = ("runtime.xla_cpu_threads", "runtime.devices", "runtime.processes", "runtime.param_sharding")
+RUNTIME_TRAIN = ("runtime.xla_cpu_threads", "runtime.devices", "runtime.processes", "runtime.param_sharding",
+                 "runtime.determinism")
 
 STAGES: tuple[Stage, ...] = (
     Stage("fetch", params=("fetch",), outs=(Out("data/raw"),)),
@@ -52,7 +53,8 @@ STAGES: tuple[Stage, ...] = (
           dep_notes={"tokenizer": "a pretrained tokenizer.json (tokenize.pretrained.path) lies here"}),
     Stage("train", deps=("data/tokens",), params=("seed", "model", "train", *RUNTIME_TRAIN),
           outs=(Out("models/final"), Out("metrics/train_curve.csv", "plots"))),
-    Stage("evaluate", deps=("models/final", "data/tokens"), params=("evaluate", "runtime.xla_cpu_threads"),
+    Stage("evaluate", deps=("models/final", "data/tokens"),
+          params=("evaluate", "runtime.xla_cpu_threads", "runtime.determinism"),
           outs=(Out("metrics/eval.json", "metrics"),)),
     Stage("export", deps=("models/final", "data/tokens/tokenizer.json"), outs=(Out("models/hf"),),
           note="the model as a Hugging Face Llama checkpoint, tokenizer beside it"),

@@ -14,7 +14,8 @@ MODEL, TOKENS, METRICS = Path("models/final"), Path("data/tokens"), Path("metric
 
 
 def evaluate_stage(root: Path, params: Params) -> None:
-    rt = RuntimeParams(params.runtime.xla_cpu_threads, 1, "replicated")  # scoring needs no mesh
+    rt = RuntimeParams(params.runtime.xla_cpu_threads, 1, "replicated",  # scoring needs no mesh
+                       determinism=params.runtime.determinism)
     runtime.configure(rt)
     import jax
     from flax import nnx
@@ -29,7 +30,8 @@ def evaluate_stage(root: Path, params: Params) -> None:
 
     fp = env.fingerprint()
     inputs = [Input("model", MODEL.as_posix()), Input("tokens", TOKENS.as_posix())]
-    recorded = {**params.section("evaluate"), "runtime": {"xla_cpu_threads": rt.xla_cpu_threads}}
+    recorded = {**params.section("evaluate"),
+                "runtime": {"xla_cpu_threads": rt.xla_cpu_threads, "determinism": rt.determinism}}
     with Run.start(root, "evaluate", params=recorded, inputs=inputs,
                    det_class=runtime.determinism_class(rt, fp), fingerprint=fp) as run:
         graphdef, model_params, config = weights.load(root / MODEL)

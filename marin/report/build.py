@@ -29,7 +29,7 @@ from marin.errors import ParamsError
 from marin.ledger.check import check_run
 from marin.ledger.head import Head, head
 from marin.ledger.index import Index, with_index
-from marin.ledger.run import Plan, Run, recipe_digest
+from marin.ledger.run import Plan, Run, recipe_code, recipe_digest
 from marin.ledger.store import run_files
 from marin.lineage import Ledger, prov_json
 from marin.paths import ledger_dir, relpath
@@ -242,7 +242,7 @@ def _with_inputs(plan: Plan, records: list[dict[str, Any]]) -> Plan:
     b = plan.body
     inputs = [*b["inputs"], *({"name": r["name"], "digest": r["digest"]} for r in records)]
     body = {**b, "inputs": inputs, "recipe_digest": recipe_digest(
-        b["stage"], b["command"], b["params"], b["code"]["code_digest"], inputs, b["determinism_class"])}
+        b["stage"], b["command"], b["params"], recipe_code(b["code"]), inputs, b["determinism_class"])}
     return dataclasses.replace(plan, body=body, input_records=[*plan.input_records, *records])
 
 

@@ -27,6 +27,38 @@ from marin.errors import StageError
 
 _DEVICE_FLAG = "--xla_force_host_platform_device_count"
 
+# The portable determinism profile (docs/architecture.md, "Portable bits"): XLA's generated code
+# capped at AVX2, and the kernel libraries that choose their code from cpuid at run time kept
+# out of every computation, so that any CPU at the x86-64-v3 level computes the same bits.
+PORTABLE_LEVEL = "x86-64-v3"
+PORTABLE_XLA_FLAGS = (
+    "--xla_cpu_max_isa=AVX2",  # XLA's own code generation: no AVX-512 even where the CPU has it
+    "--xla_cpu_use_xnnpack=false",  # XNNPACK picks its micro-kernels from cpuid
+    "--xla_cpu_enable_platform_dependent_math=false",  # XLA's help: it gives up consistency across CPUs
+)
+
+
+def xla_flags(rt: RuntimeParams, inherited: str) -> list[str]:
+    """XLA_FLAGS for ``rt``: the inherited flags less those the runtime owns, then its own."""
+    owned = (_DEVICE_FLAG, *(f.split("=", 1)[0] for f in PORTABLE_XLA_FLAGS))
+    flags = [f for f in inherited.split() if not f.startswith(owned)]
+    if rt.determinism == "portable":
+        flags.extend(PORTABLE_XLA_FLAGS)
+    if rt.devices > 1:
+        flags.append(f"{_DEVICE_FLAG}={rt.devices}")
+    return flags
+
+
+def check_cpu(rt: RuntimeParams) -> None:
+    """A portable run needs a CPU at the profile's level: below it the bits would not be the profile's."""
+    from marin import cpu
+
+    missing = cpu.missing_for(PORTABLE_LEVEL) if rt.determinism == "portable" else []
+    if missing:
+        raise StageError(f"runtime.determinism: portable computes at {PORTABLE_LEVEL} (AVX2, FMA), and this CPU "
+                         f"({cpu.model()}) lacks {', '.join(missing)}; run on a CPU that has them, or set "
+                         "runtime.determinism: native (bits then tied to this CPU)")
+
 
 def configure(rt: RuntimeParams) -> None:
     """Set the environment XLA reads at backend initialization. Call before jax starts."""
@@ -36,11 +68,9 @@ def configure(rt: RuntimeParams) -> None:
         if xb._backends:  # already initialized: settings would be silently ignored
             raise StageError("jax was initialized before the runtime was configured; "
                              "configure the runtime first (marin.train.runtime.configure)")
+    check_cpu(rt)
     os.environ["NPROC"] = str(rt.xla_cpu_threads)
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_DEVICE_FLAG)]
-    if rt.devices > 1:
-        flags.append(f"{_DEVICE_FLAG}={rt.devices}")
-    os.environ["XLA_FLAGS"] = " ".join(flags)
+    os.environ["XLA_FLAGS"] = " ".join(xla_flags(rt, os.environ.get("XLA_FLAGS", "")))
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     keep_freed_memory()
 
@@ -92,7 +122,8 @@ def single_process(rt: RuntimeParams) -> RuntimeParams:
 
 
 def determinism_class(rt: RuntimeParams, fp: dict[str, Any]) -> dict[str, Any]:
-    """What can change the bits of a JAX computation here."""
+    """What can change the bits of a JAX computation here. Under the portable profile the CPU enters
+    only as the profile's level (any CPU at it is in the class); under native, as its features."""
     import jax
 
     devices = jax.devices()[: global_devices(rt)]
@@ -114,5 +145,11 @@ def determinism_class(rt: RuntimeParams, fp: dict[str, Any]) -> dict[str, Any]:
         "prng_impl": str(jax.config.jax_default_prng_impl),
         "x64": bool(jax.config.jax_enable_x64),
         "machine": fp["machine"],
-        "isa_flags": fp["isa_flags"],
+        **cpu_class(rt, fp),
     }
+
+
+def cpu_class(rt: RuntimeParams, fp: dict[str, Any]) -> dict[str, Any]:
+    if rt.determinism == "portable":
+        return {"profile": "portable", "isa_level": PORTABLE_LEVEL}
+    return {"profile": "native", "isa_flags": fp["isa_flags"]}

@@ -37,7 +37,7 @@ from marin.ledger.store import NoSuchRun, RunFile, RunLog, load_run, read_all
 from marin.lineage import Ledger
 from marin.paths import ledger_dir
 from marin.publish import checkpoints_dir
-from marin.verify.compare import Divergence, class_differences, compare, metric_distances
+from marin.verify.compare import Divergence, class_differences, compare, cpu_differences, describe_cpu, metric_distances
 from marin.verify.outcome import Outcome, Say, counts, json_run
 from marin.verify.segments import check_segments, draw, replay_segments
 from marin.verify.workspace import CannotVerify, InputUnavailable, Workspace
@@ -83,6 +83,7 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
         say(f"  2. recipe: MISMATCH {out.first}")
         return _finish(log, out, t0, say, index)
     say(f"  2. recipe: {started['recipe_digest']} recomputed from run.started")
+    _check_cpu(run_id, started["determinism_class"])
 
     ws = Workspace.open(root, run_id, started, keep)  # 3
     try:
@@ -103,6 +104,18 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
     finally:
         ws.close()
     return _finish(log, out, t0, say, index)
+
+
+def _check_cpu(run_id: str, det: dict[str, Any]) -> None:
+    """A run recorded under the portable profile replays only on a CPU at its level (exit 4 below it)."""
+    from marin import cpu
+
+    if det.get("profile") != "portable":
+        return
+    missing = cpu.missing_for(det["isa_level"])
+    if missing:
+        raise CannotVerify(f"step 5: run {run_id} was recorded under the portable profile at {det['isa_level']}; "
+                           f"this CPU ({cpu.model()}) lacks {', '.join(missing)}: verify it on a CPU that has them")
 
 
 def _restore_inputs(ledger: Ledger, log: RunLog, ws: Workspace, out: Outcome, say: Say) -> bool:
@@ -271,6 +284,7 @@ def _finish(log: RunLog, out: Outcome, t0: float, say: Say, index: Index) -> Out
     out.verifier.setdefault("env", env.fingerprint())
     out.verifier.setdefault("code", log.started.body["code"])
     out.verifier.setdefault("determinism_class", {})
+    out.cpu = cpu_differences(log.started.body["env"], out.verifier["env"])
     body: dict[str, Any] = {
         "verified": {"run_id": log.run_id, "recipe_digest": log.started.body["recipe_digest"],
                      "finished_digest": log.finished.digest},
@@ -278,6 +292,8 @@ def _finish(log: RunLog, out: Outcome, t0: float, say: Say, index: Index) -> Out
         "compared": out.compared, "first_divergence": out.first.to_dict() if out.first else None,
         "time": out.seconds,
     }
+    if out.cpu:
+        body["cpu"] = out.cpu
     if out.class_diffs:
         body["class_differences"] = out.class_diffs
         body["distances"] = out.distances or {}
@@ -295,9 +311,12 @@ def _finish(log: RunLog, out: Outcome, t0: float, say: Say, index: Index) -> Out
 def render(out: Outcome) -> list[str]:
     """The verdict in a few lines: class differences and distances, or the first divergence."""
     lines = []
+    if out.cpu:
+        lines.append(f"  different CPU: {describe_cpu(out.cpu)}")
     if out.class_diffs:
         lines.append("  determinism class differs from the recorded one: "
                      + "; ".join(f"{d['key']}: {d['recorded']!r} -> {d['verifier']!r}" for d in out.class_diffs[:6]))
+    if out.class_diffs and out.result != "bit-exact":
         for kind, table in (out.distances or {}).items():
             if isinstance(table, dict):
                 for name, d in list(table.items())[:12]:
@@ -312,7 +331,8 @@ def render(out: Outcome) -> list[str]:
                      f"drawn (and caught) with probability {s['k']}/{s['n']} = {s['detection_probability']:.0%}")
     verdict = {"bit-exact": "BIT-EXACT", "mismatch": "MISMATCH",
                "class-differs": "NOT BIT-EXACT: replayed in another determinism class (distances above)"}
-    lines.append(f"verify {out.run_id}: {verdict[out.result]} (exit {out.exit_code}; verification record "
+    where = " on a different CPU" if out.cpu and out.result == "bit-exact" else ""
+    lines.append(f"verify {out.run_id}: {verdict[out.result]}{where} (exit {out.exit_code}; verification record "
                  f"seq {out.record_seq})")
     return lines
 

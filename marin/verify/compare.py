@@ -154,6 +154,29 @@ def class_differences(recorded: dict[str, Any], replayed: dict[str, Any]) -> lis
             if a.get(k) != b.get(k)]
 
 
+def cpu_differences(recorded: dict[str, Any], verifier: dict[str, Any]) -> dict[str, Any] | None:
+    """How the verifier's CPU differs from the recorder's (model, level, kernel-deciding features,
+    from the two environment fingerprints), or None when it is the same CPU as far as they say."""
+    keys = ("cpu_model", "isa_level")
+    mine, theirs = set(recorded.get("isa_flags") or []), set(verifier.get("isa_flags") or [])
+    if all(recorded.get(k) == verifier.get(k) for k in keys) and mine == theirs:
+        return None
+    return {"recorded": {k: recorded.get(k) for k in keys}, "verifier": {k: verifier.get(k) for k in keys},
+            "only_recorded": sorted(mine - theirs), "only_verifier": sorted(theirs - mine)}
+
+
+def describe_cpu(d: dict[str, Any]) -> str:
+    """``cpu_differences`` in a few words: the two models, then the features one has and not the other."""
+    a, b = d["recorded"], d["verifier"]
+    parts = [f"recorded on {a.get('cpu_model')} ({a.get('isa_level')}), verified on {b.get('cpu_model')} "
+             f"({b.get('isa_level')})"]
+    if d["only_recorded"]:
+        parts.append(f"features only the recorder has: {', '.join(d['only_recorded'])}")
+    if d["only_verifier"]:
+        parts.append(f"only the verifier has: {', '.join(d['only_verifier'])}")
+    return "; ".join(parts)
+
+
 def _dist(x: float, y: float) -> dict[str, float]:
     d = abs(x - y)
     return {"abs": d, "rel": d / max(abs(x), 1e-300)}

@@ -32,16 +32,18 @@ class Outcome:
     replay_run_id: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     record_seq: int | None = None
+    cpu: dict[str, Any] | None = None  # how the verifier's CPU differs from the recorder's (None: the same)
 
     @property
     def result(self) -> str:
-        """A divergence that no class difference explains (an edited, missing or extra record, a
-        checkpoint changed on disk) is a mismatch in any class."""
+        """Bit-exact when every compared value agrees, whatever else differs between the machines
+        (the record says how). A divergence that no class difference explains (an edited, missing or
+        extra record, a checkpoint changed on disk, any divergence in the same class) is a mismatch."""
         if any(d.independent for d in self.divergences):
             return "mismatch"
-        if self.class_diffs:
-            return "class-differs"
-        return "mismatch" if self.divergences else "bit-exact"
+        if not self.divergences:
+            return "bit-exact"
+        return "class-differs" if self.class_diffs else "mismatch"
 
     @property
     def exit_code(self) -> int:
