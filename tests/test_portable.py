@@ -1,0 +1,132 @@
+"""Portable bits: under ``runtime.determinism: portable`` a run gives the same bits on every CPU
+at the x86-64-v3 level. Other CPUs are emulated with ``qemu-x86_64 -cpu MODEL`` (Debian's
+qemu-user): it runs this machine's Python and libraries while ``cpuid`` reports the emulated
+CPU, so every library that dispatches kernels by CPU takes the emulated CPU's path.
+
+qemu is ~10x slower and a JAX import under it takes about a minute, so the model is tiny
+(d_model 64, 2 layers, 4 steps) and each emulated stage runs once, without the shared JAX
+compilation cache (a cached executable compiled here would hide what another CPU compiles).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import BIN, TINY, Project, copy_project, mini_params, new_project
+
+pytestmark = pytest.mark.slow
+
+QEMU = shutil.which("qemu-x86_64")
+# Three emulated CPUs: AVX2 only (Haswell), AVX-512 (Skylake-Server), and AMD's (EPYC, AVX2, no AVX-512).
+CPUS = ("Haswell", "Skylake-Server", "EPYC")
+PORTABLE_TINY = {
+    "model": {**TINY["model"], "d_model": 64, "d_ff": 128},
+    "train": {**TINY["train"], "steps": 4, "log_every": 1, "checkpoint_every": 2},
+}
+
+
+def qemu(proj: Project, cpu: str, *argv: str, check: bool = True) -> Any:
+    if QEMU is None:  # scripts/system-packages.sh installs it; a missing emulator is a failure, not a skip
+        pytest.fail("qemu-x86_64 is not installed: run scripts/system-packages.sh (Debian package qemu-user)")
+    return proj.run(QEMU, "-cpu", cpu, str(BIN / "python"), *argv, check=check, timeout=1800)
+
+
+def fresh(proj: Project) -> Project:
+    proj.env["JAX_ENABLE_COMPILATION_CACHE"] = "false"  # each CPU compiles its own code
+    return proj
+
+
+def set_profile(proj: Project, profile: str) -> None:
+    params = proj.params
+    params.update(json.loads(json.dumps(PORTABLE_TINY)))
+    params["runtime"]["determinism"] = profile
+    proj.write_params(params)
+    proj.git("commit", "-qam", f"tiny model, {profile} profile")
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Project:
+    """Data stages run natively; the project committed with the portable tiny model."""
+    proj = fresh(new_project(tmp_path_factory.mktemp("portable") / "proj", mini_params(corpus)))
+    for stage in ("fetch", "curate", "tokenize"):
+        proj.stage(stage)
+    set_profile(proj, "portable")
+    return proj
+
+
+def train_bits(proj: Project) -> dict[str, Any]:
+    """What the train run recorded: checkpoint digests and every metric value's hex."""
+    [run] = proj.runs("train")
+    ckpts = {r["body"]["step"]: r["body"]["digest"] for r in run if r["kind"] == "checkpoint"}
+    metrics = {r["body"]["step"]: {k: v["hex"] for k, v in r["body"]["values"].items() if isinstance(v, dict)}
+               for r in run if r["kind"] == "metric"}
+    outputs = {r["body"]["name"]: r["body"]["digest"] for r in run if r["kind"] == "output"}
+    return {"checkpoints": ckpts, "metrics": metrics, "outputs": outputs, "class": run[0]["body"]["determinism_class"],
+            "env": run[0]["body"]["env"]}
+
+
+@pytest.fixture(scope="module")
+def native_train(tokens: Project, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    proj = fresh(copy_project(tokens, tmp_path_factory.mktemp("native") / "proj"))
+    proj.stage("train")
+    return train_bits(proj)
+
+
+@pytest.mark.parametrize("cpu", CPUS)
+def test_portable_train_gives_the_same_bits_on_every_emulated_cpu(tokens: Project, native_train: dict[str, Any],
+                                                                  cpu: str, tmp_path: Path) -> None:
+    proj = fresh(copy_project(tokens, tmp_path / "proj"))
+    qemu(proj, cpu, "-m", "pipeline.train")
+    got = train_bits(proj)
+    assert cpu.split("-")[0].lower() in got["env"]["cpu_model"].lower()  # cpuid saw the emulated CPU
+    assert len(got["checkpoints"]) == 2 and len(got["metrics"]) == 4
+    assert got["checkpoints"] == native_train["checkpoints"]
+    assert got["metrics"] == native_train["metrics"]
+    assert got["outputs"] == native_train["outputs"]
+    assert got["class"] == native_train["class"]  # the class is the profile, not the CPU
+    assert got["class"]["profile"] == "portable" and got["class"]["isa_level"] == "x86-64-v3"
+    if cpu == "Haswell":  # the run recorded on Haswell verifies here, on another CPU, bit-exact
+        [run] = proj.runs("train")
+        r = proj.marin("verify", run[0]["run_id"])
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "BIT-EXACT on a different CPU" in r.stdout and "Haswell" in r.stdout
+        v = [x for x in proj.runs("train")[0] if x["kind"] == "verification"][-1]["body"]
+        assert v["result"] == "bit-exact" and "avx512f" in v["cpu"]["only_verifier"]
+
+
+def test_a_native_run_from_another_cpu_is_class_differs_never_mismatch(tokens: Project, tmp_path: Path) -> None:
+    proj = fresh(copy_project(tokens, tmp_path / "proj"))
+    set_profile(proj, "native")
+    qemu(proj, "Haswell", "-m", "pipeline.train")
+    [run] = proj.runs("train")
+    assert run[0]["body"]["determinism_class"]["profile"] == "native"
+    assert "avx512f" not in run[0]["body"]["determinism_class"]["isa_flags"]
+    r = proj.marin("verify", run[0]["run_id"])
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "NOT BIT-EXACT" in r.stdout and "isa_flags" in r.stdout
+    v = [x for x in proj.runs("train")[0] if x["kind"] == "verification"][-1]["body"]
+    assert v["result"] == "class-differs" and v["exit_code"] == 3
+    assert [d["key"] for d in v["class_differences"]] == ["isa_flags"]
+
+
+def test_data_stages_and_evaluate_give_the_same_outputs_on_haswell(tokens: Project, native_train: dict[str, Any],
+                                                                   tmp_path: Path) -> None:
+    native = fresh(copy_project(tokens, tmp_path / "native"))
+    native.stage("train")
+    native.stage("evaluate")
+    emulated = fresh(copy_project(native, tmp_path / "emulated"))
+    for stage in ("fetch", "curate", "tokenize", "evaluate"):
+        qemu(emulated, "Haswell", "-m", f"pipeline.{stage}")
+    for stage in ("fetch", "curate", "tokenize", "evaluate"):
+        mine, theirs = native.runs(stage)[-1], emulated.runs(stage)[-1]
+        assert "Haswell" in theirs[0]["body"]["env"]["cpu_model"]
+        outs = {r["body"]["name"]: r["body"]["digest"] for r in mine if r["kind"] == "output"}
+        assert outs and outs == {r["body"]["name"]: r["body"]["digest"] for r in theirs if r["kind"] == "output"}
+        evals = [r["body"] for r in mine if r["kind"] == "eval"]
+        assert evals == [r["body"] for r in theirs if r["kind"] == "eval"], stage
+    assert (native.root / "metrics/eval.json").read_bytes() == (emulated.root / "metrics/eval.json").read_bytes()
