@@ -192,8 +192,8 @@ def report_verify(args: argparse.Namespace) -> int:
         print(f"FAIL {p}", file=sys.stderr)
     status = "ok" if v.ok else f"{len(v.problems)} problem(s)"
     print(f"report verify {args.directory}: {v.signature}, {v.checked.get('files', 0)} files, "
-          f"{v.checked.get('facts', 0)} facts re-derived from the ledger, "
-          f"{v.checked.get('verifications', 0)} independent verifications re-checked: {status}")
+          f"{v.checked.get('verifications', 0)} independent verifications re-checked, "
+          f"{v.checked.get('facts', 0)} facts re-derived from the ledger: {status}")
     return 0 if v.ok else 1
 
 

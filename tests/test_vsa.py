@@ -130,9 +130,17 @@ def _forge(proj: Project, tmp_path: Path, runs: dict[str, str], a_env: dict, kid
     other["predicateType"] = "https://slsa.dev/provenance/v1"
     put(runs["train"], kid_a, attest.sign(other, key_a), "invalid")
     put(runs["tokenize"], kid_a, a_env, "invalid")  # 3. a valid VSA about fetch, filed under another run
-    put(runs["evaluate"], kid_a, {**a_env, "signatures": []}, "unsigned")  # 4. no signature
+    put(runs["evaluate"], "b" * 64, {**a_env, "signatures": []}, "unsigned")  # 4. no signature
     c_key, c_pub = attest.keygen(tmp_path / "c.key")  # 5. signed with a key nobody committed
     put(runs["curate"], _kid(c_pub), attest.sign(stmt, c_key), "unverifiable")
+    d_key, d_pub = attest.keygen(tmp_path / "d.key")  # 6. a key committed under another key's id
+    (v / "keys" / f"{'d' * 64}.pub").write_bytes(d_pub.read_bytes())
+    put(runs["train"], "d" * 64, attest.sign(stmt, d_key), "invalid")
+    ev = copy.deepcopy(stmt)  # 7. about evaluate, signed, but not the version of the run in the ledger
+    ev["predicate"]["marin"]["run_id"] = runs["evaluate"]
+    ev["subject"] = [{"name": f"marin:run/{runs['evaluate']}#{n}", "digest": {"sha256": "0" * 64}}
+                     for n in ("run.finished", "recipe")]
+    put(runs["evaluate"], kid_a, attest.sign(ev, key_a), "invalid")
     return out
 
 
@@ -160,7 +168,7 @@ def test_the_report_counts_two_verifiers_and_lists_invalid_ones(trained_project:
     proj.marin("report", check=True)
     out = proj.root / "reports" / "marin-tiny"
     ok = proj.marin("report", "verify", str(out))
-    assert ok.returncode == 0 and "2 independent verifications re-checked: ok" in ok.stdout, ok.stdout + ok.stderr
+    assert ok.returncode == 0 and "2 independent verifications re-checked, " in ok.stdout, ok.stdout + ok.stderr
 
     report = json.loads((out / "report.json").read_text())
     sec, facts = report["doc"]["independent_verification"], report["facts"]
@@ -176,12 +184,13 @@ def test_the_report_counts_two_verifiers_and_lists_invalid_ones(trained_project:
         assert _fact_value(proj.root, f["source"]) == f["value"]
     md = (out / "report.md").read_text()
     section = md[md.index("## Independent verification"):md.index("## Lineage")]
-    assert "**2 verification(s) by 2 verifier key(s)**, 2 passed; 5 file(s) not counted." in section
+    assert "**2 verification(s) by 2 verifier key(s)**, 2 passed; 7 file(s) not counted." in section
     for file, status in forged.items():
         assert f"| `{file}` | {status} |" in section
     assert "signature does not verify" in section and "unknown predicate type" in section
     assert f"its subject is run {fetch}, but it is filed under {runs['tokenize']}" in section
-    assert "public key not found" in section
+    assert "public key not found" in section and f"{'d' * 64}.pub holds another key ({_kid(tmp_path / 'd.key.pub')})" \
+        in section and "another version of the run" in section
     # every file under verifications/ is an input of the report run, by digest
     [report_run] = [p for p in (proj.root / "ledger" / "runs").glob("report-*.jsonl")]
     inputs = {x["body"]["path"]: x["body"]["digest"] for x in records(report_run) if x["kind"] == "input"}

@@ -89,10 +89,11 @@ def section(f: Facts, files: Files, runs: dict[str, RunLog]) -> dict[str, Any]:
         used[p] = found.to_dict()
         if c.keyid and (kp := f"{vsa.DIR}/{vsa.KEYS}/{c.keyid}.pub") in keys:
             used[kp] = files[kp].to_dict()
-        if c.valid:
+        status, why = _status(c)
+        if status == "valid":
             counted.append(_cite(f, found, runs[parts[1]]))
         else:
-            not_counted.append({"file": p, "file_digest": found.digest, "status": c.status, "why": c.why,
+            not_counted.append({"file": p, "file_digest": found.digest, "status": status, "why": why,
                                 "keyid": c.keyid})
     verifiers = sorted({f.items[row["keyid"]].value for row in counted})
     return {"counted": counted, "not_counted": not_counted, "verifiers": verifiers,
@@ -111,6 +112,27 @@ _CITED = {  # label -> pointer into the signed statement
 }
 
 
+def _pointers(stmt: dict[str, Any]) -> list[str]:
+    segments = stmt["predicate"]["marin"].get("mode") == "segments"
+    return [ptr for _, ptr in _CITED.values()] + ([f"/predicate/marin/segments/{k}" for k in "kn"] if segments else [])
+
+
+def _status(c: vsa.Checked) -> tuple[str, str]:
+    """A VSA's status and why, for the section: a valid one must also hold every value the section cites."""
+    gap = _missing(c.statement) if c.valid else None
+    return ("invalid", f"its statement has nothing at {gap}") if gap else (c.status, c.why)
+
+
+def _missing(stmt: dict[str, Any] | None) -> str | None:
+    """The first pointer the section cites that the (signed, valid) statement lacks; None: none."""
+    for ptr in _pointers(stmt or {}):
+        try:
+            resolve(stmt, ptr)
+        except (KeyError, IndexError, ValueError, TypeError):
+            return ptr
+    return None
+
+
 def _cite(f: Facts, found: Found, log: RunLog) -> dict[str, Any]:
     stmt = attest.statement_of(json.loads(found.data))
 
@@ -120,7 +142,7 @@ def _cite(f: Facts, found: Found, log: RunLog) -> dict[str, Any]:
     row = {"file": found.path, "run_id": log.run_id, "stage": log.started.body["stage"],
            **{k: cite(label, ptr) for k, (label, ptr) in _CITED.items()}}
     if stmt["predicate"]["marin"]["mode"] == "segments":
-        row["segments"] = {k: cite(f"segments {k}", f"/predicate/marin/segments/{k}") for k in ("k", "n")}
+        row["segments"] = {k: cite(f"segments {k}", f"/predicate/marin/segments/{k}") for k in "kn"}
     return row
 
 
@@ -147,10 +169,9 @@ def recheck(section: dict[str, Any], files: Files, runs: dict[str, RunLog]) -> l
     for p, status in sorted(said.items()):
         if p not in files:
             continue  # named by ``recorded``
-        c = vsa.check(p, files[p].data, keys, runs)
-        if c.status != status:
-            problems.append(f"{p}: the report lists it as {status}, it is now {c.status}"
-                            + (f" ({c.why})" if c.why else ""))
+        now, why = _status(vsa.check(p, files[p].data, keys, runs))
+        if now != status:
+            problems.append(f"{p}: the report lists it as {status}, it is now {now}" + (f" ({why})" if why else ""))
     return problems
 
 
@@ -175,7 +196,7 @@ def lines(v: Callable[[str | None], str], doc: dict[str, Any], items: dict[str, 
         out += _table(["stage", "run", "verifier key", "CPU", "CPU features", "determinism class", "mode",
                        "result", "summary", "verified at"],
                       [[r["stage"], f"`{r['run_id']}`", v(r["keyid"]), v(r["cpu"]),
-                        f"[{len(items[r['features']].value)} features](#{r['features']})", v(r["determinism"]),
+                        _features(items[r["features"]]), v(r["determinism"]),
                         _mode(v, r), v(r["result"]), v(r["summary"]), v(r["when"])] for r in counted])
     if sec["not_counted"]:
         out += ["Not counted:", ""]
@@ -185,6 +206,12 @@ def lines(v: Callable[[str | None], str], doc: dict[str, Any], items: dict[str, 
         out += ["None yet: `marin verify --sign RUN` writes one; commit `verifications/`, then run `marin report`.",
                 ""]
     return out
+
+
+def _features(fact: Fact) -> str:
+    """The CPU features as their count, linked to the fact that lists them."""
+    n = len(fact.value) if isinstance(fact.value, list) else md_escape(fact.text)
+    return f"[{n} features](#{fact.id})"
 
 
 def _mode(v: Callable[[str | None], str], r: dict[str, Any]) -> str:

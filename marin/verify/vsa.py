@@ -180,7 +180,10 @@ def check(rel: str, data: bytes, keys: dict[str, bytes], runs: dict[str, RunLog]
         stmt = attest.verify(envelope, key)
     except (attest.AttestationError, attest.SigningKeyError) as e:
         return Checked(rel, "invalid", str(e), kid)
-    why = _statement_problem(stmt, filed_run, kid, runs)
+    try:
+        why = _statement_problem(stmt, filed_run, kid, runs)
+    except (AttributeError, KeyError, TypeError) as e:  # signed, but not shaped like a statement marin writes
+        why = f"a malformed verification summary ({type(e).__name__}: {e})"
     return Checked(rel, "invalid" if why else "valid", why or "", kid, stmt)
 
 
