@@ -42,6 +42,9 @@ Steps (each prints one line):
   6. replay        the recorded command runs again (--segments K: K checkpoint intervals)
   7. compare       every input, checkpoint, metric, eval value and output
   8. verdict       a verification record is appended to the run's ledger file
+  (--sign)         that record as a signed SLSA verification summary (in-toto, DSSE, ed25519) in
+                   verifications/<run_id>/<key id>.intoto.json; without a key this fails after
+                   the record is appended (make one with `marin keygen`)
 
 exit status:
   0  bit-exact
@@ -124,6 +127,13 @@ def _verify(sub: Sub) -> None:
     p.add_argument("--xla-flags", action="append", default=[], metavar="FLAG",
                    help="force an XLA flag on the replay (changes the determinism class: exit 3)")
     p.add_argument("--keep", action="store_true", help="keep the workspace for inspection")
+    p.add_argument("--sign", action="store_true",
+                   help="after the verification record is appended: write a signed SLSA verification summary "
+                        "to verifications/<run_id>/<key id>.intoto.json and the public key to "
+                        "verifications/keys/<key id>.pub (commit both; `marin report` lists them)")
+    p.add_argument("--key", type=Path, metavar="KEY",
+                   help="with --sign: the ed25519 private key (default: $MARIN_SIGNING_KEY, else "
+                        "report.signing_key; `marin keygen PATH` makes one)")
     p.set_defaults(fn=cmd.verify)
 
 

@@ -156,8 +156,19 @@ def verify(args: argparse.Namespace) -> int:
 
     kw = {"segments": args.segments, "seed": args.seed, "xla_flags": tuple(args.xla_flags), "keep": args.keep}
     if args.upstream:  # one ledger index for every run verified (verify.verify_upstream opens it)
-        return verify.upstream_exit(verify.verify_upstream(args.root, args.target, **kw))
-    return verify.verify(args.root, args.target, **kw).exit_code
+        rows = verify.verify_upstream(args.root, args.target, **kw)
+        code, outcomes = verify.upstream_exit(rows), [o for _, _, o in rows if isinstance(o, verify.Outcome)]
+    else:
+        out = verify.verify(args.root, args.target, **kw)
+        code, outcomes = out.exit_code, [out]
+    if args.sign:  # after the verification records are appended: they stay even when signing fails
+        from marin.fsutil import shown
+        from marin.verify import vsa
+
+        recorded = [(o.run_id, o.record_seq) for o in outcomes if o.record_seq is not None]
+        for path in vsa.sign_recorded(args.root, recorded, args.key):
+            print(f"signed: {shown(path)} (commit {vsa.DIR}/ to publish it)")
+    return code
 
 
 def report(args: argparse.Namespace) -> int:
@@ -181,6 +192,7 @@ def report_verify(args: argparse.Namespace) -> int:
         print(f"FAIL {p}", file=sys.stderr)
     status = "ok" if v.ok else f"{len(v.problems)} problem(s)"
     print(f"report verify {args.directory}: {v.signature}, {v.checked.get('files', 0)} files, "
+          f"{v.checked.get('verifications', 0)} independent verifications re-checked, "
           f"{v.checked.get('facts', 0)} facts re-derived from the ledger: {status}")
     return 0 if v.ok else 1
 

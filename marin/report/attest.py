@@ -52,12 +52,14 @@ def keygen(private_path: Path, public_path: Path | None = None) -> tuple[Path, P
     private_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    public_pem = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
     _write_new_private(private_path, private_pem)
-    fsutil.write_bytes(public_path, public_pem)
+    fsutil.write_bytes(public_path, public_pem(key.public_key()))
     return private_path, public_path
+
+
+def public_pem(public_key: Ed25519PublicKey) -> bytes:
+    """The public key as a PEM (SubjectPublicKeyInfo) file's bytes, as ``keygen`` writes ``<key>.pub``."""
+    return public_key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 def _default_public(private_path: Path) -> Path:
@@ -113,7 +115,11 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
 
 def load_public_key(path: Path) -> Ed25519PublicKey:
     """The ed25519 public key in a PEM (SubjectPublicKeyInfo) file."""
-    data = _read_key_file(path, "public")
+    return public_key_from_pem(_read_key_file(path, "public"), Path(path))
+
+
+def public_key_from_pem(data: bytes, path: Path) -> Ed25519PublicKey:
+    """The ed25519 public key in PEM ``data`` (read from ``path``, which messages name)."""
     if b"PRIVATE KEY" in data:
         raise SigningKeyError(f"{path}: a private key; verify with its public key ({_default_public(Path(path))})")
     try:
@@ -186,14 +192,16 @@ def _sha256_hex(digest: str, name: str) -> str:
         raise AttestationError(f"{name}: digest {digest!r} is not of the form sha256:<64 hex>") from None
 
 
-def statement(subjects: list[tuple[str, str]], predicate: dict[str, Any]) -> dict[str, Any]:
-    """An in-toto Statement v1 about ``(name, "sha256:<hex>")`` subjects with a SLSA Provenance v1 predicate."""
+def statement(subjects: list[tuple[str, str]], predicate: dict[str, Any],
+              predicate_type: str = PROVENANCE_TYPE) -> dict[str, Any]:
+    """An in-toto Statement v1 about ``(name, "sha256:<hex>")`` subjects with a predicate of
+    ``predicate_type`` (default: SLSA Provenance v1)."""
     if not subjects:
         raise AttestationError("a statement needs at least one subject (name, sha256 digest)")
     return {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": name, "digest": {"sha256": _sha256_hex(d, name)}} for name, d in subjects],
-        "predicateType": PROVENANCE_TYPE,
+        "predicateType": predicate_type,
         "predicate": predicate,
     }
 
@@ -317,9 +325,15 @@ def read_unsigned(envelope: Any) -> dict[str, Any]:
     return _statement_of(_payload(envelope), "unsigned")
 
 
-def verify(envelope: dict[str, Any], public_key_path: Path) -> dict[str, Any]:
-    """Check a DSSE envelope against an ed25519 public key; return the statement it carries."""
-    key = load_public_key(public_key_path)
+def statement_of(envelope: Any) -> dict[str, Any]:
+    """The statement an envelope carries, its signatures NOT checked (for reading values out of an
+    envelope that ``verify`` accepted before, or that is listed as not verified)."""
+    return _statement_of(_payload(envelope), "envelope")
+
+
+def verify(envelope: dict[str, Any], public_key: Path | Ed25519PublicKey) -> dict[str, Any]:
+    """Check a DSSE envelope against an ed25519 public key (or its PEM file); return the statement it carries."""
+    key = public_key if isinstance(public_key, Ed25519PublicKey) else load_public_key(public_key)
     kid = keyid(key)
     body = _payload(envelope)  # 1. shape, 2. payload type
     sigs = envelope["signatures"]

@@ -33,7 +33,7 @@ from marin.ledger.run import Plan, Run, recipe_code, recipe_digest
 from marin.ledger.store import run_files
 from marin.lineage import Ledger, prov_json
 from marin.paths import ledger_dir, relpath
-from marin.report import attest, cards, fmti, mof, reference, render
+from marin.report import attest, cards, fmti, mof, reference, render, verifications
 from marin.report.facts import ReportError, gather
 from marin.report.reference import References
 
@@ -51,10 +51,14 @@ def meta_for(p: ReportParams, model_digest: str) -> dict[str, Any]:
             "energy": dataclasses.asdict(p.energy) if p.energy else None}
 
 
-def render_files(ledger: Ledger, meta: dict[str, Any], refs: References) -> tuple[dict[str, bytes], dict[str, Any]]:
-    """Every re-derivable report file, as bytes, and the gathered document."""
+def render_files(ledger: Ledger, meta: dict[str, Any], refs: References,
+                 vsas: verifications.Files | None = None) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """Every re-derivable report file, as bytes, and the gathered document; ``vsas``: the files
+    under verifications/ the report reads (none when None)."""
     root = ledger.root
     facts, doc = gather(root, meta["model"], ledger)
+    doc["independent_verification"] = verifications.section(
+        facts, vsas or {}, {r["run_id"]: ledger.runs[r["run_id"]] for r in doc["lineage"]})
     meta = {**meta, "date": (doc["lineage"][-1]["finished"] or doc["lineage"][-1]["started"])[:10]}
     md = render.markdown(facts.items, doc, meta)
     curve = doc["training"]["curve"]
@@ -113,6 +117,8 @@ def statement(ledger: Ledger, files: dict[str, bytes], doc: dict[str, Any], fact
     if code.get("lock_digest"):
         deps.append(attest.resource(name="uv.lock", digest=code["lock_digest"]))
     deps += [attest.resource(name=f"reference:{k}", uri=r.path, digest=r.digest) for k, r in sorted(refs.items())]
+    deps += [attest.resource(name=f"verification:{p}", uri=p, digest=x["digest"])
+             for p, x in doc["independent_verification"]["files"].items()]
     deps.append(attest.resource(uri="marin:ledger", digest=snapshot.root,
                                 annotations={"runs": snapshot.runs, "snapshot": HEAD_FILE}))
     predicate = attest.slsa_predicate(
@@ -155,14 +161,15 @@ def _configured(root: Path, p: ReportParams) -> str:
 
 
 def write(ledger: Ledger, p: ReportParams, refs: References, snapshot: Head, key: Path | None,
-          model: str = "models/final", record: Callable[[Path], object] | None = None) -> Path:
+          model: str = "models/final", record: Callable[[Path], object] | None = None,
+          vsas: verifications.Files | None = None) -> Path:
     """Build reports/<model_name>/ (replaced whole, only once everything is ready), signed when ``key``;
     ``record(tmp)`` runs on the finished directory before it replaces the old one."""
     root = ledger.root
     target = ledger.resolve(model)
     meta = meta_for(p, target.key if target.kind == "digest" else model)
     meta["data_remote"] = _data_remote(root)
-    files, doc = render_files(ledger, meta, refs)
+    files, doc = render_files(ledger, meta, refs, vsas)
     for r in doc["lineage"]:  # vouch for nothing over a ledger that does not check
         problems = check_run(ledger.runs[r["run_id"]])
         if problems:
@@ -207,6 +214,8 @@ def publish(root: Path, params: Params, model: str = "models/final", *, index: I
     snapshot = head(ledger_dir(root), index=index)  # before this run exists: the report never depends on itself
     inputs = [{"name": k, **r.to_dict()} for k, r in sorted(refs.items())]  # the very bytes the report reads
     inputs += [_head_input(root, snapshot)] + ([_key_input(root, key)] if key is not None else [])
+    vsas = verifications.current(root)  # read once: the section is built from these very bytes
+    inputs += verifications.inputs(vsas)
     plan = Plan.make(root, "report", params=params.section("report"), inputs=[], index=index)
     rel = Path("reports") / p.model_name
 
@@ -217,7 +226,7 @@ def publish(root: Path, params: Params, model: str = "models/final", *, index: I
 
     with Run.begin(_with_inputs(plan, inputs)) as run:
         index.refresh()  # the ledger as it is now, this run's start included
-        out = write(Ledger(root, index), p, refs, snapshot, key, model, record)
+        out = write(Ledger(root, index), p, refs, snapshot, key, model, record, vsas)
     return Published(out, run.run_id, key, _configured(root, p))
 
 

@@ -7,10 +7,12 @@ Numbered steps, each with its own messages:
 2. files: every file against its digest in the statement (none added, none missing);
 3. ledger: the runs behind the report are intact, and every run of the snapshot the report was
    built from (ledger_head.json, its root signed) is still there, unchanged or only extended;
-4. references: the reference files report.json names, reread, still have their digests;
+4. references: the reference files report.json names, reread, still have their digests; the files
+   under verifications/ the Independent verification section read, reread: their digests, and
+   each VSA still as valid (or not) as the report lists it;
 5. facts: each fact looked up at exactly its source (that run file, that seq, that record
    digest, that pointer), or recomputed from its inputs; a source that is gone is named, never
-   resolved against another record;
+   resolved against another record (a VSA fact: that file, that digest, that pointer into its statement);
 6. every file re-rendered from the ledger, byte for byte, and the model's signed tensor digest.
 """
 
@@ -29,7 +31,7 @@ from marin.ledger.records import Record
 from marin.ledger.store import NoSuchRun, load_run
 from marin.lineage import Ledger
 from marin.paths import ledger_dir
-from marin.report import attest, build, reference
+from marin.report import attest, build, reference, verifications
 from marin.report.facts import FORMULAS, ReportError, fmt, resolve
 from marin.report.reference import References
 
@@ -105,11 +107,17 @@ def _rederive(root: Path, directory: Path, stmt: dict[str, Any], signed: dict[st
     _ledger(ledger, directory, stmt, old, v)  # 3
     refs, ref_problems = reference.recorded(root, old.get("references"))  # 4
     v.problems.extend(ref_problems)
+    listed = old["doc"].get("independent_verification") or {}
+    vsas, vsa_problems = verifications.recorded(root, listed)  # 4b: the VSA files, digests and validity
+    runs = {r["run_id"]: ledger.runs[r["run_id"]] for r in old["doc"]["lineage"] if r["run_id"] in ledger.runs}
+    vsa_problems += verifications.recheck(listed, vsas, runs)
+    v.problems.extend(vsa_problems)
+    v.checked["verifications"] = len(listed.get("counted", []))
     values, fact_problems = rederive(root, old["facts"])  # 5
     v.problems.extend(fact_problems)
     v.checked["facts"] = len(old["facts"])
-    if not ref_problems:  # 6
-        _rerender(ledger, directory, old, refs, v)
+    if not ref_problems and not vsa_problems:  # 6
+        _rerender(ledger, directory, old, refs, vsas, v)
     model_subject = next((d for n, d in signed.items() if n.startswith("model:")), None)
     tensor = values.get(old["doc"]["model"]["tensor_digest"])
     if tensor is not None and model_subject != tensor:
@@ -189,10 +197,11 @@ def _ledger(ledger: Ledger, directory: Path, stmt: dict[str, Any], old: dict[str
     v.problems.extend(f"ledger: {where}: {what}" for where, what in since(snap, found))
 
 
-def _rerender(ledger: Ledger, directory: Path, old: dict[str, Any], refs: References, v: Verdict) -> None:
+def _rerender(ledger: Ledger, directory: Path, old: dict[str, Any], refs: References, vsas: verifications.Files,
+              v: Verdict) -> None:
     """Step 6: every re-derivable file rebuilt from the ledger and compared byte for byte."""
     try:
-        files, _ = build.render_files(ledger, {k: old["meta"][k] for k in old["meta"] if k != "date"}, refs)
+        files, _ = build.render_files(ledger, {k: old["meta"][k] for k in old["meta"] if k != "date"}, refs, vsas)
     except (MarinError, KeyError, TypeError) as e:
         v.problems.append(f"ledger: the report cannot be re-derived: {e}")
         return
@@ -218,7 +227,8 @@ def rederive(root: Path, facts: dict[str, dict[str, Any]]) -> tuple[dict[str, An
     for fid, fact in sorted(facts.items(), key=lambda kv: (len(kv[0]), kv[0])):  # inputs come before
         src, label = fact["source"], f"fact {fid} ({fact['label']})"
         try:
-            value, note = _derived(values, src) if "formula" in src else _at_source(root, runs, src)
+            value, note = _derived(values, src) if "formula" in src else _vsa_value(root, src) if "vsa" in src \
+                else _at_source(root, runs, src)
         except _Gone as e:
             problems.append(f"{label}: {e}")
             continue
@@ -230,6 +240,13 @@ def rederive(root: Path, facts: dict[str, dict[str, Any]]) -> tuple[dict[str, An
         elif note:
             problems.append(f"{label}: {note}; the value is unchanged")
     return values, problems
+
+
+def _vsa_value(root: Path, src: dict[str, Any]) -> tuple[Any, None]:
+    try:
+        return verifications.value_at(root, src), None
+    except ReportError as e:
+        raise _Gone(str(e)) from None
 
 
 def _records(root: Path, runs: dict[str, dict[int, Record] | None], run_id: str) -> dict[int, Record] | None:

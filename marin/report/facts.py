@@ -114,6 +114,10 @@ class Facts:
             "run_id": log.run_id, "seq": rec.seq, "record": rec.digest, "file": rec.body["path"],
             "file_digest": rec.body["digest"], "pointer": pointer})
 
+    def cite_vsa(self, label: str, path: str, digest: str, statement: dict[str, Any], pointer: str) -> Fact:
+        """A value inside the statement of a signed verification summary (verifications/...)."""
+        return self._add(label, resolve(statement, pointer), {"vsa": path, "file_digest": digest, "pointer": pointer})
+
     def derive(self, label: str, formula: str, inputs: list[Fact]) -> Fact:
         """A value computed by one of ``FORMULAS`` from other facts."""
         value = FORMULAS[formula]([f.value for f in inputs])

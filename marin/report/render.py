@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marin import hashing
+from marin.report import verifications
 from marin.report.facts import Fact, md_escape
 
 CURVES = (("loss", "Loss"), ("lr", "Learning rate"), ("grad_norm", "Gradient norm (before clipping)"))
@@ -104,6 +105,7 @@ def markdown(facts: dict[str, Fact], doc: dict[str, Any], meta: dict[str, Any]) 
     _compute(d, doc, meta)
     _evaluation(d, doc)
     _environment(d, doc)
+    d.add(*verifications.lines(d.v, doc, facts))
     _lineage(d, doc)
     _people(d, meta)
     _sources(d, facts, tr["curve"])
@@ -317,6 +319,9 @@ def _sources(d: Doc, facts: dict[str, Fact], c: dict[str, Any]) -> None:
         if "formula" in src:
             where = f"{src['formula']} of " + ", ".join(f"[{i}](#{i})" for i in src["inputs"])
             rows.append([f'<a id="{f.id}"></a>{f.id}', md_escape(f.label), "derived", where])
+        elif "vsa" in src:  # a signed verification summary: the file, its digest, the pointer into its statement
+            rows.append([f'<a id="{f.id}"></a>{f.id}', md_escape(f.label),
+                         f"`{src['vsa']}` {short(src['file_digest'], 8)}", f"statement `{src['pointer']}`"])
         else:
             ptr = f"`{src['file']}` {short(src['file_digest'], 8)} `{src['pointer']}`" if "file" in src \
                 else f"`{src['pointer']}`"
@@ -367,7 +372,8 @@ def html_page(md_text: str, facts: dict[str, Fact], figures: dict[str, str], tit
             body = body[:start] + '<figure class="plot">' + svg[svg.index("<svg"):] + "</figure>" + body[end:]
     for f in facts.values():
         src = f.source
-        tip = (f"{src['formula']}" if "formula" in src else f"{src['run_id']} seq {src['seq']} {src['record']}")
+        tip = (f"{src['formula']}" if "formula" in src else f"{src['vsa']} {src['file_digest']}" if "vsa" in src
+               else f"{src['run_id']} seq {src['seq']} {src['record']}")
         body = body.replace(f'<a href="#{f.id}">', f'<a href="#{f.id}" title="{html.escape(tip)}">')
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
             f"<style>{STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n")

@@ -1,0 +1,234 @@
+"""Signed verification summaries (VSAs): what ``marin verify --sign`` writes, and how a reader checks one.
+
+A VSA is an in-toto Statement v1 with a SLSA Verification Summary v1 predicate
+(https://slsa.dev/spec/v1.0/verification_summary) about one verified run, in a DSSE envelope
+signed with ed25519 (``marin.report.attest`` builds, signs and checks envelopes). It is built
+from the ``verification`` record ``marin verify`` appended to the run, never from the machine
+anew: the result, mode, CPU and determinism class are the record's.
+
+Layout, at the project root (committed and pushed with the ledger):
+
+    verifications/<run_id>/<key id>.intoto.json   one per run and verifier key (re-signing replaces it)
+    verifications/keys/<key id>.pub               the verifier's public key (PEM)
+
+A key id is the sha256 of the raw ed25519 public key, so a key file put under another key's id
+verifies nothing: the reader recomputes the id from the file. An envelope whose key file is
+absent is "unverifiable", never counted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from marin import env, fsutil, hashing
+from marin.errors import MarinError
+from marin.ledger.records import Record
+from marin.ledger.store import RunLog, load_run
+from marin.report import attest
+
+VSA_TYPE = "https://slsa.dev/verification_summary/v1"
+VERIFIER_ID = "https://marin.local/verifier/marin-verify@v1"
+POLICY_URI = "https://marin.local/policy/replay-from-ledger@v1"
+DIR = "verifications"
+KEYS = "keys"
+SUFFIX = ".intoto.json"
+NS = "marin"  # the predicate's marin-specific fields live under this key
+PASSED, FAILED = "PASSED", "FAILED"
+_KEYID = re.compile(r"^[0-9a-f]{64}$")
+
+
+def resource_uri(run_id: str) -> str:
+    return f"marin:run/{run_id}"
+
+
+def envelope_path(root: Path, run_id: str, kid: str) -> Path:
+    return Path(root) / DIR / run_id / f"{kid}{SUFFIX}"
+
+
+def key_file(root: Path, kid: str) -> Path:
+    return Path(root) / DIR / KEYS / f"{kid}.pub"
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def level(body: dict[str, Any]) -> str:
+    """The verified level (a custom SlsaResult: SLSA reserves the ``SLSA_`` prefix): the whole run
+    replayed bit-exact, or K of its N checkpoint intervals."""
+    if body["mode"] == "segments":
+        s = body["segments"]
+        return f"MARIN_REPLAY_SEGMENTS_{s['k']}_OF_{s['n']}"
+    return "MARIN_REPLAY_FULL"
+
+
+def cpu(verifier: dict[str, Any]) -> dict[str, Any]:
+    """The verifier's CPU and determinism class, as the verification record holds them."""
+    e, det = verifier.get("env", {}), verifier.get("determinism_class", {})
+    return {"cpu_model": e.get("cpu_model"), "cpu_features": e.get("cpu_features", e.get("isa_flags", [])),
+            "machine": e.get("machine"), "usable_cores": e.get("usable_cores"),
+            "determinism_class": det, "determinism_digest": env.class_digest(det)}
+
+
+def summary(stage: str, rec: Record, kid: str) -> dict[str, Any]:
+    """The in-toto Statement of a VSA about the run verified by ``rec`` (a ``verification`` record),
+    to be signed by key ``kid``. PASSED when the verifier exited 0 (its verdict is bit-exact)."""
+    b, v = rec.body, rec.body["verified"]
+    run_id, passed = v["run_id"], b["exit_code"] == 0
+    marin = {"run_id": run_id, "stage": stage, "result": b["result"], "exit_code": b["exit_code"], "mode": b["mode"],
+             "segments": b.get("segments"), "verifier": {"keyid": kid, **cpu(b["verifier"])},
+             "compared": b["compared"], "first_divergence": b["first_divergence"],
+             "verification_record": {"seq": rec.seq, "digest": rec.digest, "time": rec.time}}
+    predicate = {
+        "verifier": {"id": VERIFIER_ID},
+        "timeVerified": rec.time,
+        "resourceUri": resource_uri(run_id),
+        "policy": {"uri": POLICY_URI},
+        "inputAttestations": [{"uri": f"{resource_uri(run_id)}#run.finished",
+                               "digest": {"sha256": hashing.parse(v["finished_digest"]).hex()}}],
+        "verificationResult": PASSED if passed else FAILED,
+        "verifiedLevels": [level(b)] if passed else [FAILED],
+        "slsaVersion": "1.0",
+        NS: marin,
+    }
+    subjects = [(f"{resource_uri(run_id)}#run.finished", v["finished_digest"]),
+                (f"{resource_uri(run_id)}#recipe", v["recipe_digest"])]
+    return attest.statement(subjects, predicate, predicate_type=VSA_TYPE)
+
+
+def signing_key(root: Path, explicit: Path | None) -> Path:
+    """``--key``, else $MARIN_SIGNING_KEY, else ``report.signing_key``: checked to be a usable ed25519 key."""
+    if explicit is None:
+        from marin import config
+        from marin.report.build import signing_key as configured
+
+        explicit = configured(root, config.load(Path(root) / "params.yaml").report)
+    attest.load_private_key(explicit)
+    return explicit
+
+
+def publish_key(root: Path, key: Path) -> tuple[str, Path]:
+    """verifications/keys/<key id>.pub for the private ``key`` (written when absent): its id and path."""
+    public = attest.load_private_key(key).public_key()
+    kid = attest.keyid(public)
+    path = key_file(root, kid)
+    if path.exists():
+        there = attest.keyid(attest.load_public_key(path))
+        if there != kid:
+            raise attest.SigningKeyError(f"{fsutil.shown(path)}: holds key {there}, not {kid}: remove that file")
+    else:
+        fsutil.write_bytes(path, attest.public_pem(public))
+    return kid, path
+
+
+def sign(root: Path, run_id: str, seq: int, key: Path) -> Path:
+    """Sign the verification record ``seq`` of ``run_id`` as a VSA; write it; return its path."""
+    log = load_run(root, run_id)
+    rec = next((r for r in log.records if r.seq == seq and r.kind == "verification"), None)
+    if rec is None:
+        raise MarinError(f"{run_id}: no verification record at seq {seq} to sign")
+    kid, _ = publish_key(root, key)
+    envelope = attest.sign(summary(log.started.body["stage"], rec, kid), key)
+    path = envelope_path(root, run_id, kid)
+    fsutil.write_bytes(path, (json.dumps(envelope, indent=2) + "\n").encode())
+    return path
+
+
+# -- checking -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What a reader found in one VSA file: ``status`` valid, invalid, unsigned or unverifiable."""
+
+    path: str  # project-relative
+    status: str
+    why: str = ""
+    keyid: str | None = None
+    statement: dict[str, Any] | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.status == "valid"
+
+
+def check(rel: str, data: bytes, keys: dict[str, bytes], runs: dict[str, RunLog]) -> Checked:
+    """Check the VSA ``data`` found at ``rel`` (verifications/<run_id>/<key id>.intoto.json): its
+    signature with the public key filed under that key id (``keys``: project-relative path of a
+    verifications/keys/ file -> its bytes), its predicate, and its subject against ``runs`` (the
+    runs it may speak about, by run id)."""
+    parts = Path(rel).parts
+    filed_run, kid = parts[-2], parts[-1].removesuffix(SUFFIX)
+    try:
+        envelope = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        return Checked(rel, "invalid", f"not JSON ({e})")
+    if not attest.is_signed(envelope):
+        return Checked(rel, "unsigned", "no signatures: nobody vouches for it")
+    if not _KEYID.match(kid):
+        return Checked(rel, "invalid", f"filed under {kid!r}, not a key id (64 hex digits)")
+    pub = f"{DIR}/{KEYS}/{kid}.pub"
+    if pub not in keys:
+        return Checked(rel, "unverifiable", f"public key not found ({pub})", kid)
+    try:
+        key = attest.public_key_from_pem(keys[pub], Path(pub))
+        if (there := attest.keyid(key)) != kid:
+            return Checked(rel, "invalid", f"{pub} holds another key ({there})", kid)
+        stmt = attest.verify(envelope, key)
+    except (attest.AttestationError, attest.SigningKeyError) as e:
+        return Checked(rel, "invalid", str(e), kid)
+    try:
+        why = _statement_problem(stmt, filed_run, kid, runs)
+    except (AttributeError, KeyError, TypeError) as e:  # signed, but not shaped like a statement marin writes
+        why = f"a malformed verification summary ({type(e).__name__}: {e})"
+    return Checked(rel, "invalid" if why else "valid", why or "", kid, stmt)
+
+
+def _statement_problem(stmt: dict[str, Any], filed_run: str, kid: str, runs: dict[str, RunLog]) -> str | None:
+    """Why a signed statement is not a VSA about run ``filed_run`` of ``runs`` by key ``kid`` (None: it is)."""
+    if stmt.get("predicateType") != VSA_TYPE:
+        return f"unknown predicate type {stmt.get('predicateType')!r} (expected {VSA_TYPE})"
+    p = stmt.get("predicate")
+    m = p.get(NS) if isinstance(p, dict) else None
+    if not isinstance(m, dict) or any(k not in m for k in ("run_id", "result", "mode", "verifier")) \
+            or p.get("verificationResult") not in (PASSED, FAILED):
+        return f"not a marin verification summary (predicate.{NS} with run_id, result, mode and verifier)"
+    run_id = m["run_id"]
+    if run_id != filed_run:
+        return f"its subject is run {run_id}, but it is filed under {filed_run}"
+    log = runs.get(run_id)
+    if log is None:
+        return f"its subject {run_id} is not a run of this report"
+    want = {f"{resource_uri(run_id)}#run.finished": log.finished.digest,
+            f"{resource_uri(run_id)}#recipe": log.started.body["recipe_digest"]}
+    got = {s.get("name"): "sha256:" + str(s.get("digest", {}).get("sha256")) for s in stmt.get("subject", [])}
+    wrong = [n for n, d in want.items() if got.get(n) != d]
+    if wrong:
+        return f"its subject {wrong[0]} is not the ledger's {want[wrong[0]]} (another version of the run)"
+    if m["verifier"].get("keyid") != kid:
+        return f"it names verifier key {m['verifier'].get('keyid')}, but key {kid} signed it"
+    return None
+
+
+def files(root: Path) -> list[str]:
+    """Every VSA and public key file under verifications/, project-relative, sorted."""
+    base = Path(root) / DIR
+    if not base.is_dir():
+        return []
+    found = [*(p for p in base.glob(f"*/*{SUFFIX}") if p.parent.name != KEYS), *(base / KEYS).glob("*.pub")]
+    return sorted(p.relative_to(root).as_posix() for p in found if p.is_file())
+
+
+def sign_recorded(root: Path, recorded: list[tuple[str, int]], key: Path | None) -> list[Path]:
+    """``marin verify --sign``: a VSA for each (run id, verification record seq), signed with ``key``
+    (else the configured signing key). Without a usable key: a SigningKeyError saying how to make
+    one; the verification records stay in the ledger, unsigned."""
+    try:
+        key = signing_key(root, key)
+    except attest.SigningKeyError as e:
+        where = ", ".join(f"{r} seq {s}" for r, s in recorded) or "nothing"
+        raise attest.SigningKeyError(f"--sign: {e}; the verification is recorded ({where}) but not signed") from None
+    return [sign(root, run_id, seq, key) for run_id, seq in recorded]
