@@ -123,16 +123,30 @@ def render(root: Path) -> str:
 
 
 def check(root: Path) -> list[str]:
-    """One line per way dvc.yaml differs from the declarations and the code's closures."""
+    """One line per way dvc.yaml differs from the declarations and the code's closures: per stage,
+    the code it misses or lists beyond its imports, else the first differing line."""
     path = Path(root) / DVC_YAML
     if not path.is_file():
         return [f"{DVC_YAML} is missing; run `marin stages --write`"]
-    want, have = render(root).splitlines(), path.read_text(encoding="utf-8").splitlines()
-    if want == have:
+    text = path.read_text(encoding="utf-8")
+    if text == render(root):
         return []
-    import difflib
+    import yaml
 
-    diff = [d for d in difflib.unified_diff(have, want, DVC_YAML, "declared", lineterm="", n=0)
-            if d[:1] in "+-" and not d.startswith(("+++", "---"))]
-    return [f"{DVC_YAML} differs from marin/stages.py and the code's imports: {d}" for d in diff] + [
-        "run `marin stages --write` and commit dvc.yaml"]
+    have = (yaml.safe_load(text) or {}).get("stages") or {}
+    problems = []
+    for s in STAGES:
+        listed = set(closure.expand(root, [d for d in (have.get(s.name) or {}).get("deps") or []
+                                           if (Path(root) / d).exists() and d not in s.deps]))
+        code = set(code_files(root, s.name))
+        if code - listed:
+            problems.append(f"{DVC_YAML}: stage {s.name} misses code it imports: {', '.join(sorted(code - listed))}")
+        if listed - code:
+            problems.append(f"{DVC_YAML}: stage {s.name} lists code it does not import: "
+                            f"{', '.join(sorted(listed - code))}")
+    if not problems:
+        want = render(root).splitlines()
+        line = next((i for i, (a, b) in enumerate(zip(text.splitlines(), want, strict=False)) if a != b),
+                    min(len(want), len(text.splitlines())))
+        problems.append(f"{DVC_YAML} line {line + 1} differs from what marin/stages.py declares")
+    return [*problems, "run `marin stages --write` and commit dvc.yaml"]
