@@ -5,6 +5,7 @@ d_ff 768, seq 256, same heads, vocabulary and batch).
 
     uv run python benchmarks/bench_train.py [--rounds 3] [--steps 10] [--sizes default,large]
         [--torch-cmd "uv run --no-project --with torch==2.13.0 python"]
+    uv run python benchmarks/bench_train.py profiles    # portable vs native determinism profile
 
 The PyTorch reference (benchmarks/torch_reference.py) runs in one worker process per size,
 started with ``--torch-cmd`` (by default an ephemeral uv environment with torch from
@@ -39,14 +40,15 @@ TORCH_CMD = "uv run --no-project --python 3.11 --with torch==2.13.0 python"
 
 
 def load_params(threads: int | None = None) -> Any:
-    """params.yaml, with XLA's thread count (``runtime.xla_cpu_threads`` unless ``threads``)
-    and the allocator set as the train stage sets them; call before jax starts."""
+    """params.yaml, with XLA's thread count (``runtime.xla_cpu_threads`` unless ``threads``), the
+    determinism profile's XLA flags and the allocator set as the train stage sets them (one device);
+    call before jax starts."""
     from marin import config
     from marin.train import runtime
 
     p = config.load(ROOT / "params.yaml")
-    os.environ["NPROC"] = str(threads or p.runtime.xla_cpu_threads)
-    runtime.keep_freed_memory()  # as the train stage does (runtime.configure)
+    runtime.configure(dataclasses.replace(p.runtime, xla_cpu_threads=threads or p.runtime.xla_cpu_threads,
+                                          devices=1, processes=1))
     return p
 
 
@@ -322,7 +324,61 @@ def topology(argv: list[str]) -> None:
     print(f"ratio 2x2 / 1x4 tokens/s: {best['2x2'] / best['1x4']:.2f}")
 
 
+# -- determinism profiles (issue 23): portable against native, side by side ----------------------
+#
+#     uv run python benchmarks/bench_train.py profiles [--rounds 5] [--steps 10] [--sizes default,large]
+#
+# XLA's flags are fixed when a process starts its backend, so each profile trains in its own worker
+# process (runtime.configure with runtime.determinism set), kept alive across rounds; rounds alternate
+# portable / native at each size, and the per-round ratios are the comparison on a shared machine.
+
+def _profile_worker(profile: str, size: str) -> None:
+    from marin import config
+    from marin.train import runtime
+
+    p = config.load(ROOT / "params.yaml")
+    runtime.configure(dataclasses.replace(p.runtime, determinism=profile))
+    bench = JaxBench(sizes(p)[size])
+    print(json.dumps({"ready": True, "compile_s": bench.compile_s, "xla_flags": os.environ["XLA_FLAGS"]}), flush=True)
+    for line in sys.stdin:
+        print(json.dumps({"tokens_per_s": bench.run(int(line))}), flush=True)
+
+
+def profiles(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(prog="bench_train.py profiles")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--sizes", default="default,large")
+    a = ap.parse_args(argv)
+    print(f"determinism profiles: training tokens/s, {a.rounds} alternating rounds of {a.steps} steps per size")
+    for size in a.sizes.split(","):
+        workers = {prof: subprocess.Popen([sys.executable, __file__, "profile-worker", prof, size], text=True,
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                   for prof in ("portable", "native")}
+        ready = {prof: json.loads(w.stdout.readline()) for prof, w in workers.items()}
+        tps: dict[str, list[float]] = {prof: [] for prof in workers}
+        for _ in range(a.rounds):
+            for prof, w in workers.items():
+                w.stdin.write(f"{a.steps}\n")
+                w.stdin.flush()
+                tps[prof].append(json.loads(w.stdout.readline())["tokens_per_s"])
+        for w in workers.values():
+            w.stdin.close()
+            w.wait()
+        ratios = [x / y for x, y in zip(tps["portable"], tps["native"], strict=True)]
+        print(f"[{size}]")
+        for prof in workers:
+            print(f"  {prof:8s} median {statistics.median(tps[prof]):8.0f} tokens/s  rounds "
+                  + ", ".join(f"{x:.0f}" for x in tps[prof]) + f"  compile {ready[prof]['compile_s']:.1f} s")
+        print(f"  portable / native: median {statistics.median(ratios):.3f}, per round "
+              + ", ".join(f"{r:.3f}" for r in ratios))
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["profiles"]:
+        sys.exit(profiles(sys.argv[2:]))
+    if sys.argv[1:2] == ["profile-worker"]:
+        sys.exit(_profile_worker(sys.argv[2], sys.argv[3]))
     if sys.argv[1:2] == ["topology"]:
         sys.exit(topology(sys.argv[2:]))
     if sys.argv[1:2] == ["topology-worker"]:
