@@ -129,13 +129,14 @@ def schemas_check(args: argparse.Namespace) -> int:
 
 def lineage(args: argparse.Namespace) -> int:
     from marin import lineage
+    from marin.ledger.query import Ledger
 
-    ledger = lineage.Ledger(args.root, skip=("metric",))  # lineage never reads metric records
+    ledger = Ledger(args.root, skip=("metric",))  # lineage never reads metric records
     target = ledger.resolve(args.target)
     if target.note:
         print(f"marin: note: {target.note}", file=sys.stderr)
     node = ledger.node(target)
-    text = lineage.render_text(node) if args.format == "text" else lineage.prov_json(node)
+    text = lineage.render(node, args.format)
     if args.output:
         args.output.write_text(text, encoding="utf-8")
     else:
