@@ -162,16 +162,12 @@ def verify(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    from marin.ledger.index import Index
-    from marin.report import build
-    from marin.tracking import sync_quietly
+    from functools import partial
 
-    params = config.load(args.root / "params.yaml")
-    with Index.using(args.root, None, refresh=False) as idx:  # one ledger index for the command
-        done = build.publish(args.root, params, args.model, index=idx)
-        print(build.report_line(done, args.root))
-        sync_quietly(args.root, idx)  # the MLflow view, as after every stage
-    return 0
+    from marin.report import report_stage
+    from marin.stage import execute
+
+    return execute(partial(report_stage.run_stage, model=args.model), args.root)  # the report stage's runtime
 
 
 def report_verify(args: argparse.Namespace) -> int:

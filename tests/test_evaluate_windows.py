@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from marin import evaluate as ev
+from marin.evaluate import scoring as ev
 
 EOS, T = 0, 8
 

@@ -41,9 +41,9 @@ def exported(tmp_path_factory: pytest.TempPathFactory, _trained_project: Project
 
 
 def _validation_windows(proj: Project, n: int) -> tuple[np.ndarray, int]:
-    """The first ``n`` evaluation windows of the validation documents (marin.evaluate's windows,
+    """The first ``n`` evaluation windows of the validation documents (marin.evaluate.scoring's windows,
     a document's last one padded with EOS)."""
-    from marin import evaluate as ev
+    from marin.evaluate import scoring as ev
 
     tm = json.loads((proj.root / "data/tokens/manifest.json").read_text())
     shards = [proj.root / "data/tokens" / s["file"] for s in tm["splits"]["validation"]["shards"]]

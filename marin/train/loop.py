@@ -124,10 +124,10 @@ class Setup:
 
 def validation_loss_fn(graphdef: Any, shards: list[Path], eos: int, seq_len: int, batch: int) -> Any:
     """The mean NLL (nats per token) of the params on the first ``batch`` validation windows
-    (marin.evaluate's windows: every document token once); a fixed batch, so the curve is cheap."""
+    (marin.evaluate.scoring's windows: every document token once); a fixed batch, so the curve is cheap."""
     import numpy as np
 
-    from marin import evaluate as ev
+    from marin.evaluate import scoring as ev
 
     rows: list[tuple[Any, Any, int]] = []
     for ids, _, _ in ev.documents(shards):
