@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from marin import hashing
 from marin.errors import MarinError
+from marin.ledger.bodies import PublicationBody
 from marin.ledger.index import Index, hash_cache, with_index
 from marin.ledger.query import Ledger
 from marin.ledger.run import Plan, Run
@@ -55,7 +55,8 @@ def publish(root: Path, remote_name: str | None = None, say: Callable[[str], Non
         say(f"publish: dvc push uploaded {pushed} file(s)")
         index.refresh()
         ledger = Ledger(root, index)
-        records, trains = [], {}
+        records: list[PublicationBody] = []
+        trains: dict[str, RunLog] = {}
         for path, md5 in outs:
             body, producer = _dvc_publication(root, remote, ledger, path, md5)
             records.append(body)
@@ -73,7 +74,7 @@ def publish(root: Path, remote_name: str | None = None, say: Callable[[str], Non
     return run.run_id
 
 
-def _dvc_publication(root: Path, remote: Remote, ledger: Ledger, path: str, md5: str) -> tuple[dict[str, Any], RunLog]:
+def _dvc_publication(root: Path, remote: Remote, ledger: Ledger, path: str, md5: str) -> tuple[PublicationBody, RunLog]:
     d = hashing.digest_path(root / path, hash_cache(root, index=ledger.index))
     if d.dvc_md5 != md5:
         raise PublishError(f"{path}: the copy here (md5 {d.dvc_md5}) is not what dvc.lock records ({md5}); "
@@ -101,8 +102,8 @@ def _put(remote: Remote, digest: str, local: Path | None = None, data: bytes | N
             f.write(data)
 
 
-def _publish_checkpoints(root: Path, remote: Remote, log: RunLog, say: Callable[[str], None]) -> list[dict[str, Any]]:
-    out = []
+def _publish_checkpoints(root: Path, remote: Remote, log: RunLog, say: Callable[[str], None]) -> list[PublicationBody]:
+    out: list[PublicationBody] = []
     for rec in log.of_kind("checkpoint"):
         b = rec.body
         where = root / b["path"]

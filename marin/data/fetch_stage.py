@@ -14,6 +14,7 @@ from marin.config import Params
 from marin.data import sources
 from marin.errors import FetchError
 from marin.ledger import Run
+from marin.ledger.bodies import InputBody
 
 RAW = Path("data/raw")
 
@@ -32,11 +33,12 @@ def run_stage(root: Path, params: Params) -> None:
             except FetchError as e:  # go on: one run names every source that fails
                 failures.append(e)
                 continue
-            run.record("input", {  # what came from outside, as verified
+            came: InputBody = {  # what came from outside, as verified
                 "name": src.name, "path": (RAW / src.name / got.name).as_posix(),
                 "digest": sources.digest_of(got), "size": hashing.path_size(got),
                 "license": src.license, "locator": f"{src.kind}:{src.locator}",
-            })
+            }
+            run.record("input", came)
             print(f"fetch: {src.name}: {src.locator} ok ({got.name})")
             run.output(f"archive:{src.name}", RAW / src.name / got.name, source=got)
         if failures:

@@ -53,6 +53,7 @@ def _score(root: Path, params: Params, run: Any, model: tuple[Any, Any, dict[str
     """Score the model and the unigram baseline; one eval record per (scorer, corpus)."""
     from marin.evaluate import scoring as ev
     from marin.ledger import exact
+    from marin.ledger.bodies import EvalBody
     from marin.progress import bar
     from marin.train import step
 
@@ -73,7 +74,7 @@ def _score(root: Path, params: Params, run: Any, model: tuple[Any, Any, dict[str
         for corpus, t in sorted(tallies.items()):
             values = {"bits_per_byte": exact(t.bits_per_byte), "perplexity": exact(t.perplexity),
                       "nll_nats": exact(t.nll_nats), "tokens": t.tokens, "bytes": t.bytes, "docs": t.docs}
-            body = {"name": name, "split": "validation", "values": values}
+            body: EvalBody = {"name": name, "split": "validation", "values": values}
             if corpus:
                 body["corpus"] = corpus
             run.record("eval", body)
