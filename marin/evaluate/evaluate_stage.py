@@ -51,6 +51,7 @@ def run_stage(root: Path, params: Params) -> None:
 def _score(root: Path, params: Params, run: Any, model: tuple[Any, Any, dict[str, Any]],
            tok_manifest: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
     """Score the model and the unigram baseline; one eval record per (scorer, corpus)."""
+    from marin.data.documents import documents, shard_tokens
     from marin.evaluate import scoring as ev
     from marin.ledger import exact
     from marin.ledger.bodies import EvalBody
@@ -64,11 +65,11 @@ def _score(root: Path, params: Params, run: Any, model: tuple[Any, Any, dict[str
         return [root / TOKENS / s["file"] for s in tok_manifest["splits"][split]["shards"]]
 
     val = shards("validation")  # documents are read as scored, twice (model, baseline)
-    docs = bar(ev.documents(val), "evaluate", total=tok_manifest["splits"]["validation"]["docs"], unit="doc")
+    docs = bar(documents(val), "evaluate", total=tok_manifest["splits"]["validation"]["docs"], unit="doc")
     scored = ev.score(step.eval_nll_fn(graphdef), model_params, docs, eos, config["model"]["max_seq_len"],
                       params.evaluate.batch_size)
-    counts = ev.token_counts(ev.shard_tokens(shards("train")), config["model"]["vocab_size"])
-    base = ev.unigram(counts, ev.documents(val))
+    counts = ev.token_counts(shard_tokens(shards("train")), config["model"]["vocab_size"])
+    base = ev.unigram(counts, documents(val))
     results: dict[str, dict[str, dict[str, Any]]] = {}
     for name, tallies in (("model", scored), ("unigram_baseline", base)):
         for corpus, t in sorted(tallies.items()):

@@ -125,14 +125,14 @@ class Setup:
 
 def validation_loss_fn(graphdef: Any, shards: list[Path], eos: int, seq_len: int, batch: int) -> Any:
     """The mean NLL (nats per token) of the params on the first ``batch`` validation windows
-    (marin.evaluate.scoring's windows: every document token once); a fixed batch, so the curve is cheap."""
+    (marin.data.documents' windows: every document token once); a fixed batch, so the curve is cheap."""
     import numpy as np
 
-    from marin.evaluate import scoring as ev
+    from marin.data.documents import documents, windows
 
     rows: list[tuple[Any, Any, int]] = []
-    for ids, _, _ in ev.documents(shards):
-        rows += list(ev.windows(ids, eos, seq_len))
+    for ids, _, _ in documents(shards):
+        rows += list(windows(ids, eos, seq_len))
         if len(rows) >= batch:
             break
     if not rows:
