@@ -71,13 +71,16 @@ def test_sigkill_then_repro_resumes_bit_identical(data_project) -> None:
     killed_at = None
     deadline = time.time() + 300
     while proc.poll() is None and time.time() < deadline:
-        runs = proj.runs("train")
+        time.sleep(0.005)
+        try:
+            runs = proj.runs("train")
+        except ValueError:  # read while the trainer was appending a line: read again
+            continue
         steps = [r["body"]["step"] for r in runs[-1] if r["kind"] == "metric"] if len(runs) == 2 else []
         if steps and steps[-1] >= target:
             proc.send_signal(signal.SIGKILL)
             killed_at = steps[-1]
             break
-        time.sleep(0.005)
     proc.wait()
     assert killed_at is not None and proc.returncode == -signal.SIGKILL, f"training ended before the kill at {target}"
     killed = proj.runs("train")[-1]
