@@ -129,13 +129,14 @@ def schemas_check(args: argparse.Namespace) -> int:
 
 def lineage(args: argparse.Namespace) -> int:
     from marin import lineage
+    from marin.ledger.query import Ledger
 
-    ledger = lineage.Ledger(args.root, skip=("metric",))  # lineage never reads metric records
+    ledger = Ledger(args.root, skip=("metric",))  # lineage never reads metric records
     target = ledger.resolve(args.target)
     if target.note:
         print(f"marin: note: {target.note}", file=sys.stderr)
     node = ledger.node(target)
-    text = lineage.render_text(node) if args.format == "text" else lineage.prov_json(node)
+    text = lineage.render(node, args.format)
     if args.output:
         args.output.write_text(text, encoding="utf-8")
     else:
@@ -172,16 +173,12 @@ def verify(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    from marin.ledger.index import Index
-    from marin.report import build
-    from marin.tracking import sync_quietly
+    from functools import partial
 
-    params = config.load(args.root / "params.yaml")
-    with Index.using(args.root, None, refresh=False) as idx:  # one ledger index for the command
-        done = build.publish(args.root, params, args.model, index=idx)
-        print(build.report_line(done, args.root))
-        sync_quietly(args.root, idx)  # the MLflow view, as after every stage
-    return 0
+    from marin.report import report_stage
+    from marin.stage import execute
+
+    return execute(partial(report_stage.run_stage, model=args.model), args.root)  # the report stage's runtime
 
 
 def report_verify(args: argparse.Namespace) -> int:

@@ -39,24 +39,29 @@ def guarded(fn: Callable[[], int], verbose: bool = False) -> int:
         return 130
 
 
-def stage_main(stage: Callable[[Path, config.Params], bool | None]) -> None:
-    """Entry point of a pipeline/ script: validate params, run the stage, exit cleanly. A stage
-    returns False in a process that must not mirror the run into MLflow (a train worker other
-    than process 0, or the launcher of local workers)."""
-    verbose = "-v" in sys.argv or "--verbose" in sys.argv
+StageFn = Callable[[Path, config.Params], bool | None]
 
-    def go() -> int:
-        root = project_root()
-        params = config.load(root / "params.yaml")  # before any work: exit 2, no run started
-        from marin import schemas
 
-        for problem in schemas.pin_problems()[:1]:  # records are written only against the pinned schemas
-            raise SchemaError(problem)
-        if stage(root, params) is False:
-            return 0
-        from marin.tracking import sync_quietly
+def execute(stage: StageFn, root: Path) -> int:
+    """Validate params, check the schema pins, run the stage, mirror it into MLflow: what every
+    stage and ``marin report`` do. A stage returns False in a process that must not mirror the
+    run (a train worker other than process 0, the launcher of local workers, or a stage that
+    mirrored it itself with its own ledger index)."""
+    params = config.load(root / "params.yaml")  # before any work: exit 2, no run started
+    from marin import schemas
 
-        sync_quietly(root)  # the MLflow view; never fails the stage
+    for problem in schemas.pin_problems()[:1]:  # records are written only against the pinned schemas
+        raise SchemaError(problem)
+    if stage(root, params) is False:
         return 0
+    from marin.tracking import sync_quietly
 
-    sys.exit(guarded(go, verbose))
+    sync_quietly(root)  # the MLflow view; never fails the stage
+    return 0
+
+
+def stage_main(stage: StageFn) -> None:
+    """Entry point of a pipeline/ script: :func:`execute` in the project around the working
+    directory, guarded, then exit."""
+    verbose = "-v" in sys.argv or "--verbose" in sys.argv
+    sys.exit(guarded(lambda: execute(stage, project_root()), verbose))

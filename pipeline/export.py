@@ -1,17 +1,8 @@
-"""Stage export: the trained model as a Hugging Face checkpoint (models/hf/) that
-``transformers`` loads with ``AutoModelForCausalLM`` and ``AutoTokenizer``."""
+"""Stage export: the model as a Hugging Face checkpoint (models/hf).
+The stage's code is :mod:`marin.export.export_stage` (``dvc repro`` runs ``python -m pipeline.export``)."""
 
-from pathlib import Path
-
-from marin.config import Params
+from marin.export import export_stage
 from marin.stage import stage_main
 
-
-def export_stage(root: Path, params: Params) -> None:
-    from marin import export
-
-    export.run(root)
-
-
 if __name__ == "__main__":
-    stage_main(export_stage)
+    stage_main(export_stage.run_stage)

@@ -1,46 +1,8 @@
-"""Stage fetch: download or copy every pinned raw source into data/raw/<name>/, verified by sha256.
+"""Stage fetch: every pinned raw source into data/raw/, verified by sha256.
+The stage's code is :mod:`marin.data.fetch_stage` (``dvc repro`` runs ``python -m pipeline.fetch``)."""
 
-All sources are fetched and checked into a temporary directory first; data/raw is
-replaced only when every digest matches, so a bad download leaves earlier outputs intact.
-Every source is checked before the stage fails, and the error names each one that failed.
-"""
-
-from pathlib import Path
-
-from marin import fsutil, hashing
-from marin.config import Params
-from marin.data import sources
-from marin.errors import FetchError
-from marin.ledger import Run
+from marin.data import fetch_stage
 from marin.stage import stage_main
 
-RAW = Path("data/raw")
-
-
-def fetch(root: Path, params: Params) -> None:
-    raw = root / RAW
-    tracked = sources.tracked_paths(params.fetch.sources, root)  # local sources in the project: dirty if changed
-    with Run.start(root, "fetch", params=params.section("fetch"), inputs=[], tracked=tracked) as run, \
-            fsutil.atomic_dir(raw) as tmp:
-        failures: list[FetchError] = []
-        for src in params.fetch.sources:
-            (tmp / src.name).mkdir()
-            try:
-                got = sources.fetch(src, tmp / src.name, root, cached=sources.archive_path(raw, src))
-            except FetchError as e:  # go on: one run names every source that fails
-                failures.append(e)
-                continue
-            run.record("input", {  # what came from outside, as verified
-                "name": src.name, "path": (RAW / src.name / got.name).as_posix(),
-                "digest": sources.digest_of(got), "size": hashing.path_size(got),
-                "license": src.license, "locator": f"{src.kind}:{src.locator}",
-            })
-            print(f"fetch: {src.name}: {src.locator} ok ({got.name})")
-            run.output(f"archive:{src.name}", RAW / src.name / got.name, source=got)
-        if failures:
-            raise sources.failed(failures, len(params.fetch.sources))
-        run.output("raw", RAW, source=tmp)  # recorded, then published: a full ledger keeps data/raw as it was
-
-
 if __name__ == "__main__":
-    stage_main(fetch)
+    stage_main(fetch_stage.run_stage)

@@ -1,18 +1,8 @@
-"""Stage report: the transparency report of the trained model, from the ledger alone
-(reports/<report.model_name>/), as a ledger run of stage ``report``; signed when the signing
-key exists, else written unsigned and said so (see marin/report/build.py)."""
+"""Stage report: the transparency report of the model (reports/<report.model_name>).
+The stage's code is :mod:`marin.report.report_stage` (``dvc repro`` runs ``python -m pipeline.report``)."""
 
-from pathlib import Path
-
-from marin.config import Params
+from marin.report import report_stage
 from marin.stage import stage_main
 
-
-def report_stage(root: Path, params: Params) -> None:
-    from marin.report import build
-
-    print(build.report_line(build.publish(root, params), root))
-
-
 if __name__ == "__main__":
-    stage_main(report_stage)
+    stage_main(report_stage.run_stage)

@@ -1,32 +1,8 @@
-"""Stage train: a decoder-only transformer on the token shards, recorded step by step.
+"""Stage train: the model on the token shards, recorded step by step (models/final).
+The stage's code is :mod:`marin.train.train_stage` (``dvc repro`` runs ``python -m pipeline.train``)."""
 
-The XLA thread count and device count come from params.yaml (runtime) and are set
-before jax starts: they decide the bits. An unfinished run of the same recipe is
-resumed from its last complete checkpoint. With ``runtime.processes > 1`` this command
-starts the worker processes itself on one machine, or is one of them on a cluster
-(marin/train/distributed.py); process 0 alone records the run.
-"""
-
-from pathlib import Path
-
-from marin.config import Params
 from marin.stage import stage_main
-from marin.train import distributed, runtime
-
-
-def train_stage(root: Path, params: Params) -> bool:
-    topo = distributed.topology(params.runtime)
-    if topo.launch:  # one machine: start the workers, each runs this stage again
-        distributed.launch_local(root, params.runtime.processes)
-        return False  # process 0 mirrored the run into MLflow
-    runtime.configure(params.runtime)  # before jax initializes
-    distributed.initialize(topo, params.runtime)
-    from marin.train import loop
-
-    loop.run(root, params, topo)
-    distributed.shutdown(topo)
-    return topo.primary
-
+from marin.train import train_stage
 
 if __name__ == "__main__":
-    stage_main(train_stage)
+    stage_main(train_stage.run_stage)

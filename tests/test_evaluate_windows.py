@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from marin import evaluate as ev
+from marin.data import documents as dd
+from marin.evaluate import scoring as ev
 
 EOS, T = 0, 8
 
@@ -22,7 +23,7 @@ EOS, T = 0, 8
 def test_every_token_is_predicted_once_from_its_own_document(n: int) -> None:
     ids = np.arange(1, n + 1, dtype=np.int32) * 3  # distinct, never EOS
     seq = [EOS, *ids.tolist()]
-    ws = list(ev.windows(ids, EOS, T))
+    ws = list(dd.windows(ids, EOS, T))
     assert len(ws) == -(-n // T)  # ceil(n / T) windows; none for an empty document
     predicted = []
     for k, (x, y, valid) in enumerate(ws):
@@ -37,7 +38,7 @@ def test_every_token_is_predicted_once_from_its_own_document(n: int) -> None:
 
 
 def test_the_first_token_is_predicted_from_eos_alone() -> None:
-    (x, y, valid), = ev.windows(np.asarray([5, 6], np.int32), EOS, T)
+    (x, y, valid), = dd.windows(np.asarray([5, 6], np.int32), EOS, T)
     assert (x[0], y[0], valid) == (EOS, 5, 2)
 
 
@@ -55,7 +56,7 @@ def fake_nll(seen: list[tuple[bytes, bytes]]):
 
 def reference_score(nll_fn, docs, eos_id: int, seq_len: int, batch_size: int) -> dict[str, ev.Tally]:
     """Every window of every document first, then fixed batches (the pre-streaming algorithm)."""
-    rows = [(d, x, y, n) for d, (ids, _, _) in enumerate(docs) for x, y, n in ev.windows(ids, eos_id, seq_len)]
+    rows = [(d, x, y, n) for d, (ids, _, _) in enumerate(docs) for x, y, n in dd.windows(ids, eos_id, seq_len)]
     per_doc = np.zeros(len(docs), dtype=np.float64)
     for b in range(0, len(rows), batch_size):
         chunk = rows[b : b + batch_size]
@@ -140,8 +141,8 @@ def write_shards(d: Path, docs: list[tuple[np.ndarray, str, int]], per_shard: in
 def test_documents_and_tokens_stream_from_the_shards_in_order(tmp_path: Path) -> None:
     docs = make_docs(3, 30)
     shards = write_shards(tmp_path / "tokens", docs, per_shard=9)
-    got = list(ev.documents(shards, batch_rows=3))
+    got = list(dd.documents(shards, batch_rows=3))
     assert [(x.tolist(), c, n) for x, c, n in got] == [(x.tolist(), c, n) for x, c, n in docs]
     assert all(x.dtype == np.int32 for x, _, _ in got)
-    flat = np.concatenate(list(ev.shard_tokens(shards, batch_rows=5)))
+    flat = np.concatenate(list(dd.shard_tokens(shards, batch_rows=5)))
     assert flat.tolist() == np.concatenate([x for x, _, _ in docs]).tolist()

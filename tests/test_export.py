@@ -41,16 +41,16 @@ def exported(tmp_path_factory: pytest.TempPathFactory, _trained_project: Project
 
 
 def _validation_windows(proj: Project, n: int) -> tuple[np.ndarray, int]:
-    """The first ``n`` evaluation windows of the validation documents (marin.evaluate's windows,
+    """The first ``n`` evaluation windows of the validation documents (marin.data.documents' windows,
     a document's last one padded with EOS)."""
-    from marin import evaluate as ev
+    from marin.data.documents import documents, windows
 
     tm = json.loads((proj.root / "data/tokens/manifest.json").read_text())
     shards = [proj.root / "data/tokens" / s["file"] for s in tm["splits"]["validation"]["shards"]]
     seq_len = proj.params["model"]["seq_len"]
     rows = []
-    for ids, _, _ in ev.documents(shards):
-        rows += [x for x, _, _ in ev.windows(ids, tm["tokenizer"]["eos_id"], seq_len)]
+    for ids, _, _ in documents(shards):
+        rows += [x for x, _, _ in windows(ids, tm["tokenizer"]["eos_id"], seq_len)]
         if len(rows) >= n:
             break
     return np.stack(rows[:n]), tm["tokenizer"]["eos_id"]

@@ -2,7 +2,8 @@
 output; either way one line on stderr naming the file and the cause, a non-zero exit, and
 `marin ledger check` passes without `marin ledger repair`.
 
-Each test mounts a small tmpfs (root only; CI runs as root) and fills it nearly full.
+Each test mounts a small tmpfs and fills it nearly full. Mounting needs root: as another user the
+tests skip; as root (CI) a mount that fails fails the test.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ def small_disk(d: Path, size_kib: int) -> Iterator[None]:
     shutil.copytree(d, saved, symlinks=True)
     p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(d)],
                        capture_output=True, text=True)
-    if p.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()}")
+    if p.returncode != 0:  # as root (CI) the test must run: a mount that fails is a failure, not a skip
+        shutil.rmtree(saved)
+        pytest.fail(f"running as root, but cannot mount a tmpfs over {d}: {p.stderr.strip()}; run the tests where "
+                    "root may mount (a container needs CAP_SYS_ADMIN), or as a user other than root to skip them")
     try:
         shutil.copytree(saved, d, symlinks=True, dirs_exist_ok=True)
         yield

@@ -93,6 +93,25 @@ def test_out_of_range_indices_are_refused() -> None:
         Permutation(0, key_of(0))
 
 
+
+def test_the_data_order_is_pinned() -> None:
+    """Fixed expected values, written down once: any change to the permutation, the epoch keys or
+    the sample-to-window rule changes which data a recorded run saw, and fails here."""
+    key = key_of(1234)
+    assert [permute(i, 10, key) for i in range(10)] == [4, 1, 8, 5, 6, 7, 2, 3, 0, 9]
+    assert [permute(i, 1000, key) for i in (0, 1, 2, 999)] == [136, 694, 92, 568]
+    assert [sample_windows(step, 4, 10, key).tolist() for step in range(4)] == [
+        [2, 3, 1, 8], [0, 5, 7, 9], [6, 4, 3, 1], [7, 9, 2, 5]]  # epochs 0 (steps 0-2) and 1 (from sample 10)
+    assert sample_windows(7, 3, 1000, key).tolist() == [976, 345, 181]
+
+
+def test_the_data_order_key_of_a_seed_is_pinned() -> None:
+    """The key the train stage gives the loader for seed 1234 (jax's threefry fold_in), written down once."""
+    from marin.train import seeds
+
+    assert seeds.key_bytes(1234, "data_order").hex() == "feb1c80160e39d42"
+
+
 # -- the window of each sample ---------------------------------------------------------------
 
 def reference_windows(step: int, b: int, s: int, key: bytes) -> list[int]:

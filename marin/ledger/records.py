@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,7 +70,7 @@ class Record:
 
     @classmethod
     def create(
-        cls, run_id: str, seq: int, prev: str | None, kind: str, body: dict[str, Any],
+        cls, run_id: str, seq: int, prev: str | None, kind: str, body: Mapping[str, Any],
         time: str | None = None,
     ) -> Record:
         """Build a record, validating envelope and body; it cannot exist invalid."""

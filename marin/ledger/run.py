@@ -16,7 +16,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -25,6 +25,7 @@ from typing import Any
 from marin import env, hashing, stages
 from marin.errors import LedgerError
 from marin.ledger import listing
+from marin.ledger.bodies import InputBody, OutputBody, RunFinished, RunStarted
 from marin.ledger.index import Index, hash_cache
 from marin.ledger.records import Record, new_run_id
 from marin.ledger.store import RunFile, read_run
@@ -66,8 +67,8 @@ class Plan:
     stage can first look for an unfinished run of the same recipe to resume)."""
 
     root: Path
-    body: dict[str, Any]
-    input_records: list[dict[str, Any]]
+    body: RunStarted
+    input_records: list[InputBody]
     t0: float
     hashes: hashing.FileHashes | None = None  # the file-hash cache the inputs were digested with
 
@@ -101,7 +102,7 @@ class Plan:
             d = hashing.digest_path(p, hashes)
             digested.append((i, d.digest, d.size, d.dvc_md5))
         recipe_inputs = [{"name": i.name, "digest": d} for i, d, _, _ in digested]
-        body = {
+        body: RunStarted = {
             "stage": stage, "command": command, "params": params,
             "recipe_digest": recipe_digest(stage, command, params, recipe_code(code), recipe_inputs, det),
             "inputs": recipe_inputs, "code": code, "env": fp, "determinism_class": det,
@@ -111,7 +112,7 @@ class Plan:
             body["execution"] = execution
         records = []
         for i, d, size, md5 in digested:
-            rec: dict[str, Any] = {"name": i.name, "path": i.path, "digest": d, "size": size, "dvc_md5": md5}
+            rec: InputBody = {"name": i.name, "path": i.path, "digest": d, "size": size, "dvc_md5": md5}
             if i.license:
                 rec["license"] = i.license
             if i.locator:
@@ -183,7 +184,7 @@ class Run:
 
     # -- records ------------------------------------------------------------------------
 
-    def record(self, kind: str, body: dict[str, Any]) -> Record:
+    def record(self, kind: str, body: Mapping[str, Any]) -> Record:
         t = time.perf_counter()
         rec = self.file.append(kind, body)
         self.ledger_s += time.perf_counter() - t
@@ -199,17 +200,16 @@ class Run:
         t = time.perf_counter()
         p = self.root / path
         d = hashing.digest_path(Path(source) if source is not None else p, self.hashes)
-        body: dict[str, Any] = {"name": name, "path": relpath(self.root, p), "digest": d.digest, "size": d.size}
-        if d.entries is None:
-            body["type"] = "file"
-        else:
+        body: OutputBody = {"name": name, "path": relpath(self.root, p), "digest": d.digest, "size": d.size,
+                            "type": "file" if d.entries is None else "dir", "dvc_md5": d.dvc_md5}
+        if d.entries is not None:
             entries = [{"path": r, "digest": h, "size": n} for r, h, n in d.entries]
-            body.update(type="dir", files=len(entries))
+            body["files"] = len(entries)
             if len(entries) <= MAX_ENTRIES:  # lets `ledger check` name the changed file
                 body["entries"] = entries
             else:  # any number of files stays named, in a listing committed with the ledger
                 body["listing"] = listing.write(self.root, entries, d.digest)
-        body.update(dvc_md5=d.dvc_md5, **extra)
+        body.update(extra)  # OutputBody's optional keys: tensor_digest, meta
         self.ledger_s += time.perf_counter() - t
         rec = self.record("output", body)
         self._outputs.append({"name": name, "digest": body["digest"]})
@@ -219,8 +219,8 @@ class Run:
         """Append ``run.finished`` with the Merkle root over every earlier record."""
         t = time.perf_counter()
 
-        def body(records: int, root: bytes) -> dict[str, Any]:
-            b: dict[str, Any] = {
+        def body(records: int, root: bytes) -> RunFinished:
+            b: RunFinished = {
                 "status": status, "outputs": self._outputs, "merkle_root": hashing.fmt(root),
                 "records": records, "wall_s": round(time.perf_counter() - self.t0, 6),
                 "ledger_s": round(self.ledger_s + time.perf_counter() - t, 6),

@@ -13,7 +13,7 @@ import fcntl
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,7 +158,7 @@ def _read_tail(fd: int) -> tuple[Record | None, bool]:
     return Record.from_line(last, "last complete record"), truncated
 
 
-Body = dict[str, Any] | Callable[[int, bytes], dict[str, Any]]
+Body = Mapping[str, Any] | Callable[[int, bytes], Mapping[str, Any]]  # a TypedDict of marin.ledger.bodies
 
 
 class RunFile:

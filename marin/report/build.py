@@ -29,9 +29,10 @@ from marin.errors import ParamsError
 from marin.ledger.check import check_run
 from marin.ledger.head import Head, head
 from marin.ledger.index import Index, with_index
+from marin.ledger.prov import prov_json
+from marin.ledger.query import Ledger
 from marin.ledger.run import Plan, Run, recipe_code, recipe_digest
 from marin.ledger.store import run_files
-from marin.lineage import Ledger, prov_json
 from marin.paths import ledger_dir, relpath
 from marin.report import attest, cards, fmti, mof, reference, render, verifications
 from marin.report.facts import ReportError, gather
@@ -80,7 +81,7 @@ def render_files(ledger: Ledger, meta: dict[str, Any], refs: References,
 
 def _data_remote(root: Path) -> dict[str, str] | None:
     """Where a reader can fetch the data: the project's default DVC remote (`marin publish` fills it)."""
-    from marin.publish import default_remote
+    from marin.remote import default_remote
 
     found = default_remote(root)
     return {"name": found[0], "url": found[1]} if found else None

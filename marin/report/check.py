@@ -27,9 +27,9 @@ from marin import hashing
 from marin.errors import LedgerError, MarinError
 from marin.ledger.check import check_run
 from marin.ledger.head import Head, load_snapshot, locate, since
+from marin.ledger.query import Ledger
 from marin.ledger.records import Record
 from marin.ledger.store import NoSuchRun, load_run
-from marin.lineage import Ledger
 from marin.paths import ledger_dir
 from marin.report import attest, build, reference, verifications
 from marin.report.facts import FORMULAS, ReportError, fmt, resolve

@@ -19,9 +19,9 @@ from typing import Any
 
 from marin import hashing
 from marin.errors import MarinError
+from marin.ledger.query import Ledger, Step, upstream
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
-from marin.lineage import Ledger, Step, upstream
 
 
 class ReportError(MarinError):

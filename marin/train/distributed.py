@@ -152,15 +152,6 @@ def from_primary(obj: Any) -> Any:
     return allgather_json(obj)[0]
 
 
-def barrier(name: str) -> None:
-    import jax
-
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils as mh
-
-        mh.sync_global_devices(name)
-
-
 def host_array(x: Any) -> np.ndarray:
     """A whole array on the host: a shard held by other processes is gathered (a collective)."""
     if getattr(x, "is_fully_addressable", True) or x.is_fully_replicated:

@@ -20,6 +20,7 @@ from marin.config import Params
 from marin.data import manifest
 from marin.errors import StageError
 from marin.ledger import Input, Run, exact
+from marin.ledger.bodies import CheckpointBody, MetricBody
 from marin.ledger.index import Index, hash_cache
 from marin.ledger.run import Plan
 from marin.ledger.store import RunLog, load_run, read_run
@@ -124,14 +125,14 @@ class Setup:
 
 def validation_loss_fn(graphdef: Any, shards: list[Path], eos: int, seq_len: int, batch: int) -> Any:
     """The mean NLL (nats per token) of the params on the first ``batch`` validation windows
-    (marin.evaluate's windows: every document token once); a fixed batch, so the curve is cheap."""
+    (marin.data.documents' windows: every document token once); a fixed batch, so the curve is cheap."""
     import numpy as np
 
-    from marin import evaluate as ev
+    from marin.data.documents import documents, windows
 
     rows: list[tuple[Any, Any, int]] = []
-    for ids, _, _ in ev.documents(shards):
-        rows += list(ev.windows(ids, eos, seq_len))
+    for ids, _, _ in documents(shards):
+        rows += list(windows(ids, eos, seq_len))
         if len(rows) >= batch:
             break
     if not rows:
@@ -259,9 +260,10 @@ def run(root: Path, params: Params, topo: distributed.Topology | None = None) ->
                 ckpts.save(done, state, {"step": done, "loader": loader.position(done), "run_id": b.run_id})
                 restored, _ = ckpts.restore(done, abstract, shardings)
                 digest = checkpoint.state_digest(restored)
-                body = {"step": done, "path": (CKPT / b.run_id / str(done)).as_posix(), "digest": digest,
-                        "params_digest": weights.params_digest(restored.params), "loader": loader.position(done),
-                        "leaves": len(jax.tree.leaves(restored))}
+                body: CheckpointBody = {
+                    "step": done, "path": (CKPT / b.run_id / str(done)).as_posix(), "digest": digest,
+                    "params_digest": weights.params_digest(restored.params), "loader": loader.position(done),
+                    "leaves": len(jax.tree.leaves(restored))}
                 if run is not None:
                     _record_once(run, "checkpoint", done, b.ckpts, digest, body)
         bar.close()
@@ -287,7 +289,8 @@ def _publish(root: Path, run: Run, su: Setup, params: Any, n_params: int, steps:
           f"{tensor_digest} (over its tensors), folder digest {rec.body['digest']} (over its files)")
 
 
-def _record_once(run: Run, kind: str, s: int, recorded: dict[int, Any], value: Any, body: dict[str, Any]) -> None:
+def _record_once(run: Run, kind: str, s: int, recorded: dict[int, Any], value: Any,
+                 body: CheckpointBody | MetricBody) -> None:
     """Append a record, unless a resumed run already holds it: then the replayed value
     must be identical, or determinism is broken and we stop."""
     if s not in recorded:

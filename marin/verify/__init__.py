@@ -32,11 +32,11 @@ from marin import env, hashing
 from marin.errors import IntegrityError, MarinError
 from marin.ledger.check import check_run
 from marin.ledger.index import Index, with_index
+from marin.ledger.query import Ledger
 from marin.ledger.run import recipe_code, recipe_digest
 from marin.ledger.store import NoSuchRun, RunFile, RunLog, load_run, read_all
-from marin.lineage import Ledger
 from marin.paths import ledger_dir
-from marin.publish import checkpoints_dir
+from marin.remote import checkpoints_dir
 from marin.verify.compare import Divergence, class_differences, compare, cpu_differences, describe_cpu, metric_distances
 from marin.verify.outcome import Outcome, Say, counts, json_run
 from marin.verify.segments import check_segments, draw, replay_segments
@@ -344,7 +344,7 @@ Row = tuple[str, str, Outcome | MarinError]  # stage, run id, what verifying it 
 def verify_upstream(root: Path, target: str, say: Say = print, *, index: Index, **kw: Any) -> list[Row]:
     """Verify TARGET's run and every run in its lineage, upstream first, then print one table.
     ``index``: the command's ledger index (else one is opened), shared by every run verified."""
-    from marin.lineage import LineageError, upstream
+    from marin.ledger.query import LineageError, upstream
 
     index.refresh()
     ledger = Ledger(root, index)

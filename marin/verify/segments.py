@@ -17,7 +17,7 @@ from typing import Any
 
 from marin.ledger.index import Index
 from marin.ledger.store import RunLog
-from marin.publish import checkpoints_dir
+from marin.remote import checkpoints_dir
 from marin.verify.compare import Divergence, class_differences, values_divergence
 from marin.verify.outcome import Outcome, Say, counts, json_run
 from marin.verify.workspace import CannotVerify, Workspace

@@ -202,7 +202,7 @@ class InputUnavailable(MarinError):
 def _changed_files(project: Path, rec: dict[str, Any], entries: list[dict[str, Any]] | None) -> str:
     """For a directory input, name the files that differ from the producing run's entries, and the
     remote objects they came from when `marin publish` recorded them."""
-    from marin.publish import remote_objects
+    from marin.remote import remote_objects
 
     src = project / rec["path"]
     if not src.is_dir() or not entries:

@@ -1,0 +1,64 @@
+"""Stage curate: raw archives → NFC-normalized, filtered, deduplicated, split documents.
+
+Outputs data/curated/{train,validation}.parquet and manifest.json (the curation funnel).
+The per-shard work runs on the data engine (runtime.data), recorded as the run's execution.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from marin import fsutil, hashing
+from marin.config import Params
+from marin.data import manifest, sources
+from marin.data.curate import curate
+from marin.data.engine import Engine
+from marin.errors import StageError
+from marin.ledger import Input, Run
+
+RAW, OUT = Path("data/raw"), Path("data/curated")
+
+
+def run_stage(root: Path, params: Params) -> None:
+    """The curate stage: data/raw's archives into data/curated, recorded as a ledger run."""
+    archives = []
+    for src in params.fetch.sources:
+        path = sources.archive_path(root / RAW, src)
+        if path is None:
+            raise StageError(f"no fetched archive for source {src.name!r} under {RAW}; run `dvc repro fetch`")
+        archives.append((src, path))
+    inputs = [Input(f"archive:{s.name}", p.relative_to(root).as_posix(), s.license, s.locator)
+              for s, p in archives]
+    engine = Engine.from_params(params)
+    with Run.start(root, "curate", params=params.section("fetch", "curate"), inputs=inputs,
+                   execution=engine.describe()) as run:
+        with fsutil.atomic_dir(root / OUT) as tmp:
+            work = tmp / ".work"  # scratch inside the staged output: a killed run's is removed with it
+            work.mkdir()
+            result = curate(archives, params.curate, engine, tmp, work)
+            splits = result.close()
+            funnel = result.funnel.as_dict()
+            manifest.write_streamed({
+                "kind": "curate",
+                "params": params.raw["curate"],
+                "sources": [{"name": s.name, "path": p.relative_to(root).as_posix(),
+                             "digest": hashing.digest_path(p, run.hashes).digest, "license": s.license,
+                             "license_note": s.license_note, "locator": f"{s.kind}:{s.locator}"}
+                            for s, p in archives],
+                "funnel": funnel,
+                "removed": [],  # streamed from the spool
+                "splits": splits,
+            }, result.removed, tmp / "manifest.json")
+            shutil.rmtree(work)
+            for name in ("train.parquet", "validation.parquet", "manifest.json"):  # recorded, then published
+                run.output(name.split(".")[0] if name != "manifest.json" else "curate_manifest", OUT / name,
+                           source=tmp / name)
+            run.output("curated", OUT, source=tmp)
+        for step in funnel["steps"]:
+            if step["removed"]["docs"]:
+                print(f"curate: {step['step']:22} removed {step['removed']['docs']:5} docs "
+                      f"({step['removed']['bytes']:,} bytes)")
+        print(f"curate: kept {splits['train']['docs'] + splits['validation']['docs']} documents: "
+              f"{splits['train']['docs']} train, {splits['validation']['docs']} validation")
+

@@ -1,0 +1,120 @@
+"""Stage evaluate: bits per byte and perplexity of the trained model on the validation
+split (whole and per corpus) beside a unigram baseline on the same tokens, and greedy
+samples from fixed prompts. Writes metrics/eval.json (DVC metrics) and eval records.
+
+Everything that may start jax or allocate (jax, flax, numpy, pyarrow) is imported inside
+the functions, after :func:`marin.train.runtime.configure` has set the environment XLA and
+malloc read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from marin import fsutil
+from marin.config import Params, RuntimeParams
+from marin.train import runtime
+
+MODEL, TOKENS, METRICS = Path("models/final"), Path("data/tokens"), Path("metrics/eval.json")
+
+
+def run_stage(root: Path, params: Params) -> None:
+    """The evaluate stage: models/final scored on data/tokens, recorded as a ledger run."""
+    rt = RuntimeParams(params.runtime.xla_cpu_threads, 1, "replicated",  # scoring needs no mesh
+                       determinism=params.runtime.determinism)
+    runtime.configure(rt)
+    import jax  # noqa: F401  # before the fingerprint: importing jax sets TF_CPP_MIN_LOG_LEVEL, which it records
+
+    from marin import env
+    from marin.data import manifest
+    from marin.ledger import Input, Run
+    from marin.train import weights
+
+    fp = env.fingerprint()
+    inputs = [Input("model", MODEL.as_posix()), Input("tokens", TOKENS.as_posix())]
+    recorded = {**params.section("evaluate"),
+                "runtime": {"xla_cpu_threads": rt.xla_cpu_threads, "determinism": rt.determinism}}
+    with Run.start(root, "evaluate", params=recorded, inputs=inputs,
+                   det_class=runtime.determinism_class(rt, fp), fingerprint=fp) as run:
+        model = weights.load(root / MODEL)
+        tok_manifest = manifest.read(root / TOKENS / "manifest.json", "tokenize")
+        results = _score(root, params, run, model, tok_manifest)
+        samples = _samples(root, params, run, model, tok_manifest)
+        metrics = _metrics(results)
+        fsutil.write_bytes(root / METRICS, (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode(),
+                           before_publish=lambda tmp: run.output("eval_metrics", METRICS, source=tmp))
+        print(f"evaluate: validation bits/byte {metrics['bits_per_byte']:.4f} "
+              f"(unigram baseline {metrics['unigram_bits_per_byte']:.4f}), perplexity {metrics['perplexity']:.2f}")
+        for s in samples:
+            print(f"evaluate: {s['prompt']!r} -> {s['completion']!r}")
+
+
+def _score(root: Path, params: Params, run: Any, model: tuple[Any, Any, dict[str, Any]],
+           tok_manifest: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Score the model and the unigram baseline; one eval record per (scorer, corpus)."""
+    from marin.data.documents import documents, shard_tokens
+    from marin.evaluate import scoring as ev
+    from marin.ledger import exact
+    from marin.ledger.bodies import EvalBody
+    from marin.progress import bar
+    from marin.train import step
+
+    graphdef, model_params, config = model
+    eos = tok_manifest["tokenizer"]["eos_id"]
+
+    def shards(split: str) -> list[Path]:
+        return [root / TOKENS / s["file"] for s in tok_manifest["splits"][split]["shards"]]
+
+    val = shards("validation")  # documents are read as scored, twice (model, baseline)
+    docs = bar(documents(val), "evaluate", total=tok_manifest["splits"]["validation"]["docs"], unit="doc")
+    scored = ev.score(step.eval_nll_fn(graphdef), model_params, docs, eos, config["model"]["max_seq_len"],
+                      params.evaluate.batch_size)
+    counts = ev.token_counts(shard_tokens(shards("train")), config["model"]["vocab_size"])
+    base = ev.unigram(counts, documents(val))
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, tallies in (("model", scored), ("unigram_baseline", base)):
+        for corpus, t in sorted(tallies.items()):
+            values = {"bits_per_byte": exact(t.bits_per_byte), "perplexity": exact(t.perplexity),
+                      "nll_nats": exact(t.nll_nats), "tokens": t.tokens, "bytes": t.bytes, "docs": t.docs}
+            body: EvalBody = {"name": name, "split": "validation", "values": values}
+            if corpus:
+                body["corpus"] = corpus
+            run.record("eval", body)
+            results.setdefault(name, {})[corpus or "all"] = {
+                "bits_per_byte": t.bits_per_byte, "perplexity": t.perplexity, "tokens": t.tokens}
+    return results
+
+
+def _samples(root: Path, params: Params, run: Any, model: tuple[Any, Any, dict[str, Any]],
+             tok_manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Greedy continuations of the fixed prompts, recorded as one eval record."""
+    import jax
+    from flax import nnx
+
+    from marin.data import tokenize as tk
+    from marin.evaluate import scoring as ev
+    from marin.progress import bar
+
+    graphdef, model_params, config = model
+    eos, seq_len = tok_manifest["tokenizer"]["eos_id"], config["model"]["max_seq_len"]
+    tokenizer = tk.load(root / TOKENS / "tokenizer.json")
+    logits_fn = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x))
+    samples = []
+    for prompt in bar(params.evaluate.prompts, "evaluate: samples", unit="prompt"):
+        ids = tokenizer.encode(prompt, add_special_tokens=False).ids  # as in the shards: no special tokens
+        out = ev.greedy(logits_fn, model_params, ids, eos, seq_len, params.evaluate.sample_tokens)
+        samples.append({"prompt": prompt, "completion": tokenizer.decode(out), "token_ids": out})
+    run.record("eval", {"name": "greedy_samples", "split": "prompts",
+                        "values": {"tokens_per_sample": params.evaluate.sample_tokens}, "samples": samples})
+    return samples
+
+
+def _metrics(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """metrics/eval.json: the model's and the baseline's bits per byte, whole and per corpus."""
+    return {"bits_per_byte": results["model"]["all"]["bits_per_byte"],
+            "perplexity": results["model"]["all"]["perplexity"],
+            "unigram_bits_per_byte": results["unigram_baseline"]["all"]["bits_per_byte"],
+            "per_corpus": {c: v["bits_per_byte"] for c, v in results["model"].items() if c != "all"},
+            "unigram_per_corpus": {c: v["bits_per_byte"] for c, v in results["unigram_baseline"].items()
+                                   if c != "all"}}

@@ -1,0 +1,161 @@
+"""The body of each kind of ledger record, as a TypedDict: the keys its JSON Schema
+(``schemas/ledger/<kind>.schema.json``) requires or allows, for type hints where bodies are
+built. The schema stays the authority (a test holds these keys to it); nested objects that
+the schema leaves open are ``dict[str, Any]``."""
+
+# No ``from __future__ import annotations`` here: TypedDict reads NotRequired from evaluated
+# annotations, and stringified ones would make every key required in __required_keys__.
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+Digest = str  # "sha256:<64 hex>"
+
+
+class Exact(TypedDict):
+    """A float kept bit for bit: its decimal value and ``float.hex()``."""
+
+    value: float
+    hex: str
+
+
+class Named(TypedDict):
+    """A name and a digest: run.started's inputs, run.finished's outputs."""
+
+    name: str
+    digest: Digest
+
+
+class RunStarted(TypedDict):
+    stage: str
+    command: list[str]
+    params: dict[str, Any]
+    recipe_digest: Digest
+    inputs: list[Named]
+    code: dict[str, Any]
+    env: dict[str, Any]
+    determinism_class: dict[str, Any]
+    determinism_digest: Digest
+    seeds: dict[str, Any]
+    execution: NotRequired[dict[str, Any]]
+
+
+class RunResumed(TypedDict):
+    from_seq: int
+    from_step: NotRequired[int]
+    reason: str
+    env: dict[str, Any]
+    code: dict[str, Any]
+    execution: NotRequired[dict[str, Any]]
+
+
+class RunFinished(TypedDict):
+    status: Literal["succeeded", "failed"]
+    outputs: list[Named]
+    merkle_root: Digest
+    records: int
+    wall_s: float
+    ledger_s: float
+    error: NotRequired[str]
+
+
+class InputBody(TypedDict):
+    name: str
+    path: str
+    digest: Digest
+    size: int
+    license: NotRequired[str]
+    locator: NotRequired[str]
+    dvc_md5: NotRequired[str]
+    digest_of: NotRequired[Literal["ledger_head", "public_key"]]
+    runs: NotRequired[int]
+
+
+class OutputBody(TypedDict):
+    name: str
+    path: str
+    digest: Digest
+    size: int
+    type: Literal["file", "dir"]
+    dvc_md5: str
+    files: NotRequired[int]
+    entries: NotRequired[list[dict[str, Any]]]
+    listing: NotRequired[str]
+    tensor_digest: NotRequired[Digest]
+    meta: NotRequired[dict[str, Any]]
+
+
+class LoaderPosition(TypedDict):
+    epoch: int
+    index: int
+
+
+class CheckpointBody(TypedDict):
+    step: int
+    path: str
+    digest: Digest
+    params_digest: NotRequired[Digest]
+    loader: LoaderPosition
+    leaves: int
+
+
+class MetricBody(TypedDict):
+    step: int
+    values: dict[str, Exact]
+    timing: NotRequired[dict[str, float]]
+
+
+class Sample(TypedDict):
+    prompt: str
+    completion: str
+    token_ids: list[int]
+
+
+class EvalBody(TypedDict):
+    name: str
+    split: str
+    corpus: NotRequired[str]
+    values: dict[str, Exact | int | str]
+    samples: NotRequired[list[Sample]]
+
+
+class PublicationBody(TypedDict):
+    what: Literal["dvc", "checkpoint"]
+    name: str
+    path: str
+    digest: Digest
+    size: int
+    remote: str
+    url: str
+    dvc_md5: NotRequired[str]
+    run_id: NotRequired[str]
+    step: NotRequired[int]
+    manifest: NotRequired[Digest]
+    files: NotRequired[int]
+
+
+class VerifiedRun(TypedDict):
+    run_id: str
+    recipe_digest: Digest
+    finished_digest: Digest
+
+
+class VerificationBody(TypedDict):
+    verified: VerifiedRun
+    mode: Literal["full", "segments"]
+    result: Literal["bit-exact", "mismatch", "class-differs"]
+    exit_code: Literal[0, 1, 3]
+    verifier: dict[str, Any]
+    compared: dict[str, int]
+    first_divergence: dict[str, Any] | None
+    class_differences: NotRequired[list[dict[str, Any]]]
+    distances: NotRequired[dict[str, Any]]
+    segments: NotRequired[dict[str, Any]]
+    replay_run_id: NotRequired[str]
+    time: dict[str, float]
+
+
+BODIES: dict[str, type] = {
+    "run.started": RunStarted, "run.resumed": RunResumed, "run.finished": RunFinished, "input": InputBody,
+    "output": OutputBody, "checkpoint": CheckpointBody, "metric": MetricBody, "eval": EvalBody,
+    "publication": PublicationBody, "verification": VerificationBody,
+}  # by record kind (record.schema.json's ``kind``)

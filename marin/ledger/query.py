@@ -1,0 +1,228 @@
+"""The ledger's read API: runs by id, the runs that produced or read each digest, a TARGET
+(run id, digest or unique prefix, path) resolved, and the lineage graph behind it.
+
+Lineage needs no shared ids: a run's input digest names the run whose output had that
+digest (the latest succeeded one among those started before it). Runs of a source stage
+(``fetch``) read from outside the ledger, so their inputs are the leaves: the raw archives,
+with their locator and license. ``marin lineage``, verify, report and publish read the
+ledger through here; the derived index (built once per command) is passed down.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marin import hashing
+from marin.errors import MarinError
+from marin.ledger.index import Index, RunRow
+from marin.ledger.store import RunLog, load_run
+from marin.paths import relpath
+
+SOURCE_STAGES = ("fetch",)  # their inputs come from outside the ledger
+MIN_PREFIX = 8  # shortest hex prefix accepted as a digest target
+Found = tuple[RunLog, dict[str, Any]]  # a run and one of its input or output record bodies
+
+
+class LineageError(MarinError):
+    """A lineage target cannot be resolved."""
+
+
+class UnknownTarget(LineageError):
+    """No run, digest or recorded path matches the target."""
+
+
+class AmbiguousTarget(LineageError):
+    """A digest prefix matches more than one digest."""
+
+
+@dataclass(eq=False)
+class Artifact:
+    """An entity: bytes named by their digest, as a run recorded them."""
+
+    digest: str
+    name: str
+    path: str
+    size: int | None = None
+    locator: str | None = None  # where a raw archive came from (leaves only)
+    license: str | None = None
+    run: Step | None = None  # the run that generated it; None: from outside the ledger
+    # a model's second identity: ``digest`` is its folder digest (its files), this the sha256 over its tensors
+    tensor_digest: str | None = None
+
+
+@dataclass(eq=False)
+class Step:
+    """An activity: one run of one stage. Shared upstream runs are one object (a DAG)."""
+
+    run_id: str
+    stage: str
+    status: str
+    recipe_digest: str
+    code: dict[str, Any]
+    env: dict[str, Any]
+    started: str
+    finished: str | None
+    inputs: list[Artifact] = field(default_factory=list)
+    outputs: list[Artifact] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a TARGET names: a run id or a full digest; ``note`` when a path matched by name only."""
+
+    kind: str  # "run" or "digest"
+    key: str
+    note: str | None = None
+
+
+PRODUCED = ("output", "checkpoint")  # index roles whose digest a run generated
+
+
+class Runs(Mapping[str, RunLog]):
+    """Run files by id, read (parsed, not validated) when first asked for: a command touches
+    only the runs it needs, whatever the size of the ledger."""
+
+    def __init__(self, root: Path, index: Index, skip: tuple[str, ...] = ()):
+        self._root, self._index, self._skip = root, index, skip
+        self._logs: dict[str, RunLog] = {}
+
+    def __getitem__(self, run_id: str) -> RunLog:
+        if run_id not in self._logs:
+            row = self._index.run(run_id)
+            if row is None or row.stage is None:
+                raise KeyError(run_id)
+            self._logs[run_id] = load_run(self._root, run_id, validate=False, skip=self._skip)
+        return self._logs[run_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return (r.run_id for r in self._index.runs() if r.stage is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class Ledger:
+    """The ledger as its readers see it: runs by id, and the runs that produced or read each digest,
+    looked up in the derived index (built once per command and passed down)."""
+
+    def __init__(self, root: Path, index: Index | None = None, skip: tuple[str, ...] = ()):
+        """``skip``: record kinds the caller never reads (``marin lineage`` skips metrics, so a
+        million-record training run costs what its inputs and outputs cost)."""
+        self.root = Path(root)
+        self.index = index or Index.open(self.root)
+        self.runs = Runs(self.root, self.index, skip)
+        self._steps: dict[str, Step] = {}
+
+    def producers_of(self, digest: str) -> list[Found]:
+        """Every (run, output body) that generated ``digest``, oldest run first."""
+        found = [(self.runs[r], b) for r, _, role, b in self.index.entities(digest=digest) if role in PRODUCED]
+        return sorted(found, key=lambda c: (c[0].records[0].time, c[0].run_id))
+
+    def resolve(self, target: str) -> Target:
+        """A run id, a digest (``sha256:<hex>`` or a unique hex prefix of 8+ digits), or a path."""
+        if target in self.runs._logs or (self.index.run(target) or _NO_RUN).stage is not None:
+            return Target("run", target)
+        hexpart = target.removeprefix("sha256:")
+        if len(hexpart) >= MIN_PREFIX and re.fullmatch("[0-9a-f]+", hexpart):
+            found = self.index.digests_with_prefix(f"sha256:{hexpart}")
+            if len(found) > 1:
+                shown = ", ".join(f"sha256:{d[7:19]}" for d in found[:5])
+                more = "" if len(found) < 6 else " or more"
+                raise AmbiguousTarget(f"digest prefix {target!r} is ambiguous: {len(found)}{more} digests match "
+                                      f"({shown}); give more digits")
+            if found:
+                return Target("digest", found[0])
+        return self._resolve_path(target)
+
+    def _resolve_path(self, target: str) -> Target:
+        path = Path(target) if Path(target).is_absolute() else self.root / target
+        rel = relpath(self.root, path)
+        if path.exists():
+            digest = hashing.digest_path(path, self.index.file_hashes).digest
+            if self.producers_of(digest):
+                return Target("digest", digest)
+        recorded = [(self.runs[r], b) for r, _, role, b in self.index.entities(path=rel) if role in PRODUCED]
+        if not recorded:
+            raise UnknownTarget(f"{target!r} is not a run id, a digest or a path that any run in the ledger "
+                                "wrote; see `marin ledger log`")
+        log, body = _latest(recorded)
+        why = "differs from every recorded output" if path.exists() else "does not exist"
+        return Target("digest", body["digest"], f"{rel} {why}; showing what run {log.run_id} wrote there")
+
+    def node(self, target: Target) -> Artifact | Step:
+        """The lineage tree of a resolved target."""
+        return self._step(target.key) if target.kind == "run" else self._artifact(target.key)
+
+    def _producer(self, digest: str, reader: RunLog | None) -> Found | None:
+        if reader is not None and reader.records[0].body["stage"] in SOURCE_STAGES:
+            return None
+        cands = [c for c in self.producers_of(digest)
+                 if reader is None or c[0].records[0].time < reader.records[0].time]
+        return _latest(cands) if cands else None
+
+    def _artifact(self, digest: str, reader: RunLog | None = None, used: dict[str, Any] | None = None) -> Artifact:
+        """The entity ``digest``, named as ``reader`` read it (``used``), with its producing run."""
+        producer = self._producer(digest, reader)
+        if producer is None:
+            b = used or next(b for _, _, role, b in self.index.entities(digest=digest) if role == "input")
+            return Artifact(digest, b["name"], b["path"], b.get("size"), b.get("locator"), b.get("license"))
+        log, out = producer
+        b = used or out
+        return Artifact(digest, b["name"], b["path"], b.get("size"), run=self._step(log.run_id),
+                        tensor_digest=out.get("tensor_digest"))
+
+    def _step(self, run_id: str) -> Step:
+        if run_id in self._steps:
+            return self._steps[run_id]
+        log = self.runs[run_id]
+        s = log.records[0]
+        step = Step(run_id, s.body["stage"], log.status, s.body["recipe_digest"], s.body["code"], s.body["env"],
+                    s.time, log.finished.time if log.finished else None)
+        self._steps[run_id] = step  # before the inputs: an upstream run shared by two inputs is built once
+        step.outputs = [Artifact(b["digest"], b["name"], b["path"], b.get("size"), run=step,
+                                 tensor_digest=b.get("tensor_digest")) for b in _outputs(log)]
+        step.inputs = [self._artifact(r.body["digest"], log, r.body) for r in log.of_kind("input")]
+        return step
+
+
+_NO_RUN = RunRow("", None, None, None, "unfinished", None, 0, None, None)
+
+
+def _outputs(log: RunLog) -> list[dict[str, Any]]:
+    """Output records of a run, checkpoints included (their digest is over the restored tensors)."""
+    outs = [r.body for r in log.of_kind("output")]
+    outs += [{"name": f"checkpoint:{r.body['step']}", "path": r.body["path"], "digest": r.body["digest"]}
+             for r in log.of_kind("checkpoint")]
+    return outs
+
+
+def _latest(candidates: list[Found]) -> Found:
+    """The latest succeeded run among candidates, else the latest one."""
+    return max(candidates, key=lambda c: (c[0].status == "succeeded", c[0].records[0].time))
+
+
+def resolve(root: Path, target: str) -> Target:
+    """Resolve TARGET (run id, digest or unique prefix, path) against the ledger under ``root``."""
+    return Ledger(root).resolve(target)
+
+
+def tree(root: Path, target: str) -> Artifact | Step:
+    """The lineage tree of TARGET: an Artifact (digest, path) or a Step (run id), down to raw archives."""
+    ledger = Ledger(root)
+    return ledger.node(ledger.resolve(target))
+
+
+def upstream(node: Artifact | Step) -> list[Step]:
+    """Every run the node depends on (and the node's own run), oldest first."""
+    found: dict[str, Step] = {}
+    todo = [node.run if isinstance(node, Artifact) else node]
+    while todo:
+        step = todo.pop()
+        if step is not None and step.run_id not in found:
+            found[step.run_id] = step
+            todo.extend(a.run for a in step.inputs)
+    return sorted(found.values(), key=lambda s: (s.started, s.run_id))

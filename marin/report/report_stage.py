@@ -1,0 +1,26 @@
+"""Stage report: the transparency report of the trained model, from the ledger alone
+(reports/<report.model_name>/), as a ledger run of stage ``report``; signed when the signing
+key exists, else written unsigned and said so (see :mod:`marin.report.build`). ``marin report``
+runs the same stage, under the same runtime (:func:`marin.stage.execute`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from marin.config import Params
+
+MODEL = "models/final"
+
+
+def run_stage(root: Path, params: Params, model: str = MODEL) -> bool:
+    """The report of ``model``, then the MLflow view, with one ledger index for both; False: the
+    runtime has nothing left to mirror."""
+    from marin.ledger.index import Index  # here, not above: params are checked before the report's imports
+    from marin.report import build
+    from marin.tracking import sync_quietly
+
+    with Index.using(root, None, refresh=False) as idx:
+        done = build.publish(root, params, model, index=idx)
+        print(build.report_line(done, root))
+        sync_quietly(root, idx)  # the MLflow view, as after every stage
+    return False
