@@ -147,6 +147,7 @@ class VerificationBody(TypedDict):
     verifier: dict[str, Any]
     compared: dict[str, int]
     first_divergence: dict[str, Any] | None
+    cpu: NotRequired[dict[str, Any]]  # the verifier's CPU differs from the recorder's
     class_differences: NotRequired[list[dict[str, Any]]]
     distances: NotRequired[dict[str, Any]]
     segments: NotRequired[dict[str, Any]]
