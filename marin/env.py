@@ -22,7 +22,7 @@ from marin.errors import MarinError
 
 # Variables that can change results or explain them. Everything else stays out.
 ENV_ALLOW = (
-    "XLA_FLAGS", "NPROC", "JAX_*", "TF_CPP_MIN_LOG_LEVEL", "OMP_NUM_THREADS",
+    "XLA_FLAGS", "NPROC", "JAX_*", "ONEDNN_*", "DNNL_*", "TF_CPP_MIN_LOG_LEVEL", "OMP_NUM_THREADS",
     "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "PYTHONHASHSEED",
     "CUDA_VISIBLE_DEVICES", "TOKENIZERS_PARALLELISM", "MARIN_*", "LANG", "LC_ALL", "TZ",
 )

@@ -89,11 +89,14 @@ def _dense(cfg: ModelConfig, d_in: int, d_out: int, std: float, rngs: nnx.Rngs) 
 
 def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
     """cos/sin tables for positions 0..seq_len-1, each (T, Dh/2), float32, computed on the
-    host (float64, rounded once): constants of the compiled step. Computed with jnp inside
+    host (in long double, rounded once): constants of the compiled step. Computed with jnp inside
     the step, XLA fused ``cos``/``sin`` into every rope and rope-gradient loop and evaluated
-    them once per element, ~8 % of a step's CPU time at d_model 256 / 8 layers."""
-    inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)  # (Dh/2,)
-    angles = np.arange(seq_len, dtype=np.float64)[:, None] * inv_freq[None, :]  # (T, Dh/2)
+    them once per element, ~8 % of a step's CPU time at d_model 256 / 8 layers. Not float64:
+    numpy's float64 ``cos``/``sin`` dispatch to SIMD code by CPU (AVX-512 and AVX2 differ in the
+    last bits, and at T=8192 a float32 table entry with them); long double goes through libm's
+    scalar ``cosl``/``sinl``, the same on every CPU."""
+    inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.longdouble) / head_dim)  # (Dh/2,)
+    angles = np.arange(seq_len, dtype=np.longdouble)[:, None] * inv_freq[None, :]  # (T, Dh/2)
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 

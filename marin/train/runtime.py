@@ -33,9 +33,15 @@ _DEVICE_FLAG = "--xla_force_host_platform_device_count"
 PORTABLE_LEVEL = "x86-64-v3"
 PORTABLE_XLA_FLAGS = (
     "--xla_cpu_max_isa=AVX2",  # XLA's own code generation: no AVX-512 even where the CPU has it
-    "--xla_cpu_use_xnnpack=false",  # XNNPACK picks its micro-kernels from cpuid
-    "--xla_cpu_enable_platform_dependent_math=false",  # XLA's help: it gives up consistency across CPUs
+    "--xla_cpu_use_xnnpack=false",  # XNNPACK picks its micro-kernels from cpuid (off by default in jax 0.10)
+    # YNNPACK's dots (forward, input gradients) differ between AVX-512 and AVX2 without it
+    "--xla_cpu_enable_platform_dependent_math=false",
 )
+# A dot that contracts a non-last dimension of its left operand (every weight gradient) runs as an
+# Eigen contraction whose multiply oneDNN's JIT sgemm does, with code chosen from cpuid at its first
+# call and deaf to XLA's ISA cap: oneDNN reads this cap from the environment (before that call).
+ONEDNN_ISA_VAR = "ONEDNN_MAX_CPU_ISA"
+PORTABLE_ONEDNN_ISA = "AVX2"
 
 
 def xla_flags(rt: RuntimeParams, inherited: str) -> list[str]:
@@ -70,6 +76,8 @@ def configure(rt: RuntimeParams) -> None:
                              "configure the runtime first (marin.train.runtime.configure)")
     check_cpu(rt)
     os.environ["NPROC"] = str(rt.xla_cpu_threads)
+    if rt.determinism == "portable":
+        os.environ[ONEDNN_ISA_VAR] = PORTABLE_ONEDNN_ISA
     os.environ["XLA_FLAGS"] = " ".join(xla_flags(rt, os.environ.get("XLA_FLAGS", "")))
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     keep_freed_memory()
@@ -150,6 +158,9 @@ def determinism_class(rt: RuntimeParams, fp: dict[str, Any]) -> dict[str, Any]:
 
 
 def cpu_class(rt: RuntimeParams, fp: dict[str, Any]) -> dict[str, Any]:
+    """The CPU's part of the class: the profile and its level (portable), or the features the
+    kernels dispatch on (native); and oneDNN's ISA cap, which decides the weight gradients' bits."""
+    onednn = {"onednn_max_cpu_isa": os.environ.get(ONEDNN_ISA_VAR)}
     if rt.determinism == "portable":
-        return {"profile": "portable", "isa_level": PORTABLE_LEVEL}
-    return {"profile": "native", "isa_flags": fp["isa_flags"]}
+        return {"profile": "portable", "isa_level": PORTABLE_LEVEL, **onednn}
+    return {"profile": "native", "isa_flags": fp["isa_flags"], **onednn}
