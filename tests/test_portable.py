@@ -71,10 +71,15 @@ def train_bits(proj: Project) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def native_train(tokens: Project, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def trained_here(tokens: Project, tmp_path_factory: pytest.TempPathFactory) -> Project:
     proj = fresh(copy_project(tokens, tmp_path_factory.mktemp("native") / "proj"))
     proj.stage("train")
-    return train_bits(proj)
+    return proj
+
+
+@pytest.fixture(scope="module")
+def native_train(trained_here: Project) -> dict[str, Any]:
+    return train_bits(trained_here)
 
 
 @pytest.mark.parametrize("cpu", CPUS)
@@ -130,3 +135,19 @@ def test_data_stages_and_evaluate_give_the_same_outputs_on_haswell(tokens: Proje
         evals = [r["body"] for r in mine if r["kind"] == "eval"]
         assert evals == [r["body"] for r in theirs if r["kind"] == "eval"], stage
     assert (native.root / "metrics/eval.json").read_bytes() == (emulated.root / "metrics/eval.json").read_bytes()
+
+
+def test_below_the_level_the_stage_refuses_and_verify_cannot(trained_here: Project, tmp_path: Path) -> None:
+    """Sandy Bridge has AVX but not AVX2 or FMA: below x86-64-v3, a portable run is neither made
+    nor checked there (its bits would not be the profile's)."""
+    proj = fresh(copy_project(trained_here, tmp_path / "proj"))
+    before = proj.ledger_files()
+    r = qemu(proj, "SandyBridge", "-m", "pipeline.train", check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    [line] = [x for x in r.stderr.splitlines() if x.startswith("marin: error:")]
+    assert "runtime.determinism: portable" in line and "x86-64-v3" in line and "AVX2" in line and "FMA3" in line
+    assert proj.ledger_files() == before  # refused before any run started
+    [run] = proj.runs("train")
+    r = qemu(proj, "SandyBridge", "-m", "marin.cli", "verify", run[0]["run_id"], check=False)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "lacks AVX2" in r.stderr and "x86-64-v3" in r.stderr and "SandyBridge" in r.stderr.replace(" ", "")

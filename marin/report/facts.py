@@ -318,8 +318,9 @@ def _environment(f: Facts, log: RunLog) -> dict[str, Any]:
            for k in ("python", "platform", "cpu_model", "cpu_count", "machine")}
     env["cores_used"] = f.cite("usable cores", log, s, "/body/env/usable_cores").id
     det = {k: f.cite(f"determinism.{k}", log, s, f"/body/determinism_class/{_esc(k)}").id
-           for k in ("backend", "device_kind", "device_count", "jax", "jaxlib", "xla_cpu_threads", "xla_flags",
-                     "prng_impl") if k in s.body["determinism_class"]}
+           for k in ("profile", "isa_level", "backend", "device_kind", "device_count", "jax", "jaxlib",
+                     "xla_cpu_threads", "xla_flags", "onednn_max_cpu_isa", "prng_impl")
+           if s.body["determinism_class"].get(k) is not None}
     code = {k: f.cite(f"code.{k}", log, s, f"/body/code/{k}").id for k in ("git_commit", "code_digest", "lock_digest")}
     pkgs = {k: f.cite(f"package {k}", log, s, f"/body/env/packages/{_esc(k)}").id
             for k, v in sorted(s.body["env"]["packages"].items()) if v}
