@@ -45,8 +45,10 @@ def diff(root: Path, run_a: str, run_b: str) -> Diff:
     sa, sb = a.started.body, b.started.body
     d = Diff(run_a, run_b)
     d.sections["params"] = _compare(flatten(sa["params"]), flatten(sb["params"]))
-    code_keys = ("git_commit", "dirty", "diff_digest", "code_digest", "lock_digest")
-    d.sections["code"] = _compare({k: sa["code"][k] for k in code_keys}, {k: sb["code"][k] for k in code_keys})
+    code_keys = ("git_commit", "dirty", "diff_digest", "code_digest", "closure_digest", "lock_digest")
+    d.sections["code"] = _compare({k: sa["code"].get(k) for k in code_keys}, {k: sb["code"].get(k) for k in code_keys})
+    ca, cb = ({f"closure {p}": v for p, v in (s["code"].get("closure") or {}).items()} for s in (sa, sb))
+    d.sections["code"] += _compare(ca, cb)  # the files of the stage's code that differ
     d.sections["determinism class"] = _compare(flatten(sa["determinism_class"]),
                                                flatten(sb["determinism_class"]))
     d.sections["inputs"] = _compare({i["name"]: i["digest"] for i in sa["inputs"]},

@@ -137,7 +137,7 @@ def test_batch_chunks_are_the_fewest_equal_ones_within_the_budget() -> None:
 
 def test_the_compiled_step_reads_the_rope_tables_instead_of_evaluating_sines() -> None:
     """Built with jnp inside the step, the (T, Dh/2) tables were fused into every rope loop,
-    forward and backward, and a sine and a cosine evaluated per element (docs/architecture.md,
+    forward and backward, and a sine and a cosine evaluated per element (docs/performance.md,
     issue 16). The tables are host constants now: no sine or cosine over an array is left."""
     import re
 

@@ -201,7 +201,7 @@ def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
 
     Computed by batch chunks (``batch_chunks``) and, within one, by blocks of query positions
     (``attention_blocks``), each scoring only the keys up to its own end: at T = 256, 10/16
-    of the full (T, T) scores (docs/architecture.md, issue 16, session 8).
+    of the full (T, T) scores (docs/performance.md).
     The gradient is written out (Dao et al. 2022, "FlashAttention", arXiv:2205.14135,
     eq. for dS): ``dS = P * (dP - rowsum(dO * O))``. The row sum over the (T, Dh) output
     replaces autodiff's row sum over the (T, T) product ``dP * P`` and the probabilities

@@ -1,7 +1,7 @@
 """The JAX runtime of a stage: thread count and device count fixed from params before
 jax initializes, the mesh, and the determinism class that records them.
 
-Measured on this machine (jax 0.10.2, see docs/architecture.md): XLA's CPU backend takes
+Measured on this machine (jax 0.10.2, see docs/performance.md): XLA's CPU backend takes
 its thread-pool size from the ``NPROC`` environment variable, else from the CPU
 affinity; the pool size decides the bits of reductions. ``taskset -c 0`` with
 ``NPROC=2`` reproduces an unpinned 2-core run exactly. So the stage sets ``NPROC`` from
@@ -11,7 +11,7 @@ It also keeps freed memory in the process (:func:`keep_freed_memory`): XLA's CPU
 allocates each execution's temporaries (445 MB per train step at the default size) with
 ``posix_memalign`` from its worker threads; glibc serves such a request from a thread arena
 by a fresh ``mmap`` and unmaps it on free, so every step faulted ~110k pages back in and
-27% of the step's CPU time was the kernel's (docs/architecture.md, issue 16).
+27% of the step's CPU time was the kernel's (docs/performance.md).
 """
 
 from __future__ import annotations
