@@ -13,14 +13,17 @@ from __future__ import annotations
 import random
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marin.ledger.index import Index
 from marin.ledger.store import RunLog
 from marin.remote import checkpoints_dir
 from marin.verify.compare import Divergence, class_differences, values_divergence
-from marin.verify.outcome import Outcome, Say, counts, json_run
-from marin.verify.workspace import CannotVerify, Workspace
+from marin.verify.outcome import Outcome, counts, json_run
+from marin.verify.workspace import CannotVerify
+
+if TYPE_CHECKING:
+    from marin.verify.verifier import Verifier
 
 
 def check_segments(root: Path, log: RunLog, k: int, index: Index | None = None) -> None:
@@ -48,10 +51,9 @@ def draw(seed: int, n: int, k: int) -> list[int]:
     return sorted(random.Random(seed).sample(range(n), k))
 
 
-def replay_segments(root: Path, log: RunLog, ws: Workspace, replay_env: dict[str, str], k: int,
-                    seed: int | None, out: Outcome, say: Say, index: Index | None = None) -> None:
-    """Steps 6-7 with --segments: draw, replay in the workspace, compare (see the module docstring)."""
-    started = log.started.body
+def replay_segments(v: Verifier, k: int, seed: int | None) -> None:
+    """Steps 6-7 with --segments: draw, replay in ``v``'s workspace, compare (see the module docstring)."""
+    log, out, say, started = v.log, v.out, v.say, v.started
     ckpts = sorted(log.of_kind("checkpoint"), key=lambda r: r.body["step"])
     n = len(ckpts)
     source = "random" if seed is None else "chosen by the verifier"
@@ -60,9 +62,9 @@ def replay_segments(root: Path, log: RunLog, ws: Workspace, replay_env: dict[str
     out.segments = {"seed": seed, "seed_source": source, "k": k, "n": n, "drawn": [list(b) for b in bounds],
                     "detection_probability": round(k / n, 6)}
     say(f"  6. replay: {k} of {n} checkpoint intervals, seed {seed} ({source}): {bounds}")
-    ckpt_dir = checkpoints_dir(root, log, index)
-    res_all = json_run(ws, replay_env, ["segments", "--checkpoints", str(ckpt_dir), "--intervals",
-                                        ",".join(f"{a}:{b}" for a, b in bounds)], out)
+    ckpt_dir = checkpoints_dir(v.root, log, v.index)
+    res_all = json_run(v.ws, v.replay_env, ["segments", "--checkpoints", str(ckpt_dir), "--intervals",
+                                            ",".join(f"{a}:{b}" for a, b in bounds)], out)
     # What ran: the recorded code and params (as the full replay's own run.started shows them).
     if res_all["code_digest"] != started["code"]["code_digest"] or res_all["params"] != started["params"]:
         raise CannotVerify("step 6: the segment replay did not run the recorded code and params "

@@ -1,0 +1,437 @@
+"""``marin verify``: replay a recorded run from its ledger alone and compare it bit for bit.
+
+Numbered steps, each with its own message, each a method of :class:`Verifier`:
+
+1. the run: found, succeeded, its ledger file intact (schemas, chain, Merkle root);
+2. the recipe: its digest recomputed from the fields of ``run.started``, and the input
+   records agree with the recipe's inputs;
+3. the workspace: a git worktree at the recorded commit, carrying the recorded params;
+4. the inputs: restored by digest (from the DVC cache, else the project's copy);
+5. the determinism class: the recorded XLA thread count, XLA flags and allow-listed
+   environment are restored; the device count and mesh follow from the restored params;
+6. the replay: the recorded command (``--segments K``: K checkpoint intervals of a train
+   run, drawn with a recorded seed, each from its starting checkpoint);
+7. the comparison: every input, checkpoint, metric, eval and output digest or exact value,
+   in recorded order, and for train runs the recorded checkpoint tensors on disk;
+8. the verdict: a ``verification`` record is appended after ``run.finished``.
+
+Exit 0: bit-exact. 1: a mismatch (the first diverging record, step and tensor are named).
+3: the replay's determinism class differs from the recorded one; distances are reported
+and the result is never called bit-exact. 4: the run cannot be verified here.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marin import env, hashing
+from marin.errors import IntegrityError, MarinError
+from marin.ledger.check import check_run
+from marin.ledger.index import Index, with_index
+from marin.ledger.query import Ledger
+from marin.ledger.run import recipe_code, recipe_digest
+from marin.ledger.store import NoSuchRun, RunFile, RunLog, load_run, read_all
+from marin.paths import ledger_dir
+from marin.remote import checkpoints_dir
+from marin.verify.compare import Divergence, class_differences, compare, cpu_differences, describe_cpu, metric_distances
+from marin.verify.outcome import Outcome, Say, counts, json_run
+from marin.verify.segments import check_segments, replay_segments
+from marin.verify.workspace import CannotVerify, InputUnavailable, Workspace
+
+
+@with_index
+def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | None = None,
+           xla_flags: tuple[str, ...] = (), keep: bool = False, say: Say = print, index: Index) -> Outcome:
+    """Verify one run (steps 1-8) and append the verification record. ``index``: the command's
+    ledger index (else one is opened for this run)."""
+    t0 = time.perf_counter()
+    index.refresh()
+    log = _load(root, run_id)  # 1
+    if segments is not None:
+        check_segments(root, log, segments, index)
+    out = Outcome(run_id, log.started.body["stage"], "segments" if segments else "full")
+    return Verifier(root, log, index, out, say, t0).run(segments, seed, xla_flags, keep)
+
+
+def _load(root: Path, run_id: str) -> RunLog:
+    """Step 1: the run, its ledger file intact, succeeded, and a replayable recipe."""
+    try:
+        log = load_run(root, run_id)
+    except NoSuchRun as e:
+        raise CannotVerify(f"step 1: {e}") from None
+    problems = check_run(log)
+    if problems:
+        raise IntegrityError(f"step 1: {run_id}: the ledger file is not intact: {problems[0]}; "
+                             "see `marin ledger check`")
+    if log.status != "succeeded":
+        raise CannotVerify(f"step 1: run {run_id} is {log.status}; only a succeeded run claims outputs to verify")
+    if log.started.body["stage"] == "report":  # a view of the ledger at a snapshot, not a replayable recipe
+        raise CannotVerify(f"step 1: run {run_id} built a report; check it with `marin report verify "
+                           "reports/<model>` and `marin ledger check --since reports/<model>`")
+    return log
+
+
+@dataclass
+class Verifier:
+    """One verification of one loaded run (step 1 done): what every later step reads and writes.
+    ``ws`` is set at step 3 and ``replay_env`` at step 5."""
+
+    root: Path
+    log: RunLog
+    index: Index
+    out: Outcome
+    say: Say
+    t0: float  # when the verification began
+    ws: Workspace = field(init=False)
+    replay_env: dict[str, str] = field(init=False)
+
+    @property
+    def started(self) -> dict[str, Any]:
+        return self.log.started.body
+
+    def run(self, segments: int | None, seed: int | None, xla_flags: tuple[str, ...], keep: bool) -> Outcome:
+        """Steps 2-8 (step 1 loaded the run)."""
+        out, say, started = self.out, self.say, self.started
+        say(f"verify {out.run_id} ({out.stage}, {out.mode})")
+        say("  1. run: ledger file intact, run succeeded")
+
+        out.divergences = self.check_recipe()  # 2
+        if out.divergences:
+            say(f"  2. recipe: MISMATCH {out.first}")
+            return self.finish()
+        say(f"  2. recipe: {started['recipe_digest']} recomputed from run.started")
+        self.check_cpu()
+
+        self.ws = Workspace.open(self.root, out.run_id, started, keep)  # 3
+        try:
+            if not self.replay(segments, seed, xla_flags):
+                return self.finish()  # before the workspace is closed, as an input mismatch always has been
+        finally:
+            self.ws.close()
+        return self.finish()
+
+    def check_recipe(self) -> list[Divergence]:
+        """Step 2: the recorded recipe digest is the digest of the recorded recipe fields."""
+        log = self.log
+        s, seq = log.started.body, log.started.seq
+        again = recipe_digest(s["stage"], s["command"], s["params"], recipe_code(s["code"]), s["inputs"],
+                              s["determinism_class"])
+        if again != s["recipe_digest"]:
+            return [Divergence(seq, "run.started", f"recipe digest {s['recipe_digest']} is not the digest of the "
+                               f"recorded stage, command, params, code, inputs and class ({again}): run.started was "
+                               "edited", recorded=s["recipe_digest"], replayed=again, independent=True)]
+        if "closure" in s["code"] and hashing.files_map_digest(s["code"]["closure"]) != s["code"]["closure_digest"]:
+            return [Divergence(seq, "run.started", "code.closure_digest is not the digest of the recorded closure's "
+                               "files: run.started was edited", independent=True)]
+        if env.class_digest(s["determinism_class"]) != s["determinism_digest"]:
+            return [Divergence(seq, "run.started", "determinism_digest is not the digest of the recorded class: "
+                               "run.started was edited", recorded=s["determinism_digest"], independent=True)]
+        by_name = {r.body["name"]: r for r in log.of_kind("input")}
+        found = []
+        for i in s["inputs"]:
+            r = by_name.get(i["name"])
+            if r is None or r.body["digest"] != i["digest"]:
+                found.append(Divergence(r.seq if r else seq, "input", f"the input record does not match the recipe's "
+                                        f"input {i['digest']}", name=i["name"], recorded=i["digest"], independent=True))
+        return found
+
+    def check_cpu(self) -> None:
+        """A run recorded under the portable profile replays only on a CPU at its level (exit 4 below it)."""
+        from marin import cpu
+
+        det = self.started["determinism_class"]
+        if det.get("profile") != "portable":
+            return
+        missing = cpu.missing_for(det["isa_level"])
+        if missing:
+            raise CannotVerify(f"step 5: run {self.out.run_id} was recorded under the portable profile at "
+                               f"{det['isa_level']}; this CPU ({cpu.model()}) lacks {', '.join(missing)}: "
+                               "verify it on a CPU that has them")
+
+    def replay(self, segments: int | None, seed: int | None, xla_flags: tuple[str, ...]) -> bool:
+        """Steps 3-7 in the open workspace. False (the divergence in ``out``) when step 4 found an
+        input that no run recorded."""
+        ws, out, say = self.ws, self.out, self.say
+        say(f"  3. workspace: git worktree at {ws.commit[:12]} with the recorded params")
+        if not self.restore_inputs(Ledger(self.root, self.index)):  # 4
+            return False
+        self.replay_env = ws.env(self.started, list(xla_flags))  # 5
+        out.verifier = {"workspace": f"git worktree at {ws.commit}", "inputs": ws.restored,
+                        "forced": {"xla_flags": list(xla_flags)} if xla_flags else {}}
+        say(f"  5. determinism class: XLA_FLAGS={self.replay_env.get('XLA_FLAGS', '')!r} "
+            f"NPROC={self.replay_env.get('NPROC', '(unset)')}")
+        t1 = time.perf_counter()
+        if segments:  # 6, 7
+            replay_segments(self, segments, seed)
+        else:
+            self.replay_full()
+        out.seconds["replay_s"] = round(time.perf_counter() - t1, 3)
+        return True
+
+    def restore_inputs(self, ledger: Ledger) -> bool:
+        """Step 4: every input put in the workspace by digest. False (the divergence in ``out``) when an
+        input's recorded content is nowhere and the project's copy is one no run recorded."""
+        by_name = {r.body["name"]: r for r in self.log.of_kind("input")}
+        producers = ledger.producers_of  # digest -> the runs that output it
+        for i in self.started["inputs"]:
+            rec = by_name[i["name"]]
+            try:
+                source = self.ws.restore_input(rec.body, _entries(producers, rec.body["digest"]))
+                self.say(f"  4. input {i['name']}: restored from {source}")
+            except InputUnavailable as e:
+                here = ledger.root / rec.body["path"]
+                if not here.exists():
+                    raise CannotVerify(f"step 4: {e}; restore it (dvc pull / dvc checkout) and retry") from None
+                later = producers(hashing.path_digest(here))
+                if later:  # another recorded version, not a forgery: restore the recorded one
+                    raise CannotVerify(f"step 4: {e}; the project holds the version run {later[-1][0].run_id} "
+                                       "produced: restore the recorded one (dvc checkout, or keep a DVC cache) "
+                                       "and retry") from None
+                self.out.divergences = [Divergence(rec.seq, "input", f"{e}; no run recorded that content",
+                                                   name=i["name"], recorded=rec.body["digest"], independent=True)]
+                self.say(f"  4. input {i['name']}: MISMATCH {e}")
+                return False
+        return True
+
+    def replay_full(self) -> None:
+        """Steps 6-7 without --segments: the recorded command in the workspace, then every record compared."""
+        log, ws, out, started = self.log, self.ws, self.out, self.started
+        module = _module(started["command"])
+        self.say(f"  6. replay: python -m {module} {' '.join(started['command'][1:])}".rstrip())
+        ws.run(["-m", module, *started["command"][1:]], self.replay_env, f"step 6: the replay of {log.run_id}",
+               progress=True)
+        replay = self.replayed_run()
+        rs = replay.started.body
+        out.class_diffs = class_differences(started["determinism_class"], rs["determinism_class"])
+        out.compared, out.divergences = compare(log, replay)
+        out.divergences = _started_fields(log, rs) + out.divergences
+        if out.stage == "train":
+            self.checkpoint_tensors(replay)
+        if out.class_diffs:
+            out.distances = {"metrics": metric_distances(log, replay), **(out.distances or {})}
+        self.say(f"  7. compared {sum(out.compared.values())} records ({counts(out.compared)})")
+
+    def replayed_run(self) -> RunLog:
+        """Step 6: the one run the replay left in the workspace's ledger, of the recorded code and params."""
+        started, out, ws = self.started, self.out, self.ws
+        replays = [r for r in read_all(ledger_dir(ws.root)) if r.started and r.started.body["stage"] == out.stage]
+        if len(replays) != 1 or replays[0].status != "succeeded":
+            raise CannotVerify(f"step 6: the replay left {len(replays)} {out.stage} run(s) in {ledger_dir(ws.root)}, "
+                               "expected one that succeeded")
+        replay = replays[0]
+        rs = replay.started.body
+        out.replay_run_id = replay.run_id
+        out.verifier.update(env=rs["env"], code=rs["code"], determinism_class=rs["determinism_class"])
+        if rs["code"]["code_digest"] != started["code"]["code_digest"]:
+            raise CannotVerify(f"step 6: the workspace's code digest {rs['code']['code_digest']} is not the recorded "
+                               f"{started['code']['code_digest']}")
+        if rs["params"] != started["params"]:
+            raise CannotVerify("step 6: the replay did not read the recorded params; params.yaml at commit "
+                               f"{started['code']['git_commit'][:12]} lacks a recorded section")
+        return replay
+
+    def checkpoint_tensors(self, replay: RunLog) -> None:
+        """Tensor by tensor: the recorded run's checkpoints on disk against the replay's. Catches a
+        checkpoint changed on disk, and names the tensor where digests diverge."""
+        out = self.out
+        recs, replayed = self.log.of_kind("checkpoint"), replay.of_kind("checkpoint")
+        if not recs or not replayed:
+            return
+        on_disk = checkpoints_dir(self.root, self.log, self.index)  # the project's, else the published ones
+        replay_dir = self.ws.root / Path(replayed[0].body["path"]).parent
+        if not on_disk.is_dir():
+            out.verifier["tensor_pass"] = f"skipped: the recorded checkpoints ({on_disk}) are not on this machine"
+            return
+        result = self.tensor_pass(on_disk, replay_dir, recs, replayed)
+        by_step = {d.step: d for d in out.divergences if d.kind == "checkpoint"}
+        tensor_max: dict[str, dict[str, float]] = {}
+        missing = []
+        for r in recs:
+            s, rec_digest = r.body["step"], r.body["digest"]
+            res = result[str(s)]
+            dist = res["distances"] or {}
+            _widen(tensor_max, dist)
+            if res["a_digest"] is None:
+                missing.append(s)
+                continue
+            first = next(iter(sorted(dist)), None)
+            if res["a_digest"] != rec_digest:
+                out.divergences.append(Divergence(
+                    r.seq, "checkpoint", f"the checkpoint files at {r.body['path']} restore to {res['a_digest']}, "
+                    f"not the recorded {rec_digest} (changed on disk)", step=s, tensor=first,
+                    recorded=rec_digest, replayed=res["a_digest"], independent=True))
+            elif s in by_step and first is not None:
+                by_step[s].tensor = first
+                by_step[s].what += f"; first differing tensor {first}: max |diff| {dist[first]['max_abs']:.3g}"
+        out.compared["checkpoint_tensors"] = len(recs) - len(missing)
+        if out.class_diffs:
+            out.distances = {"tensors": tensor_max,
+                             "note": f"recorded checkpoints missing on disk at steps {missing}" if missing else ""}
+
+    def tensor_pass(self, on_disk: Path, replay_dir: Path, recs: list[Any], replayed: list[Any]) -> dict[str, Any]:
+        """The replay tool's tensor comparison of the recorded checkpoints with the replay's, by step;
+        the tool must see the replay's checkpoints as the replay recorded them."""
+        result = json_run(self.ws, self.replay_env, ["compare", "--a", str(on_disk), "--b", str(replay_dir),
+                                                     "--steps", ",".join(str(r.body["step"]) for r in recs)], self.out)
+        own = {r.body["step"]: r.body["digest"] for r in replayed}
+        for s, res in result.items():
+            if own.get(int(s)) is not None and res["b_digest"] != own[int(s)]:
+                raise CannotVerify(f"step 7: the tensor pass restores the replay's checkpoint {s} as "
+                                   f"{res['b_digest']}, but the replay recorded {own[int(s)]}; the comparison tool "
+                                   "is not trustworthy here")
+        return result
+
+    def finish(self) -> Outcome:
+        """Step 8: append the verification record and say the verdict."""
+        log, out = self.log, self.out
+        out.seconds["total_s"] = round(time.perf_counter() - self.t0, 3)
+        if not out.verifier:
+            out.verifier = {"workspace": "none: stopped before the replay"}
+        out.verifier.setdefault("env", env.fingerprint())
+        out.verifier.setdefault("code", log.started.body["code"])
+        out.verifier.setdefault("determinism_class", {})
+        out.cpu = cpu_differences(log.started.body["env"], out.verifier["env"])
+        rec = RunFile(log.path, log.run_id, self.index).append("verification",
+                                                                json.loads(json.dumps(self.record(), default=str)))
+        out.record_seq = rec.seq
+        for line in render(out):
+            self.say(line)
+        return out
+
+    def record(self) -> dict[str, Any]:
+        """Step 8: the verification record's body."""
+        log, out = self.log, self.out
+        body: dict[str, Any] = {
+            "verified": {"run_id": log.run_id, "recipe_digest": log.started.body["recipe_digest"],
+                         "finished_digest": log.finished.digest},
+            "mode": out.mode, "result": out.result, "exit_code": out.exit_code, "verifier": out.verifier,
+            "compared": out.compared, "first_divergence": out.first.to_dict() if out.first else None,
+            "time": out.seconds,
+        }
+        if out.cpu:
+            body["cpu"] = out.cpu
+        if out.class_diffs:
+            body["class_differences"] = out.class_diffs
+            body["distances"] = out.distances or {}
+        if out.segments:
+            body["segments"] = out.segments
+        if out.replay_run_id:
+            body["replay_run_id"] = out.replay_run_id
+        return body
+
+
+def _entries(producers: Callable[[str], list[Any]], digest: str) -> list[dict[str, Any]] | None:
+    """The file list a producing run recorded for a directory with this digest."""
+    return next((body["entries"] for _, body in producers(digest) if "entries" in body), None)
+
+
+def _module(command: list[str]) -> str:
+    script = command[0]
+    if not (script.startswith("pipeline/") and script.endswith(".py")):
+        raise CannotVerify(f"step 6: recorded command {command} is not a pipeline stage (pipeline/<stage>.py)")
+    return script.removesuffix(".py").replace("/", ".")
+
+
+def _widen(tensor_max: dict[str, dict[str, float]], dist: dict[str, Any]) -> None:
+    """Raise each tensor's largest distances so far to those of one more checkpoint."""
+    for name, d in dist.items():
+        if d.get("max_abs") is not None:
+            cur = tensor_max.setdefault(name, {"max_abs": 0.0, "max_rel": 0.0})
+            cur["max_abs"], cur["max_rel"] = max(cur["max_abs"], d["max_abs"]), max(cur["max_rel"], d["max_rel"])
+
+
+def _started_fields(log: RunLog, replayed: dict[str, Any]) -> list[Divergence]:
+    """What run.started claims beyond the recipe digest, against what the replay recorded: the
+    derived seeds and the code state (commit, tree, lock file)."""
+    s, out = log.started.body, []
+    if replayed["seeds"] != s["seeds"]:
+        out.append(Divergence(log.started.seq, "run.started", "the recorded seeds are not those the recorded "
+                              "params derive", name="seeds", independent=True))
+    keys = ("git_commit", "tree_digest", "code_digest", "lock_digest")
+    bad = [k for k in keys if replayed["code"].get(k) != s["code"].get(k)]
+    if bad:
+        recorded, found = [s["code"].get(k) for k in bad], [replayed["code"].get(k) for k in bad]
+        out.append(Divergence(log.started.seq, "run.started", f"code {', '.join(bad)} recorded {recorded}, the "
+                              f"commit has {found}", name="code", independent=True))
+    return out
+
+
+def render(out: Outcome) -> list[str]:
+    """The verdict in a few lines: class differences and distances, or the first divergence."""
+    lines = []
+    if out.cpu:
+        lines.append(f"  different CPU: {describe_cpu(out.cpu)}")
+    if out.class_diffs:
+        lines.append("  determinism class differs from the recorded one: "
+                     + "; ".join(f"{d['key']}: {d['recorded']!r} -> {d['verifier']!r}" for d in out.class_diffs[:6]))
+    if out.class_diffs and out.result != "bit-exact":
+        for kind, table in (out.distances or {}).items():
+            if isinstance(table, dict):
+                for name, d in list(table.items())[:12]:
+                    lines.append(f"    distance {kind} {name}: max abs {d['max_abs']:.3g}, max rel {d['max_rel']:.3g}")
+    elif out.divergences:
+        lines.append(f"  first divergence: {out.first}")
+        if len(out.divergences) > 1:
+            lines.append(f"  ({len(out.divergences) - 1} more divergence(s) follow it)")
+    if out.segments:
+        s = out.segments
+        lines.append(f"  segments: {s['k']} of {s['n']} intervals replayed; one forged interval among {s['n']} is "
+                     f"drawn (and caught) with probability {s['k']}/{s['n']} = {s['detection_probability']:.0%}")
+    verdict = {"bit-exact": "BIT-EXACT", "mismatch": "MISMATCH",
+               "class-differs": "NOT BIT-EXACT: replayed in another determinism class (distances above)"}
+    where = " on a different CPU" if out.cpu and out.result == "bit-exact" else ""
+    lines.append(f"verify {out.run_id}: {verdict[out.result]}{where} (exit {out.exit_code}; verification record "
+                 f"seq {out.record_seq})")
+    return lines
+
+
+Row = tuple[str, str, Outcome | MarinError]  # stage, run id, what verifying it gave
+
+
+@with_index
+def verify_upstream(root: Path, target: str, say: Say = print, *, index: Index, **kw: Any) -> list[Row]:
+    """Verify TARGET's run and every run in its lineage, upstream first, then print one table.
+    ``index``: the command's ledger index (else one is opened), shared by every run verified."""
+    from marin.ledger.query import LineageError, upstream
+
+    index.refresh()
+    ledger = Ledger(root, index)
+    try:
+        resolved = ledger.resolve(target)
+    except LineageError as e:
+        raise CannotVerify(str(e)) from None
+    if resolved.note:  # a path whose bytes no run recorded: verifying its last writer proves nothing about it
+        raise CannotVerify(f"{resolved.note}; verify the run id instead, or restore the file (dvc checkout)")
+    steps = upstream(ledger.node(resolved))
+    if not steps:
+        raise CannotVerify(f"{target}: no run in the ledger produced it; nothing to verify")
+    rows: list[Row] = []
+    for s in steps:
+        try:
+            opts = kw if s.stage == "train" else {k: v for k, v in kw.items() if k not in ("segments", "seed")}
+            rows.append((s.stage, s.run_id, verify(root, s.run_id, say=say, index=index, **opts)))
+        except MarinError as e:
+            say(f"verify {s.run_id}: {e}")
+            rows.append((s.stage, s.run_id, e))
+    say("")
+    say(f"{'stage':9} {'run id':38} {'result':14} {'compared':>8}  first divergence")
+    for stage, run_id, o in rows:
+        if isinstance(o, Outcome):
+            say(f"{stage:9} {run_id:38} {o.result:14} {sum(o.compared.values()):8}  {o.first or ''}")
+        else:
+            say(f"{stage:9} {run_id:38} {'error ' + str(o.exit_code):14} {'':8}  {str(o)[:200]}")
+    return rows
+
+
+def upstream_exit(rows: list[Row]) -> int:
+    """The most serious exit code of the rows: 1 (mismatch or broken ledger), then 4, then 3."""
+    codes = [o.exit_code for _, _, o in rows]
+    for c in (1, 4, 3):
+        if c in codes:
+            return c
+    return 0
