@@ -104,7 +104,8 @@ def test_a_forced_xla_flag_is_another_class_exit_3_with_distances(trained: Proje
     [v] = verifications(path)
     assert v["result"] == "class-differs" and v["exit_code"] == 3
     assert [d["key"] for d in v["class_differences"]] == ["xla_flags"]
-    assert v["class_differences"][0]["verifier"] == ["--xla_cpu_multi_thread_eigen=false"]
+    recorded = records(path)[0]["body"]["determinism_class"]["xla_flags"]  # the profile's own flags
+    assert v["class_differences"][0]["verifier"] == [*recorded, "--xla_cpu_multi_thread_eigen=false"]
     metrics = v["distances"]["metrics"]
     assert set(metrics) >= {"loss", "grad_norm", "accuracy"}
     n_metric = sum(r["kind"] == "metric" for r in records(path))
@@ -208,7 +209,7 @@ def test_an_edited_param_in_run_started_is_caught(trained: Project, recompute_re
     s = recs[0]["body"]
     s["params"]["train"]["lr"] = 0.001  # the run trained with 0.003
     if recompute_recipe:  # a thorough forger recomputes the recipe digest too
-        s["recipe_digest"] = recipe_digest(s["stage"], s["command"], s["params"], s["code"]["code_digest"],
+        s["recipe_digest"] = recipe_digest(s["stage"], s["command"], s["params"], s["code"]["closure_digest"],
                                            s["inputs"], s["determinism_class"])
     rewrite_chain(path, recs)
     assert trained.marin("ledger", "check").returncode == 0
