@@ -119,8 +119,21 @@ def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
     transposed: for the tied output projection (Din = D, Dout = V) that is x rather than
     the (M, V) logit gradient, for ``w_down`` the (M, D) cotangent rather than the (M, F)
     hidden state. Same products and sums as ``x @ w``'s own gradient, other summation
-    order (other bits)."""
+    order (other bits).
+
+    The transposed operand is materialized (``plain_dot``): a dot that contracts a non-last
+    axis of its left operand runs, on XLA's CPU backend, as an Eigen contraction whose multiply
+    oneDNN's sgemm computes with blocking and kernels chosen from the CPU at run time (an
+    emulated AMD EPYC and this machine differed in the embedding's gradient). A plain
+    (M, K) x (K, N) dot goes to YNNPACK, whose results are the same on every x86-64-v3 CPU
+    under the portable profile (docs/architecture.md, "Portable bits")."""
     return x @ w
+
+
+def plain_dot(a: jax.Array) -> jax.Array:
+    """``a`` materialized where it is: behind an optimization barrier XLA cannot fold a transpose
+    (or any layout change) of ``a`` back into the dot that consumes it."""
+    return jax.lax.optimization_barrier(a)
 
 
 def _matmul_fwd(x: jax.Array, w: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
@@ -131,9 +144,9 @@ def _matmul_bwd(res: tuple[jax.Array, jax.Array], g: jax.Array) -> tuple[jax.Arr
     x, w = res
     x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])  # (M, Din), (M, Dout)
     if w.shape[0] <= w.shape[1]:  # noqa: SIM108 (one comment per branch)
-        dw = jnp.einsum("mi,mo->io", x2, g2)  # x transposed
+        dw = plain_dot(plain_dot(x2.T) @ g2)  # x transposed: (Din, M) @ (M, Dout)
     else:
-        dw = jnp.einsum("mo,mi->oi", g2, x2).T  # g transposed, then the (Dout, Din) result
+        dw = plain_dot(plain_dot(g2.T) @ x2).T  # g transposed, then the (Dout, Din) result
     return (g @ w.T).astype(x.dtype), dw.astype(w.dtype)
 
 
@@ -254,11 +267,13 @@ def _blocks_bwd(q: jax.Array, k: jax.Array, v: jax.Array, ps: tuple[jax.Array, .
     dqs, dks, dvs = [], [], []
     for (start, end), p in zip(attention_blocks(t), ps, strict=True):
         sl = slice(start * g, end * g)
-        dvs.append(_pad_keys(jnp.einsum("bkqs,bkqd->bksd", p.astype(v.dtype), do[:, :, sl]), t))
+        p_t = plain_dot(jnp.swapaxes(p.astype(v.dtype), 2, 3))  # (B, K, end, G*c): a plain dot (matmul)
+        dvs.append(_pad_keys(jnp.einsum("bksq,bkqd->bksd", p_t, do[:, :, sl]), t))
         dp = jnp.einsum("bkqd,bksd->bkqs", do[:, :, sl], v[:, :, :end], preferred_element_type=jnp.float32)
         ds = (p * (dp - rows[:, :, sl])).astype(q.dtype)  # masked entries: p = 0, so ds = 0
         dqs.append(jnp.einsum("bkqs,bksd->bkqd", ds, k[:, :, :end]))  # (B, K, G*c, Dh)
-        dks.append(_pad_keys(jnp.einsum("bkqs,bkqd->bksd", ds, q[:, :, sl]), t))
+        ds_t = plain_dot(jnp.swapaxes(ds, 2, 3))
+        dks.append(_pad_keys(jnp.einsum("bksq,bkqd->bksd", ds_t, q[:, :, sl]), t))
     return _join(dqs, 2), sum(dks[1:], dks[0]), sum(dvs[1:], dvs[0])
 
 
