@@ -326,59 +326,59 @@ def topology(argv: list[str]) -> None:
 
 # -- determinism profiles (issue 23): portable against native, side by side ----------------------
 #
-#     uv run python benchmarks/bench_train.py profiles [--rounds 5] [--steps 10] [--sizes default,large]
+#     uv run python benchmarks/bench_train.py profiles [--rounds 4] [--steps 6] [--sizes default,large]
 #
-# XLA's flags are fixed when a process starts its backend, so each profile trains in its own worker
-# process (runtime.configure with runtime.determinism set), kept alive across rounds; rounds alternate
-# portable / native at each size, and the per-round ratios are the comparison on a shared machine.
+# XLA's flags are fixed when a process starts its backend, so each measurement is a fresh worker
+# process (runtime.configure with runtime.determinism set; one at a time: two large-size workers
+# keeping their freed memory exceed 24 GB); it compiles, warms up for 2 steps, then times the steps.
+# Rounds alternate portable / native at each size; the per-round ratios are the comparison.
 
-def _profile_worker(profile: str, size: str) -> None:
+def _profile_worker(profile: str, size: str, steps: int) -> None:
     from marin import config
     from marin.train import runtime
 
     p = config.load(ROOT / "params.yaml")
     runtime.configure(dataclasses.replace(p.runtime, determinism=profile))
     bench = JaxBench(sizes(p)[size])
-    print(json.dumps({"ready": True, "compile_s": bench.compile_s, "xla_flags": os.environ["XLA_FLAGS"]}), flush=True)
-    for line in sys.stdin:
-        print(json.dumps({"tokens_per_s": bench.run(int(line))}), flush=True)
+    bench.run(2)
+    print(json.dumps({"tokens_per_s": bench.run(steps), "compile_s": bench.compile_s}), flush=True)
+
+
+def _profile_round(profile: str, size: str, steps: int) -> dict[str, float]:
+    p = subprocess.run([sys.executable, __file__, "profile-worker", profile, size, str(steps)], text=True,
+                       stdout=subprocess.PIPE)
+    if p.returncode:
+        raise SystemExit(f"the {profile} worker at size {size} exited {p.returncode}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def profiles(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(prog="bench_train.py profiles")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--sizes", default="default,large")
     a = ap.parse_args(argv)
     print(f"determinism profiles: training tokens/s, {a.rounds} alternating rounds of {a.steps} steps per size")
     for size in a.sizes.split(","):
-        workers = {prof: subprocess.Popen([sys.executable, __file__, "profile-worker", prof, size], text=True,
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-                   for prof in ("portable", "native")}
-        ready = {prof: json.loads(w.stdout.readline()) for prof, w in workers.items()}
-        tps: dict[str, list[float]] = {prof: [] for prof in workers}
+        runs: dict[str, list[dict[str, float]]] = {"portable": [], "native": []}
         for _ in range(a.rounds):
-            for prof, w in workers.items():
-                w.stdin.write(f"{a.steps}\n")
-                w.stdin.flush()
-                tps[prof].append(json.loads(w.stdout.readline())["tokens_per_s"])
-        for w in workers.values():
-            w.stdin.close()
-            w.wait()
+            for prof in runs:
+                runs[prof].append(_profile_round(prof, size, a.steps))
+        tps = {prof: [r["tokens_per_s"] for r in rs] for prof, rs in runs.items()}
         ratios = [x / y for x, y in zip(tps["portable"], tps["native"], strict=True)]
         print(f"[{size}]")
-        for prof in workers:
-            print(f"  {prof:8s} median {statistics.median(tps[prof]):8.0f} tokens/s  rounds "
-                  + ", ".join(f"{x:.0f}" for x in tps[prof]) + f"  compile {ready[prof]['compile_s']:.1f} s")
+        for prof, xs in tps.items():
+            print(f"  {prof:8s} median {statistics.median(xs):8.0f} tokens/s  rounds "
+                  + ", ".join(f"{x:.0f}" for x in xs) + f"  compile {runs[prof][0]['compile_s']:.1f} s")
         print(f"  portable / native: median {statistics.median(ratios):.3f}, per round "
-              + ", ".join(f"{r:.3f}" for r in ratios))
+              + ", ".join(f"{r:.3f}" for r in ratios), flush=True)
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["profiles"]:
         sys.exit(profiles(sys.argv[2:]))
     if sys.argv[1:2] == ["profile-worker"]:
-        sys.exit(_profile_worker(sys.argv[2], sys.argv[3]))
+        sys.exit(_profile_worker(sys.argv[2], sys.argv[3], int(sys.argv[4])))
     if sys.argv[1:2] == ["topology"]:
         sys.exit(topology(sys.argv[2:]))
     if sys.argv[1:2] == ["topology-worker"]:

@@ -55,10 +55,14 @@ def reported_features() -> list[str]:
     return sorted(f.lower() for f in REPORTED if f in have)
 
 
+def is_x86_64() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
 def isa_level(have: frozenset[str] | None = None) -> str:
     """The highest x86-64 level whose features are all present (``x86-64-v1`` at least);
     on other machines the architecture name (``aarch64``)."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    if not is_x86_64():
         return platform.machine().lower()
     have = features() if have is None else have
     level = "x86-64-v1"
@@ -72,6 +76,8 @@ def isa_level(have: frozenset[str] | None = None) -> str:
 def missing_for(level: str, have: frozenset[str] | None = None) -> list[str]:
     """The features this CPU lacks to run at ``level`` (empty: it qualifies)."""
     have = features() if have is None else have
+    if level in LEVEL_ORDER and not is_x86_64():
+        return [f"the x86-64 architecture itself (this CPU is {platform.machine().lower()})"]
     if level not in LEVEL_ORDER:
         return [] if level == isa_level(have) else [level]
     need = [f for name in LEVEL_ORDER[1: LEVEL_ORDER.index(level) + 1] for f in X86_LEVELS[name]]
@@ -97,7 +103,7 @@ def _cpuid(leaf: int, subleaf: int = 0) -> tuple[int, int, int, int]:
 def model() -> str:
     """The CPU's brand string from ``cpuid`` (leaves 0x80000002-4), e.g. ``Intel Core Processor
     (Haswell)`` under qemu; the platform's processor name where ``cpuid`` cannot be run."""
-    if platform.machine().lower() in ("x86_64", "amd64"):
+    if is_x86_64():
         try:
             if _cpuid(0x80000000)[0] >= 0x80000004:
                 raw = b"".join(struct.pack("<4I", *_cpuid(leaf)) for leaf in (0x80000002, 0x80000003, 0x80000004))
