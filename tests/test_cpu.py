@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+from pathlib import Path
 
 import pytest
 
@@ -39,12 +40,11 @@ def test_missing_for_names_exactly_the_features_a_level_lacks() -> None:
 @x86_only
 def test_the_model_comes_from_cpuid_and_agrees_with_the_kernel_on_this_host() -> None:
     """Outside an emulator, the cpuid brand string is the kernel's ``model name`` (independently read)."""
-    names = {line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="utf-8")
-             if line.startswith("model name")}
+    info = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
+    names = {line.split(":", 1)[1].strip() for line in info if line.startswith("model name")}
     assert " ".join(next(iter(names)).split()) == cpu.model()
     assert cpu.isa_level() in cpu.LEVEL_ORDER
-    flags = {f for line in open("/proc/cpuinfo", encoding="utf-8") if line.startswith("flags")
-             for f in line.split(":", 1)[1].split()}
+    flags = {f for line in info if line.startswith("flags") for f in line.split(":", 1)[1].split()}
     assert ("avx2" in flags) == ("avx2" in cpu.reported_features())
     assert ("avx512f" in flags) == ("avx512f" in cpu.reported_features())
 
