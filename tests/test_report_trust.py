@@ -45,7 +45,7 @@ def report_runs(proj: Project) -> list[list[dict]]:
 
 
 def no_shared_beside(proj: Project) -> None:
-    """Neither ``../shared`` nor any ``shared/vendor`` further up: the report must not need them."""
+    """No ``shared`` folder beside the project or above it: the report must not need one."""
     for d in proj.root.parents:
         assert not (d / "shared").exists(), d
 
@@ -109,7 +109,7 @@ def test_a_reference_path_outside_the_project_is_refused(trained_project: Projec
     params = trained_project.params
     outside = str(tmp_path / "fmti-indicators-dec2025.csv")
     shutil.copy(reference("fmti-indicators-dec2025.csv"), outside)
-    params["report"]["fmti_indicators"] = outside if where == "absolute" else "../shared/vendor/x.csv"
+    params["report"]["fmti_indicators"] = outside if where == "absolute" else "../outside/x.csv"
     trained_project.write_params(params)
     r = trained_project.stage("report", check=False)
     assert r.returncode == 2, r.stdout + r.stderr

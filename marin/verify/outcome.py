@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marin.verify.compare import Divergence
+from marin.verify.compare import Divergence, describe_cpu
 from marin.verify.workspace import CannotVerify, Workspace
 
 EXIT = {"bit-exact": 0, "mismatch": 1, "class-differs": 3}
@@ -78,3 +78,30 @@ def counts(c: dict[str, int]) -> str:
     return ", ".join(f"{v} {k}" for k, v in sorted(c.items())) or "nothing"
 
 
+def render(out: Outcome) -> list[str]:
+    """The verdict in a few lines: class differences and distances, or the first divergence."""
+    lines = []
+    if out.cpu:
+        lines.append(f"  different CPU: {describe_cpu(out.cpu)}")
+    if out.class_diffs:
+        lines.append("  determinism class differs from the recorded one: "
+                     + "; ".join(f"{d['key']}: {d['recorded']!r} -> {d['verifier']!r}" for d in out.class_diffs[:6]))
+    if out.class_diffs and out.result != "bit-exact":
+        for kind, table in (out.distances or {}).items():
+            if isinstance(table, dict):
+                for name, d in list(table.items())[:12]:
+                    lines.append(f"    distance {kind} {name}: max abs {d['max_abs']:.3g}, max rel {d['max_rel']:.3g}")
+    elif out.divergences:
+        lines.append(f"  first divergence: {out.first}")
+        if len(out.divergences) > 1:
+            lines.append(f"  ({len(out.divergences) - 1} more divergence(s) follow it)")
+    if out.segments:
+        s = out.segments
+        lines.append(f"  segments: {s['k']} of {s['n']} intervals replayed; one forged interval among {s['n']} is "
+                     f"drawn (and caught) with probability {s['k']}/{s['n']} = {s['detection_probability']:.0%}")
+    verdict = {"bit-exact": "BIT-EXACT", "mismatch": "MISMATCH",
+               "class-differs": "NOT BIT-EXACT: replayed in another determinism class (distances above)"}
+    where = " on a different CPU" if out.cpu and out.result == "bit-exact" else ""
+    lines.append(f"verify {out.run_id}: {verdict[out.result]}{where} (exit {out.exit_code}; verification record "
+                 f"seq {out.record_seq})")
+    return lines

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from marin import env, hashing
-from marin.errors import IntegrityError, MarinError
+from marin.errors import IntegrityError
 from marin.ledger.check import check_run
 from marin.ledger.index import Index, with_index
 from marin.ledger.query import Ledger
@@ -38,8 +38,8 @@ from marin.ledger.run import recipe_code, recipe_digest
 from marin.ledger.store import NoSuchRun, RunFile, RunLog, load_run, read_all
 from marin.paths import ledger_dir
 from marin.remote import checkpoints_dir
-from marin.verify.compare import Divergence, class_differences, compare, cpu_differences, describe_cpu, metric_distances
-from marin.verify.outcome import Outcome, Say, counts, json_run
+from marin.verify.compare import Divergence, class_differences, compare, cpu_differences, metric_distances
+from marin.verify.outcome import Outcome, Say, counts, json_run, render
 from marin.verify.segments import check_segments, replay_segments
 from marin.verify.workspace import CannotVerify, InputUnavailable, Workspace
 
@@ -359,79 +359,3 @@ def _started_fields(log: RunLog, replayed: dict[str, Any]) -> list[Divergence]:
         out.append(Divergence(log.started.seq, "run.started", f"code {', '.join(bad)} recorded {recorded}, the "
                               f"commit has {found}", name="code", independent=True))
     return out
-
-
-def render(out: Outcome) -> list[str]:
-    """The verdict in a few lines: class differences and distances, or the first divergence."""
-    lines = []
-    if out.cpu:
-        lines.append(f"  different CPU: {describe_cpu(out.cpu)}")
-    if out.class_diffs:
-        lines.append("  determinism class differs from the recorded one: "
-                     + "; ".join(f"{d['key']}: {d['recorded']!r} -> {d['verifier']!r}" for d in out.class_diffs[:6]))
-    if out.class_diffs and out.result != "bit-exact":
-        for kind, table in (out.distances or {}).items():
-            if isinstance(table, dict):
-                for name, d in list(table.items())[:12]:
-                    lines.append(f"    distance {kind} {name}: max abs {d['max_abs']:.3g}, max rel {d['max_rel']:.3g}")
-    elif out.divergences:
-        lines.append(f"  first divergence: {out.first}")
-        if len(out.divergences) > 1:
-            lines.append(f"  ({len(out.divergences) - 1} more divergence(s) follow it)")
-    if out.segments:
-        s = out.segments
-        lines.append(f"  segments: {s['k']} of {s['n']} intervals replayed; one forged interval among {s['n']} is "
-                     f"drawn (and caught) with probability {s['k']}/{s['n']} = {s['detection_probability']:.0%}")
-    verdict = {"bit-exact": "BIT-EXACT", "mismatch": "MISMATCH",
-               "class-differs": "NOT BIT-EXACT: replayed in another determinism class (distances above)"}
-    where = " on a different CPU" if out.cpu and out.result == "bit-exact" else ""
-    lines.append(f"verify {out.run_id}: {verdict[out.result]}{where} (exit {out.exit_code}; verification record "
-                 f"seq {out.record_seq})")
-    return lines
-
-
-Row = tuple[str, str, Outcome | MarinError]  # stage, run id, what verifying it gave
-
-
-@with_index
-def verify_upstream(root: Path, target: str, say: Say = print, *, index: Index, **kw: Any) -> list[Row]:
-    """Verify TARGET's run and every run in its lineage, upstream first, then print one table.
-    ``index``: the command's ledger index (else one is opened), shared by every run verified."""
-    from marin.ledger.query import LineageError, upstream
-
-    index.refresh()
-    ledger = Ledger(root, index)
-    try:
-        resolved = ledger.resolve(target)
-    except LineageError as e:
-        raise CannotVerify(str(e)) from None
-    if resolved.note:  # a path whose bytes no run recorded: verifying its last writer proves nothing about it
-        raise CannotVerify(f"{resolved.note}; verify the run id instead, or restore the file (dvc checkout)")
-    steps = upstream(ledger.node(resolved))
-    if not steps:
-        raise CannotVerify(f"{target}: no run in the ledger produced it; nothing to verify")
-    rows: list[Row] = []
-    for s in steps:
-        try:
-            opts = kw if s.stage == "train" else {k: v for k, v in kw.items() if k not in ("segments", "seed")}
-            rows.append((s.stage, s.run_id, verify(root, s.run_id, say=say, index=index, **opts)))
-        except MarinError as e:
-            say(f"verify {s.run_id}: {e}")
-            rows.append((s.stage, s.run_id, e))
-    say("")
-    say(f"{'stage':9} {'run id':38} {'result':14} {'compared':>8}  first divergence")
-    for stage, run_id, o in rows:
-        if isinstance(o, Outcome):
-            say(f"{stage:9} {run_id:38} {o.result:14} {sum(o.compared.values()):8}  {o.first or ''}")
-        else:
-            say(f"{stage:9} {run_id:38} {'error ' + str(o.exit_code):14} {'':8}  {str(o)[:200]}")
-    return rows
-
-
-def upstream_exit(rows: list[Row]) -> int:
-    """The most serious exit code of the rows: 1 (mismatch or broken ledger), then 4, then 3."""
-    codes = [o.exit_code for _, _, o in rows]
-    for c in (1, 4, 3):
-        if c in codes:
-            return c
-    return 0
