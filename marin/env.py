@@ -136,8 +136,9 @@ def code_state(root: Path, inputs: tuple[str, ...] | list[str] = (),
         "lock_digest": hashing.file_digest(lock) if lock.is_file() else None,
     }
     if closure is not None:
-        state["closure_digest"] = hashing.files_digest(root, closure)
-        state["closure"] = {p: hashing.file_digest(root / p) for p in closure if (root / p).is_file()}
+        files = {p: hashing.file_digest(root / p) for p in closure if (root / p).is_file()}
+        state["closure_digest"] = hashing.files_map_digest(files)  # = files_digest(root, closure), read once
+        state["closure"] = files
     if changed:
         state["changed"] = changed[:MAX_NAMES]
     if stray:
