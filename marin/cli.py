@@ -16,7 +16,7 @@ from marin.stage import STAGES, guarded
 
 DESCRIPTION = """\
 Inspect, check, replay and publish what the marin pipeline recorded. The pipeline itself
-runs with `dvc repro` (stages: fetch, curate, tokenize, train, evaluate, export, report);
+runs with `dvc repro` (stages: fetch, curate, tokenize, train, instructions, sft, evaluate, export, report);
 every stage run is written to the ledger in ledger/runs/, which these commands read."""
 
 EPILOG = """\

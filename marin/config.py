@@ -157,6 +157,17 @@ class TrainParams:
 
 
 @dataclass(frozen=True)
+class InstructionsParams:
+    """The built-in instruction set (stage instructions; marin.instruct.tasks)."""
+
+    salt: str
+    per_document: int
+    heldout_max: int
+    tasks: tuple[str, ...]
+    eval_tokens: int = 24  # greedy tokens per held-out instruction (evaluate)
+
+
+@dataclass(frozen=True)
 class DataRuntime:
     """Where the data stages run; never part of a recipe (outputs are the same for all)."""
 
@@ -219,6 +230,8 @@ class Params:
     evaluate: EvaluateParams
     raw: dict[str, Any] = dataclasses.field(repr=False, compare=False)
     report: ReportParams | None = None  # optional: only the report stage reads it
+    sft: TrainParams | None = None  # optional: only the sft stage reads it (the train section's fields)
+    instructions: InstructionsParams | None = None  # optional: only the instructions and sft stages read it
 
     def section(self, *names: str) -> dict[str, Any]:
         """The raw params of the named sections, as recorded in a run's ledger (and its recipe);
@@ -267,6 +280,8 @@ _NESTED: dict[tuple[str, str], type] = {
     ("TokenizeParams", "pretrained"): PretrainedTokenizer,
     ("Params", "model"): ModelParams,
     ("Params", "train"): TrainParams,
+    ("Params", "sft"): TrainParams,
+    ("Params", "instructions"): InstructionsParams,
     ("Params", "runtime"): RuntimeParams,
     ("RuntimeParams", "data"): DataRuntime,
     ("Params", "evaluate"): EvaluateParams,
@@ -279,6 +294,20 @@ _NESTED: dict[tuple[str, str], type] = {
     ("Dedup", "near"): NearDedup,
     ("CurateParams", "split"): Split,
 }
+
+
+def _training_checks(name: str, tp: TrainParams, rt: RuntimeParams) -> list[str]:
+    """The train (or sft) section against the runtime: equal device shares, warmup below steps."""
+    problems = []
+    if tp.batch_size % rt.devices:
+        problems.append(f"{name}.batch_size: {tp.batch_size} is not divisible by runtime.devices "
+                        f"({rt.devices}); each device needs an equal share")
+    elif tp.batch_size % (rt.devices * rt.processes):
+        problems.append(f"{name}.batch_size: {tp.batch_size} is not divisible by runtime.processes x "
+                        f"runtime.devices ({rt.processes} x {rt.devices}); each device needs an equal share")
+    if tp.warmup_steps >= tp.steps:
+        problems.append(f"{name}.warmup_steps: {tp.warmup_steps} is not below {name}.steps ({tp.steps})")
+    return problems
 
 
 def _cross_checks(p: Params) -> list[str]:
@@ -303,15 +332,8 @@ def _cross_checks(p: Params) -> list[str]:
                         "rotary embeddings need an even head size")
     if m.n_heads % m.n_kv_heads:
         problems.append(f"model.n_kv_heads: {m.n_kv_heads} does not divide n_heads ({m.n_heads})")
-    if p.train.batch_size % p.runtime.devices:
-        problems.append(f"train.batch_size: {p.train.batch_size} is not divisible by runtime.devices "
-                        f"({p.runtime.devices}); each device needs an equal share")
-    elif p.train.batch_size % (p.runtime.devices * p.runtime.processes):
-        problems.append(f"train.batch_size: {p.train.batch_size} is not divisible by runtime.processes x "
-                        f"runtime.devices ({p.runtime.processes} x {p.runtime.devices}); each device needs an "
-                        "equal share")
-    if p.train.warmup_steps >= p.train.steps:
-        problems.append(f"train.warmup_steps: {p.train.warmup_steps} is not below train.steps ({p.train.steps})")
+    for name, tp in (("train", p.train), ("sft", p.sft)):
+        problems += [] if tp is None else _training_checks(name, tp, p.runtime)
     names = [s.name for s in p.fetch.sources]
     for i, n in enumerate(names):
         if n in names[:i]:

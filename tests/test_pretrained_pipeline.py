@@ -1,7 +1,9 @@
 """A pretrained tokenizer end to end (issue 12): a ``tokenizer.json`` made here with the
 tokenizers library, pinned in params, flows through tokenize (run by DVC), train and
 evaluate; the model's vocabulary is the file's, the tokenize run verifies, and DVC sees the file
-change (a changed file under the old pin stops tokenize with one line naming it)."""
+change (a changed file under the old pin stops tokenize with one line naming it). The file lacks three of
+the chat tokens (its end-of-text token is ``<|end|>``): tokenize adds them after its vocabulary, and
+records that."""
 
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from tests.conftest import Project, make_text, tiny
 pytestmark = pytest.mark.slow
 
 EOS = "<|end|>"  # not marin's own end-of-text token: the pin's eos is what the shards use
-VOCAB = 400  # the mini corpus's trained vocabulary too: the tiny model's compiled shapes are reused
+VOCAB = 397  # + the 3 chat tokens added = 400, the mini corpus's trained vocabulary too: the tiny model's
+ADDED = ["<|system|>", "<|user|>", "<|assistant|>"]  # compiled shapes are reused
 
 
 def bpe(path: Path) -> Tokenizer:
@@ -64,22 +67,25 @@ def test_a_pretrained_tokenizer_flows_through_train_and_evaluate(data_project: P
     assert "Running stage 'tokenize'" in r.stdout, r.stdout
 
     m = json.loads((proj.root / "data/tokens/manifest.json").read_text())
-    assert m["tokenizer"]["vocab_size"] == VOCAB and m["tokenizer"]["eos_id"] == tok.token_to_id(EOS)
-    assert m["tokenizer"]["pretrained"] == {"path": rel, "digest": f"sha256:{sha}"}
+    assert m["tokenizer"]["vocab_size"] == VOCAB + 3 and m["tokenizer"]["eos_id"] == tok.token_to_id(EOS)
+    assert m["tokenizer"]["pretrained"] == {"path": rel, "digest": f"sha256:{sha}", "added_tokens": ADDED}
+    used = Tokenizer.from_file(str(proj.root / "data/tokens/tokenizer.json"))  # the file and the chat tokens
+    assert [used.token_to_id(t) for t in ADDED] == [VOCAB, VOCAB + 1, VOCAB + 2]
+    assert used.get_vocab() == {**tok.get_vocab(), **{t: VOCAB + i for i, t in enumerate(ADDED)}}
     texts = pq.read_table(proj.root / "data/curated/validation.parquet")["text"].to_pylist()
     assert m["splits"]["validation"]["tokens"] == sum(len(e.ids) for e in tok.encode_batch(texts))
 
     proj.stage("train")
     proj.stage("evaluate")
     config = json.loads((proj.root / "models/final/config.json").read_text())
-    assert config["model"]["vocab_size"] == VOCAB
+    assert config["model"]["vocab_size"] == VOCAB + 3
     shapes = {k: v.shape for k, v in load_file(str(proj.root / "models/final/model.safetensors")).items()}
-    assert (VOCAB, config["model"]["d_model"]) in shapes.values(), shapes  # the embedding table
+    assert (VOCAB + 3, config["model"]["d_model"]) in shapes.values(), shapes  # the embedding table
     [evaluate] = proj.runs("evaluate")
     [samples] = [r["body"]["samples"] for r in evaluate if r["kind"] == "eval"
                  and r["body"]["name"] == "greedy_samples"]
     for s in samples:  # generated ids are the file's, decoded by it
-        assert all(0 <= i < VOCAB for i in s["token_ids"]) and s["completion"] == tok.decode(s["token_ids"])
+        assert all(0 <= i < VOCAB + 3 for i in s["token_ids"]) and s["completion"] == used.decode(s["token_ids"])
     assert json.loads((proj.root / "metrics/eval.json").read_text())["bits_per_byte"] > 0
 
     v = proj.marin("verify", proj.runs("tokenize")[-1][0]["run_id"])  # replayed with the pinned file

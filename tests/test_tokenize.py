@@ -18,7 +18,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 from marin import config, hashing
 from marin.config import PretrainedTokenizer, TokenizeParams
-from marin.data import parquet
+from marin.data import chat, parquet
 from marin.data import tokenize as tk
 from marin.errors import ParamsError, StageError
 from marin.paths import SCHEMA_DIR
@@ -160,7 +160,7 @@ def test_a_pinned_tokenizer_is_read_checked_and_described(tmp_path: Path, tok: T
     pinned = tk.pretrained(tmp_path, _pin(tmp_path, "tokenizers/t.json", data))
     assert (pinned.path, pinned.data, pinned.digest) == ("tokenizers/t.json", data, hashing.bytes_digest(data))
     assert tk.describe(pinned.tokenizer, pinned.eos) == {
-        "type": "byte-level BPE", "vocab_size": 400, "special_tokens": [tk.EOS], "eos_id": tok.token_to_id(tk.EOS),
+        "type": "byte-level BPE", "vocab_size": 400, "special_tokens": [tk.EOS, *chat.CHAT_TOKENS], "eos_id": tok.token_to_id(tk.EOS),
         "library": "tokenizers"}
     absolute = dataclasses.replace(_pin(tmp_path, "t2.json", data), path=str(tmp_path / "t2.json"))
     assert tk.pretrained(tmp_path, absolute).path == "t2.json"  # absolute, but inside: recorded relative

@@ -24,6 +24,8 @@ def run_stage(root: Path, params: Params) -> None:
     """The curate stage: data/raw's archives into data/curated, recorded as a ledger run."""
     archives = []
     for src in params.fetch.sources:
+        if all(ex.format == "messages" for ex in src.extract):  # instruction data only: not a corpus
+            continue
         path = sources.archive_path(root / RAW, src)
         if path is None:
             raise StageError(f"no fetched archive for source {src.name!r} under {RAW}; run `dvc repro fetch`")

@@ -55,6 +55,8 @@ def shards(sources: list[tuple[Source, Path]], p: CurateParams, spool: Path) -> 
     stream = 0
     for source, path in sources:
         for ex in source.extract:
+            if ex.format == "messages":  # instruction data: the instructions stage reads it (marin.instruct)
+                continue
             found, bundle, size = False, [], 0
             o = Origin(ex.corpus, source.name, source.license)
             for m in archive.open_members(path, ex.include, ex.exclude, spool):

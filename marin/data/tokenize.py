@@ -29,13 +29,13 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from marin import hashing
 from marin.config import PretrainedTokenizer, TokenizeParams
-from marin.data import parquet
+from marin.data import chat, parquet
 from marin.data.engine import Engine
 from marin.errors import ParamsError, StageError
 from marin.paths import within
 
 EOS = "<|endoftext|>"
-SPECIAL_TOKENS = [EOS]
+SPECIAL_TOKENS = [EOS, *chat.CHAT_TOKENS]  # the chat tokens are reserved whether or not a fine-tune uses them
 READ_ROWS = 64  # rows per read batch (Arrow decodes a whole row group anyway: curate bounds those)
 ENCODE_BATCH_BYTES = 1 << 20  # text per engine task: a task costs ~100 bytes per token while it runs
 PRETRAINED_DIR = "tokenizer"  # dvc.yaml's tokenize stage depends on it: DVC sees a file there change
@@ -175,6 +175,17 @@ def pretrained(root: Path, p: PretrainedTokenizer) -> Pinned:
         raise StageError(f"tokenize.pretrained.eos: {p.eos!r} is not a token of {rel}; set "
                          "tokenize.pretrained.eos to its end-of-text token")
     return Pinned(rel, data, plain(tok), p.eos)
+
+
+def with_chat_tokens(tok: Tokenizer) -> list[str]:
+    """Add the chat tokens ``tok`` lacks as special tokens (after its vocabulary); the ones added."""
+    missing = [t for t in chat.CHAT_TOKENS if tok.token_to_id(t) is None]
+    if missing:
+        tok.add_special_tokens(missing)
+        if tok.get_vocab_size() > MAX_IDS:
+            raise StageError(f"the tokenizer has {tok.get_vocab_size()} tokens with the chat tokens added; token "
+                             f"shards hold uint16 ids, so at most {MAX_IDS}: use a smaller vocabulary")
+    return missing
 
 
 def describe(tok: Tokenizer, eos: str) -> dict[str, Any]:

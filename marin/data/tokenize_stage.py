@@ -1,5 +1,6 @@
 """Stage tokenize: train a byte-level BPE tokenizer on a bounded sample of the train split (or
-use a pinned pretrained one), tokenize both splits into Parquet shards of token ids (one row
+use a pinned pretrained one, the chat tokens added where it lacks them), store the chat template
+beside it (marin.data.chat), tokenize both splits into Parquet shards of token ids (one row
 per document) as they stream, write the manifest."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from tokenizers import Tokenizer
 
 from marin import fsutil, hashing
 from marin.config import Params
-from marin.data import manifest
+from marin.data import chat, manifest
 from marin.data import tokenize as tk
 from marin.data.engine import Engine
 from marin.ledger import Input, Run
@@ -49,8 +50,13 @@ def tokenizer_file(root: Path, params: Params, pinned: tk.Pinned | None) -> tupl
     here on the sample, or the pinned file's own bytes."""
     if pinned is not None:
         print(f"tokenize: pretrained tokenizer {pinned.path} ({pinned.digest})")
-        return pinned.data, pinned.tokenizer, {**tk.describe(pinned.tokenizer, pinned.eos),
-                                               "pretrained": {"path": pinned.path, "digest": pinned.digest}}
+        tok = pinned.tokenizer
+        added = tk.with_chat_tokens(tok)  # the file's own bytes when it has them all
+        if added:
+            print(f"tokenize: added the chat tokens {', '.join(added)} to the pretrained tokenizer")
+        data = tok.to_str(pretty=True).encode() if added else pinned.data
+        return data, tok, {**tk.describe(tok, pinned.eos),
+                           "pretrained": {"path": pinned.path, "digest": pinned.digest, "added_tokens": added}}
     sample = tk.Sample(root / CURATED / "train.parquet", params.tokenize.train_sample_bytes)
     tok = tk.train_tokenizer(sample, params.tokenize)
     print(f"tokenize: trained on {sample.docs} docs ({sample.bytes:,} bytes) of the train split")
@@ -72,6 +78,7 @@ def run_stage(root: Path, params: Params) -> None:
         data, tok, facts = tokenizer_file(root, params, pinned)
         with fsutil.atomic_dir(root / OUT) as tmp:
             fsutil.write_bytes(tmp / "tokenizer.json", data)
+            fsutil.write_bytes(tmp / chat.TEMPLATE_FILE, chat.TEMPLATE.encode())
             spec = tok.to_str()  # compact JSON: what each engine task carries
             splits = {s: tokenize_split(root, tmp, s, spec, params, engine) for s in SPLITS}
             digests = {s: hashing.file_digest(root / CURATED / f"{s}.parquet") for s in SPLITS}
@@ -80,10 +87,12 @@ def run_stage(root: Path, params: Params) -> None:
             manifest.write({
                 "kind": "tokenize", "params": params.raw["tokenize"], "inputs": digests,
                 "tokenizer": {"file": "tokenizer.json", "digest": hashing.file_digest(tmp / "tokenizer.json"),
-                              **facts},
+                              **facts, "chat_template": {"file": chat.TEMPLATE_FILE,
+                                                         "digest": hashing.file_digest(tmp / chat.TEMPLATE_FILE)}},
                 "splits": splits,
             }, tmp / "manifest.json")
             run.output("tokenizer", OUT / "tokenizer.json", source=tmp / "tokenizer.json")  # recorded, then published
+            run.output("chat_template", OUT / chat.TEMPLATE_FILE, source=tmp / chat.TEMPLATE_FILE)
             run.output("tokenize_manifest", OUT / "manifest.json", source=tmp / "manifest.json")
             run.output("tokens", OUT, source=tmp)
 
