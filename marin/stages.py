@@ -56,6 +56,10 @@ STAGES: tuple[Stage, ...] = (
     Stage("instructions", deps=("data/curated", "data/raw"), params=("fetch", "instructions"),
           outs=(Out("data/instructions"),),
           note="built-in instructions from the curated splits, and your own (fetch sources of format messages)"),
+    Stage("sft", deps=("models/final", "data/tokens/tokenizer.json", "data/tokens/chat_template.jinja",
+                       "data/instructions"),
+          params=("seed", "sft", *RUNTIME_TRAIN), outs=(Out("models/instruct"), Out("metrics/sft_curve.csv", "plots")),
+          note="models/final fine-tuned on the instruction set, loss on assistant tokens (marin/instruct/sft.py)"),
     Stage("evaluate", deps=("models/final", "data/tokens"),
           params=("evaluate", "runtime.xla_cpu_threads", "runtime.determinism"),
           outs=(Out("metrics/eval.json", "metrics"),)),
@@ -67,6 +71,7 @@ STAGES: tuple[Stage, ...] = (
           dep_notes={"models/hf": "after the export: the report's \"How to use\" loads it"}),
 )
 NAMES = tuple(s.name for s in STAGES)
+TRAINING = ("train", "sft")  # the stages that run marin.train.loop: checkpoints, segments, resume
 CLI_MODULE = "marin.cli"  # the entry point of runs that no pipeline stage makes (publish)
 
 PLOTS = (("loss", "loss"), ("validation_loss", "val_loss"), ("learning_rate", "lr"), ("grad_norm", "grad_norm"))

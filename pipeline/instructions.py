@@ -1,5 +1,6 @@
-"""Stage instructions: the instruction set from the curated splits and your own conversations (data/instructions).
-The stage's code is :mod:`marin.instruct.instructions_stage` (``dvc repro`` runs ``python -m pipeline.instructions``)."""
+"""Stage instructions: the instruction set from the curated splits and your own conversations
+(data/instructions). The stage's code is :mod:`marin.instruct.instructions_stage`
+(``dvc repro`` runs ``python -m pipeline.instructions``)."""
 
 from marin.instruct import instructions_stage
 from marin.stage import stage_main

@@ -3,12 +3,16 @@
 Reads top to bottom: plan the run → resume an unfinished run of the same recipe, or
 start → for each step: batch → jitted step → (log) → (checkpoint) → save the model.
 Call :func:`marin.train.runtime.configure` before importing this module.
+
+What is trained, on what, into which output is a :class:`Job`: :data:`PRETRAIN` (the train
+stage) or the instruction fine-tune (marin.instruct.sft), which reuses everything here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +20,7 @@ from typing import Any
 import jax
 
 from marin import env, fsutil, progress
-from marin.config import Params
+from marin.config import Params, TrainParams
 from marin.data import manifest
 from marin.errors import StageError
 from marin.ledger import Input, Run, exact
@@ -41,11 +45,11 @@ def model_config(params: Params, vocab_size: int) -> ModelConfig:
                        tie_embeddings=m.tie_embeddings, rope_theta=m.rope_theta, dtype=m.dtype)
 
 
-def find_resumable(root: Path, recipe: str) -> RunLog | None:
-    """The latest unfinished train run of this recipe, if any (looked up in the ledger index)."""
+def find_resumable(root: Path, recipe: str, stage: str = "train") -> RunLog | None:
+    """The latest unfinished run of ``stage`` with this recipe, if any (looked up in the ledger index)."""
     idx = Index.open(root)
     try:
-        found = idx.unfinished("train", recipe)
+        found = idx.unfinished(stage, recipe)
     finally:
         idx.close()
     for run_id in reversed(found):  # the index is derived: confirm against the run file itself
@@ -66,7 +70,7 @@ def last_good_checkpoint(recorded: list[tuple[int, str]], ckpts: checkpoint.Chec
         state, _ = ckpts.restore(s, abstract, shardings)
         if checkpoint.state_digest(state) == digest:
             return s, state
-        print(f"train: checkpoint {s} does not match its record; trying an earlier one")
+        print(f"checkpoint {s} does not match its record; trying an earlier one")
     return None
 
 
@@ -85,8 +89,12 @@ class Setup:
     train_step: Any
     tokenizer: dict[str, Any]  # the tokenize manifest's tokenizer entry
     val_loss: Any  # params -> mean NLL on a fixed batch of validation windows (the validation-loss curve)
+    tp: TrainParams  # the optimization section: params.train, or params.sft for the fine-tune
+    init: Callable[[Params], Any] | None = None  # the state at step 0, when not a fresh init (a fine-tune's)
 
     def init_state(self, params: Params) -> Any:
+        if self.init is not None:
+            return self.init(params)
         # One compiled init placed straight into its shardings: eager NNX init compiles every
         # op separately (seconds), and uncommitted arrays would make step 2 compile again.
         keys = seeds.key(params.seed, "init"), seeds.key(params.seed, "step")
@@ -112,7 +120,7 @@ class Setup:
 
             return jax.make_array_from_callback(shape, sharding, load)
 
-        return {"inputs": part("inputs"), "targets": part("targets")}
+        return {name: part(name) for name in getattr(self.loader, "fields", ("inputs", "targets"))}
 
     def metric_values(self, metrics: Any, i: int, params: Any) -> dict[str, Any]:
         """The exact metrics of step ``i`` (a host sync), and the validation loss of ``params``."""
@@ -160,7 +168,32 @@ def setup(root: Path, params: Params) -> Setup:
     val = validation_loss_fn(graphdef, [root / TOKENS / s["file"] for s in tok["splits"]["validation"]["shards"]],
                              tok["tokenizer"]["eos_id"], cfg.max_seq_len, tp.batch_size)
     return Setup(cfg, mesh, optimizer, step.lr_schedule(tp), graphdef, abstract, shardings, loader,
-                 step.make_train_step(graphdef, optimizer, shardings, mesh), tok["tokenizer"], val)
+                 step.make_train_step(graphdef, optimizer, shardings, mesh), tok["tokenizer"], val, tp)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a training run is: its stage, the params sections and inputs its recipe names, the
+    seed streams it records, how it is set up, and where its model and curve go."""
+
+    stage: str
+    sections: tuple[str, ...]
+    inputs: tuple[Input, ...]
+    streams: tuple[str, ...]
+    setup: Callable[[Path, Params], Setup]
+    model: Path
+    curve: Path
+    model_meta: Callable[[Path, Setup], dict[str, Any]]  # config.json's extra keys (tokenizer, packing, ...)
+
+
+def _pretrain_meta(root: Path, su: Setup) -> dict[str, Any]:
+    return {"tokenizer": {"path": (TOKENS / "tokenizer.json").as_posix(), "digest": su.tokenizer["digest"],
+                          "eos_id": su.tokenizer["eos_id"]},
+            "packing": "documents joined with EOS separators; attention is not masked at boundaries"}
+
+
+PRETRAIN = Job("train", ("seed", "model", "train", "runtime"), (Input("tokens", TOKENS.as_posix()),), seeds.STREAMS,
+               setup, MODEL, CURVE, _pretrain_meta)
 
 
 def is_log_step(tp: Any, done: int) -> bool:
@@ -183,7 +216,7 @@ class Begun:
     ckpts: dict[int, str]
 
 
-def begin(root: Path, params: Params, topo: distributed.Topology) -> tuple[Setup, Begun]:
+def begin(root: Path, params: Params, topo: distributed.Topology, job: Job) -> tuple[Setup, Begun]:
     """Plan the run; resume an unfinished run of the same recipe, in the same ledger run, or start.
 
     Process 0 alone reads and writes the ledger; the others learn the run and the recorded
@@ -194,16 +227,16 @@ def begin(root: Path, params: Params, topo: distributed.Topology) -> tuple[Setup
     execution = {"processes": procs, "coordinator": topo.coordinator or "cluster auto-detection"} if procs else None
     plan = prior = su = None
     if topo.primary:
-        plan = Plan.make(root, "train", params=params.section("seed", "model", "train", "runtime"),
-                         inputs=[Input("tokens", TOKENS.as_posix())], det_class=runtime.determinism_class(rt, fp),
-                         seeds=seeds.record(params.seed), fingerprint=fp, execution=execution)
-        su = setup(root, params)  # first, alone: it may build the token cache the others then read
-        prior = find_resumable(root, plan.recipe_digest)
+        plan = Plan.make(root, job.stage, params=params.section(*job.sections), inputs=list(job.inputs),
+                         det_class=runtime.determinism_class(rt, fp), seeds=seeds.record(params.seed, job.streams),
+                         fingerprint=fp, execution=execution)
+        su = job.setup(root, params)  # first, alone: it may build the token cache the others then read
+        prior = find_resumable(root, plan.recipe_digest, job.stage)
     found = {"run_id": prior.run_id, "ckpts": [[r.body["step"], r.body["digest"]] for r in prior.of_kind("checkpoint")]
              } if prior is not None else None
     if rt.processes > 1:
         found = distributed.from_primary(found)
-    su = su or setup(root, params)
+    su = su or job.setup(root, params)
     state, start, metrics, ckpts = None, 0, {}, {}
     if found is not None:
         ck = checkpoint.Checkpoints(root / CKPT / found["run_id"])
@@ -216,7 +249,7 @@ def begin(root: Path, params: Params, topo: distributed.Topology) -> tuple[Setup
         metrics = {r.body["step"]: r.body["values"] for r in prior.of_kind("metric")}
         extra = {"execution": execution} if execution else {}
         run = Run.resume(root, prior.run_id, reason="unfinished run of the same recipe", from_step=start, **extra)
-        print(f"train: resuming {run.run_id} from step {start}")
+        print(f"{job.stage}: resuming {run.run_id} from step {start}")
     elif topo.primary:
         run = Run.begin(plan)
     run_id = distributed.from_primary(run.run_id if run else None) if rt.processes > 1 else run.run_id
@@ -226,10 +259,10 @@ def begin(root: Path, params: Params, topo: distributed.Topology) -> tuple[Setup
 
 
 
-def run(root: Path, params: Params, topo: distributed.Topology | None = None) -> None:
+def run(root: Path, params: Params, topo: distributed.Topology | None = None, job: Job = PRETRAIN) -> None:
     topo = topo or distributed.Topology(1)
-    tp = params.train
-    su, b = begin(root, params, topo)
+    su, b = begin(root, params, topo, job)
+    tp = su.tp
     cfg, abstract, shardings, loader, run, state = su.cfg, su.abstract, su.shardings, su.loader, b.run, b.state
     ckpts = checkpoint.Checkpoints(root / CKPT / b.run_id)
     live = Live.start(root, b.run_id, enabled=run is not None)  # metrics in MLflow while training (process 0)
@@ -238,7 +271,7 @@ def run(root: Path, params: Params, topo: distributed.Topology | None = None) ->
         n_params = count_params(state.params)
         tokens_per_step = tp.batch_size * cfg.max_seq_len
         start = int(state.step)
-        bar = progress.meter("train", tp.steps, "step", initial=start, hide=not topo.primary)  # MARIN_PROGRESS
+        bar = progress.meter(job.stage, tp.steps, "step", initial=start, hide=not topo.primary)  # MARIN_PROGRESS
         t_last, steps_since = time.perf_counter(), 0
         for i in range(start, tp.steps):
             state, metrics = su.step(state, i)
@@ -271,21 +304,18 @@ def run(root: Path, params: Params, topo: distributed.Topology | None = None) ->
         live.close()
         host_params = jax.tree.map(distributed.host_array, state.params)  # a collective for sharded params
         if run is not None:
-            _publish(root, run, su, host_params, n_params, int(state.step))
+            _publish(root, run, su, job, host_params, n_params, int(state.step))
 
 
-def _publish(root: Path, run: Run, su: Setup, params: Any, n_params: int, steps: int) -> None:
+def _publish(root: Path, run: Run, su: Setup, job: Job, params: Any, n_params: int, steps: int) -> None:
     """The released model and the training curve (exact values, so it repeats bit for bit)."""
-    with fsutil.atomic_dir(root / MODEL) as tmp:
+    with fsutil.atomic_dir(root / job.model) as tmp:
         tensor_digest = weights.save(tmp, params, su.cfg, {
-            "n_params": n_params, "step": steps, "recipe_digest": run.recipe_digest,
-            "tokenizer": {"path": (TOKENS / "tokenizer.json").as_posix(), "digest": su.tokenizer["digest"],
-                          "eos_id": su.tokenizer["eos_id"]},
-            "packing": "documents joined with EOS separators; attention is not masked at boundaries"})
-        rec = run.output("model", MODEL, source=tmp, tensor_digest=tensor_digest,  # recorded, then published
+            "n_params": n_params, "step": steps, "recipe_digest": run.recipe_digest, **job.model_meta(root, su)})
+        rec = run.output("model", job.model, source=tmp, tensor_digest=tensor_digest,  # recorded, then published
                          meta={"n_params": n_params, "step": steps})
-    _write_curve(root / CURVE, run)
-    print(f"train: {n_params:,} parameters, {steps} steps, final model {MODEL}: tensor digest "
+    _write_curve(root, run, job)
+    print(f"{job.stage}: {n_params:,} parameters, {steps} steps, final model {job.model}: tensor digest "
           f"{tensor_digest} (over its tensors), folder digest {rec.body['digest']} (over its files)")
 
 
@@ -303,11 +333,11 @@ def _record_once(run: Run, kind: str, s: int, recorded: dict[int, Any], value: A
                          f"recomputed {value}; the environment's determinism class may have changed")
 
 
-def _write_curve(path: Path, run: Run) -> None:
+def _write_curve(root: Path, run: Run, job: Job) -> None:
     rows = ["step,loss,lr,grad_norm,val_loss"]
     for r in read_run(run.file.path, validate=False).of_kind("metric"):
         v = r.body["values"]
         val = repr(v["val_loss"]["value"]) if "val_loss" in v else ""
         rows.append(f"{r.body['step']},{v['loss']['value']!r},{v['lr']['value']!r},{v['grad_norm']['value']!r},{val}")
-    fsutil.write_bytes(path, ("\n".join(rows) + "\n").encode(),
-                       before_publish=lambda tmp: run.output("train_curve", CURVE, source=tmp))
+    fsutil.write_bytes(root / job.curve, ("\n".join(rows) + "\n").encode(),
+                       before_publish=lambda tmp: run.output(f"{job.stage}_curve", job.curve, source=tmp))

@@ -1,7 +1,7 @@
 """Tensor-level work of ``marin verify``, run in the verifier's workspace with the recorded runtime.
 
-    python -m marin.train.replay segments --checkpoints DIR --intervals S:E,S:E --out OUT.json
-    python -m marin.train.replay compare --a DIR --b DIR --steps 50,100 --out OUT.json
+    python -m marin.train.replay segments --checkpoints DIR --intervals S:E,S:E --out OUT.json [--stage sft]
+    python -m marin.train.replay compare --a DIR --b DIR --steps 50,100 --out OUT.json [--stage sft]
 
 ``segments`` restores, for each interval, the checkpoint at step S of a recorded run (S = 0:
 a fresh init), trains to step E exactly as the train stage does, and reports the exact
@@ -9,6 +9,7 @@ metrics of every logged step and the state digest at E. ``compare`` restores two
 same steps and reports, per step, both digests and, for each tensor that differs, the
 largest absolute and relative difference. Both read params.yaml of the workspace and set
 the XLA thread and device count from it before jax starts, like the stage.
+``--stage sft``: the run is the instruction fine-tune's (marin.instruct.sft), not train's.
 """
 
 from __future__ import annotations
@@ -46,22 +47,32 @@ def distances(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, d
     return out
 
 
-def _load(root: Path, one_process: bool = False) -> tuple[config.Params, Any]:
-    """The recorded params and the stage's setup. ``one_process``: a multi-process run's mesh
-    in this one process (restoring and digesting checkpoints gives the same tensors)."""
+def _job(stage: str) -> Any:
+    """The training job a run of ``stage`` ran (imported after the runtime is configured)."""
+    if stage == "sft":
+        from marin.instruct import sft
+
+        return sft.JOB
+    from marin.train import loop
+
+    return loop.PRETRAIN
+
+
+def _load(root: Path, one_process: bool = False, stage: str = "train") -> tuple[config.Params, Any, Any]:
+    """The recorded params, the stage's job and its setup. ``one_process``: a multi-process run's
+    mesh in this one process (restoring and digesting checkpoints gives the same tensors)."""
     params = config.load(root / "params.yaml")
     if one_process:
         params = dataclasses.replace(params, runtime=runtime.single_process(params.runtime))
     runtime.configure(params.runtime)  # before jax initializes
-    from marin.train import loop
+    job = _job(stage)
+    return params, job, job.setup(root, params)
 
-    return params, loop.setup(root, params)
 
-
-def segments(root: Path, ckpt_dir: Path, intervals: list[tuple[int, int]]) -> dict[str, Any]:
+def segments(root: Path, ckpt_dir: Path, intervals: list[tuple[int, int]], stage: str = "train") -> dict[str, Any]:
     """Replay each interval (start, end] from the recorded checkpoint at ``start``, in one process
     (one compile for all of them)."""
-    params, su = _load(root)
+    params, job, su = _load(root, stage=stage)
     from marin import env
     from marin.train import checkpoint, loop
 
@@ -80,7 +91,7 @@ def segments(root: Path, ckpt_dir: Path, intervals: list[tuple[int, int]]) -> di
         metrics: dict[str, Any] = {}
         for i in range(start, end):
             state, m = su.step(state, i)
-            if loop.is_log_step(params.train, i + 1):
+            if loop.is_log_step(su.tp, i + 1):
                 metrics[str(i + 1)] = su.metric_values(m, i, state.params)
         res: dict[str, Any] = {"start": start, "end": end, "start_digest": start_digest,
                                "end_digest": checkpoint.state_digest(state), "metrics": metrics, "distances": None}
@@ -93,11 +104,11 @@ def segments(root: Path, ckpt_dir: Path, intervals: list[tuple[int, int]]) -> di
     fp = env.fingerprint()
     return {"determinism_class": runtime.determinism_class(params.runtime, fp), "env": fp,
             "code_digest": env.code_state(root)["code_digest"],
-            "params": params.section("seed", "model", "train", "runtime"), "intervals": results}
+            "params": params.section(*job.sections), "intervals": results}
 
 
-def compare(root: Path, dir_a: Path, dir_b: Path, steps: list[int]) -> dict[str, Any]:
-    _, su = _load(root, one_process=True)
+def compare(root: Path, dir_a: Path, dir_b: Path, steps: list[int], stage: str = "train") -> dict[str, Any]:
+    _, _, su = _load(root, one_process=True, stage=stage)
     from marin.train import checkpoint
 
     a, b = checkpoint.Checkpoints(dir_a, create=False), checkpoint.Checkpoints(dir_b, create=False)
@@ -128,13 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     cmp_.add_argument("--steps", required=True, help="comma-separated steps")
     for p in (seg, cmp_):
         p.add_argument("--out", type=Path, required=True)
+        p.add_argument("--stage", default="train", choices=("train", "sft"), help="the recorded run's stage")
     args = ap.parse_args(argv)
     root = project_root()
     if args.cmd == "segments":
         bounds = [tuple(int(x) for x in iv.split(":")) for iv in args.intervals.split(",") if iv]
-        result = segments(root, args.checkpoints, [(a, b) for a, b in bounds])
+        result = segments(root, args.checkpoints, [(a, b) for a, b in bounds], args.stage)
     else:
-        result = compare(root, args.a, args.b, [int(s) for s in args.steps.split(",") if s])
+        result = compare(root, args.a, args.b, [int(s) for s in args.steps.split(",") if s], args.stage)
     args.out.write_text(json.dumps(result, indent=1, sort_keys=True))
     return 0
 

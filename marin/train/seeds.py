@@ -32,8 +32,8 @@ def key_bytes(root: int, name: str) -> bytes:
     return np.asarray(jax.random.key_data(key(root, name)), dtype=np.uint32).tobytes()
 
 
-def record(root: int) -> dict[str, Any]:
-    """What run.started records about the seeds."""
+def record(root: int, streams: tuple[str, ...] = STREAMS) -> dict[str, Any]:
+    """What run.started records about the seeds (of ``streams``)."""
     import jax
     import numpy as np
 
@@ -44,6 +44,6 @@ def record(root: int) -> dict[str, Any]:
         "streams": {
             n: {"fold_in": stream_id(n),
                 "key_data": np.asarray(jax.random.key_data(key(root, n))).tolist()}
-            for n in STREAMS
+            for n in streams
         },
     }

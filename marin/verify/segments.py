@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from marin.ledger.index import Index
 from marin.ledger.store import RunLog
 from marin.remote import checkpoints_dir
+from marin.stages import TRAINING
 from marin.verify.compare import Divergence, class_differences, values_divergence
 from marin.verify.outcome import Outcome, counts, json_run
 from marin.verify.workspace import CannotVerify
@@ -27,10 +28,10 @@ if TYPE_CHECKING:
 
 
 def check_segments(root: Path, log: RunLog, k: int, index: Index | None = None) -> None:
-    """Before any work: a train run, 1 <= K <= N, and its checkpoints on this machine."""
+    """Before any work: a train (or sft) run, 1 <= K <= N, and its checkpoints on this machine."""
     stage = log.started.body["stage"]
-    if stage != "train":
-        raise CannotVerify(f"--segments replays checkpoint intervals of a train run; {log.run_id} is {stage}")
+    if stage not in TRAINING:
+        raise CannotVerify(f"--segments replays checkpoint intervals of a train or sft run; {log.run_id} is {stage}")
     processes = log.started.body["params"].get("runtime", {}).get("processes", 1)
     if processes > 1:  # its bits are those of its process topology (docs/architecture.md), not one process's
         raise CannotVerify(f"--segments replays intervals in one process; run {log.run_id} trained on {processes} "
@@ -44,6 +45,11 @@ def check_segments(root: Path, log: RunLog, k: int, index: Index | None = None) 
         raise CannotVerify(f"--segments needs the run's checkpoints, and {where} is not on this machine "
                            "(checkpoints are not DVC outputs) and no `marin publish` recorded them; copy them "
                            "here, or verify with a full replay")
+
+
+def stage_args(stage: str) -> list[str]:
+    """The replay tool's ``--stage`` for a fine-tune; none for train (a commit before sft has no such flag)."""
+    return [] if stage == "train" else ["--stage", stage]
 
 
 def draw(seed: int, n: int, k: int) -> list[int]:
@@ -64,7 +70,7 @@ def replay_segments(v: Verifier, k: int, seed: int | None) -> None:
     say(f"  6. replay: {k} of {n} checkpoint intervals, seed {seed} ({source}): {bounds}")
     ckpt_dir = checkpoints_dir(v.root, log, v.index)
     res_all = json_run(v.ws, v.replay_env, ["segments", "--checkpoints", str(ckpt_dir), "--intervals",
-                                            ",".join(f"{a}:{b}" for a, b in bounds)], out)
+                                            ",".join(f"{a}:{b}" for a, b in bounds), *stage_args(out.stage)], out)
     # What ran: the recorded code and params (as the full replay's own run.started shows them).
     if res_all["code_digest"] != started["code"]["code_digest"] or res_all["params"] != started["params"]:
         raise CannotVerify("step 6: the segment replay did not run the recorded code and params "

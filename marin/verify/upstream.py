@@ -9,6 +9,7 @@ from typing import Any
 from marin.errors import MarinError
 from marin.ledger.index import Index, with_index
 from marin.ledger.query import Ledger
+from marin.stages import TRAINING
 from marin.verify.outcome import Outcome, Say
 from marin.verify.verifier import verify
 from marin.verify.workspace import CannotVerify
@@ -36,7 +37,7 @@ def verify_upstream(root: Path, target: str, say: Say = print, *, index: Index, 
     rows: list[Row] = []
     for s in steps:
         try:
-            opts = kw if s.stage == "train" else {k: v for k, v in kw.items() if k not in ("segments", "seed")}
+            opts = kw if s.stage in TRAINING else {k: v for k, v in kw.items() if k not in ("segments", "seed")}
             rows.append((s.stage, s.run_id, verify(root, s.run_id, say=say, index=index, **opts)))
         except MarinError as e:
             say(f"verify {s.run_id}: {e}")

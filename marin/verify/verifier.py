@@ -38,9 +38,10 @@ from marin.ledger.run import recipe_code, recipe_digest
 from marin.ledger.store import NoSuchRun, RunFile, RunLog, load_run, read_all
 from marin.paths import ledger_dir
 from marin.remote import checkpoints_dir
+from marin.stages import TRAINING
 from marin.verify.compare import Divergence, class_differences, compare, cpu_differences, metric_distances
 from marin.verify.outcome import Outcome, Say, counts, json_run, render
-from marin.verify.segments import check_segments, replay_segments
+from marin.verify.segments import check_segments, replay_segments, stage_args
 from marin.verify.workspace import CannotVerify, InputUnavailable, Workspace
 
 
@@ -210,7 +211,7 @@ class Verifier:
         out.class_diffs = class_differences(started["determinism_class"], rs["determinism_class"])
         out.compared, out.divergences = compare(log, replay)
         out.divergences = _started_fields(log, rs) + out.divergences
-        if out.stage == "train":
+        if out.stage in TRAINING:
             self.checkpoint_tensors(replay)
         if out.class_diffs:
             out.distances = {"metrics": metric_distances(log, replay), **(out.distances or {})}
@@ -277,7 +278,8 @@ class Verifier:
         """The replay tool's tensor comparison of the recorded checkpoints with the replay's, by step;
         the tool must see the replay's checkpoints as the replay recorded them."""
         result = json_run(self.ws, self.replay_env, ["compare", "--a", str(on_disk), "--b", str(replay_dir),
-                                                     "--steps", ",".join(str(r.body["step"]) for r in recs)], self.out)
+                                                     "--steps", ",".join(str(r.body["step"]) for r in recs),
+                                                     *stage_args(self.out.stage)], self.out)
         own = {r.body["step"]: r.body["digest"] for r in replayed}
         for s, res in result.items():
             if own.get(int(s)) is not None and res["b_digest"] != own[int(s)]:

@@ -1,0 +1,137 @@
+"""The instruction fine-tune of the base model: a :class:`marin.train.loop.Job`, so it runs through
+the train stage's loop (resume from the last recorded checkpoint, checkpoint digests, exact
+metrics, MLflow, ``marin verify`` and its segments) with its own params section (``sft``).
+
+It starts from models/final (an input, by digest): the base model's weights and config, a fresh
+optimizer. Each conversation of data/instructions/train.jsonl is one row, rendered by the chat
+template (marin.data.chat) and cut to ``seq_len + 1`` tokens, padded with EOS (padding, not
+packing: a row's attention sees one conversation, and most are far shorter than a row). The
+loss and accuracy are means over the batch's assistant tokens (each message and its
+``<|end|>``); prompts and padding weigh 0. Batch ``i`` is a keyed permutation of the rows,
+a pure function of (seed, step), as pretraining's windows are (marin.train.loader). The
+held-out curve is the same loss on the first ``batch_size`` held-out conversations.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from marin import hashing
+from marin.config import Params, TrainParams
+from marin.data import chat
+from marin.data import tokenize as tk
+from marin.errors import ParamsError, StageError
+from marin.ledger import Input
+from marin.model import ModelConfig
+from marin.train import distributed, loop, runtime, seeds, step, weights
+from marin.train.loader import sample_windows
+
+TOKENS, INSTRUCTIONS = Path("data/tokens"), Path("data/instructions")
+BASE, MODEL, CURVE = Path("models/final"), Path("models/instruct"), Path("metrics/sft_curve.csv")
+TOKENIZER, TEMPLATE = TOKENS / "tokenizer.json", TOKENS / chat.TEMPLATE_FILE
+STREAMS = ("sft_data_order", "sft_step")
+PACKING = ("one conversation per row, cut to seq_len + 1 tokens and padded with EOS; the loss is the mean over "
+           "the batch's assistant tokens (each message and its <|end|>), prompts and padding weigh 0")
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The fine-tune's loader: batch ``i`` is rows of a keyed permutation (no state: resume is ``rows(i)``)."""
+
+    inputs: np.ndarray  # (N, T) int32
+    targets: np.ndarray  # (N, T) int32
+    weights: np.ndarray  # (N, T) float32: 1 where the target is an assistant token
+    batch_size: int
+    key: bytes
+    fields: ClassVar[tuple[str, ...]] = ("inputs", "targets", "weights")
+
+    def position(self, step: int) -> dict[str, int]:
+        g, n = step * self.batch_size, len(self.inputs)
+        return {"epoch": g // n, "index": g % n}
+
+    def rows(self, step: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        at = sample_windows(step, self.batch_size, len(self.inputs), self.key)[lo:hi]
+        return {"inputs": self.inputs[at], "targets": self.targets[at], "weights": self.weights[at]}
+
+
+def encoded(path: Path, tok: Any, eos_id: int, seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(inputs, targets, weights), one row per conversation of a JSONL file."""
+    eos = tok.id_to_token(eos_id)
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        ids, mask = chat.encode(tok, json.loads(line)["messages"], eos)
+        seq = np.full(seq_len + 1, eos_id, np.int32)
+        w = np.zeros(seq_len + 1, np.float32)
+        n = min(len(ids), seq_len + 1)
+        seq[:n], w[:n] = ids[:n], mask[:n]
+        rows.append((seq[:-1], seq[1:], w[1:]))
+    if not rows:
+        raise StageError(f"{path}: no conversations to fine-tune on; check params.yaml: instructions")
+    return tuple(np.stack(c) for c in zip(*rows, strict=True))  # type: ignore[return-value]
+
+
+def heldout_loss(graphdef: Any, rows: tuple[np.ndarray, np.ndarray, np.ndarray], batch: int) -> Any:
+    """params -> the mean NLL over the assistant tokens of the first ``batch`` held-out conversations."""
+    x, y, w = (a[:batch] for a in rows)
+    nll = step.eval_nll_fn(graphdef)
+    return lambda params: float((distributed.host_array(nll(params, x, y)).astype(np.float64) * w).sum()
+                                / max(float(w.sum()), 1.0))
+
+
+def sft_params(params: Params) -> TrainParams:
+    if params.sft is None:
+        raise ParamsError("params.yaml: no sft section; add one (the shipped params.yaml has it)")
+    return params.sft
+
+
+def setup(root: Path, params: Params) -> loop.Setup:
+    tp, rt = sft_params(params), params.runtime
+    base = json.loads((root / BASE / weights.CONFIG).read_text())
+    cfg, tokm = ModelConfig(**base["model"]), base["tokenizer"]  # the base model's tokenizer: path, digest, eos_id
+    if hashing.file_digest(root / TOKENIZER) != tokm["digest"]:
+        raise StageError(f"{TOKENIZER} is not the tokenizer {BASE} was trained with ({tokm['digest']}); "
+                         "run `dvc repro` to train the base model with it first")
+    mesh = runtime.make_mesh(rt)
+    optimizer = step.make_optimizer(tp)
+    graphdef, abstract = step.abstract_state(cfg, optimizer)
+    shardings = step.state_shardings(abstract, mesh, rt.param_sharding)
+    tok = tk.load(root / TOKENIZER)
+    train = encoded(root / INSTRUCTIONS / "train.jsonl", tok, tokm["eos_id"], cfg.max_seq_len)
+    heldout = encoded(root / INSTRUCTIONS / "heldout.jsonl", tok, tokm["eos_id"], cfg.max_seq_len)
+    loader = Rows(*train, tp.batch_size, seeds.key_bytes(params.seed, "sft_data_order"))
+
+    def init(params: Params) -> Any:  # the base model's weights, a fresh optimizer state
+        _, base, _ = weights.load(root / BASE)
+        rng = jax.random.key_data(seeds.key(params.seed, "sft_step"))
+        return jax.jit(lambda p: step.TrainState(p, optimizer.init(p), jnp.zeros((), jnp.int32), rng),
+                       out_shardings=shardings)(base)
+
+    return loop.Setup(cfg, mesh, optimizer, step.lr_schedule(tp), graphdef, abstract, shardings, loader,
+                      step.make_train_step(graphdef, optimizer, shardings, mesh), tokm,
+                      heldout_loss(graphdef, heldout, tp.batch_size), tp, init)
+
+
+def model_meta(root: Path, su: loop.Setup) -> dict[str, Any]:
+    """config.json of models/instruct: the base model it was tuned from, its tokenizer and chat template."""
+    base = json.loads((root / BASE / weights.CONFIG).read_text())
+    return {"tokenizer": {"path": TOKENIZER.as_posix(), "digest": su.tokenizer["digest"],
+                          "eos_id": su.tokenizer["eos_id"]},
+            "chat_template": {"path": TEMPLATE.as_posix(), "digest": hashing.file_digest(root / TEMPLATE)},
+            "base_model": {"path": BASE.as_posix(), "tensor_digest": base["tensor_digest"],
+                           "recipe_digest": base["recipe_digest"]},
+            "packing": PACKING}
+
+
+JOB = loop.Job("sft", ("seed", "sft", "runtime"),
+               (Input("base_model", BASE.as_posix()), Input("tokenizer", TOKENIZER.as_posix()),
+                Input("chat_template", TEMPLATE.as_posix()),
+                Input("instructions", (INSTRUCTIONS / "train.jsonl").as_posix()),
+                Input("heldout_instructions", (INSTRUCTIONS / "heldout.jsonl").as_posix())),
+               STREAMS, setup, MODEL, CURVE, model_meta)
