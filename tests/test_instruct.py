@@ -4,11 +4,15 @@ evaluation of both models on the held-out instructions, and the export of the in
 that transformers answers with.
 
 One session-scoped project is built once (tiny model, 64-token rows, a short fine-tune) and
-copied by the tests that change it."""
+copied by the tests that change it. Its corpus is the mini corpus's shape (prose files, verses
+grouped by book and chapter) with one difference that makes a held-out question answerable: the
+prose and the verses draw their words from two disjoint halves of the word list, so which corpus
+a held-out line comes from can be learned (the mini corpus's two corpora are one distribution)."""
 
 from __future__ import annotations
 
 import json
+import random
 import signal
 import subprocess
 import time
@@ -16,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, Project, copy_project, env_for_subprocess, mini_params, new_project, tiny
+from tests.conftest import BIN, WORDS, Project, copy_project, env_for_subprocess, mini_params, new_project, tiny
 
 pytestmark = pytest.mark.slow
 
-SFT = {"steps": 40, "batch_size": 8, "lr": 3.0e-3, "schedule": "cosine", "warmup_steps": 4, "min_lr_ratio": 0.1,
+SFT = {"steps": 150, "batch_size": 16, "lr": 5.0e-3, "schedule": "cosine", "warmup_steps": 10, "min_lr_ratio": 0.1,
        "wsd_decay_fraction": 0.2, "weight_decay": 0.0, "beta1": 0.9, "beta2": 0.95, "eps": 1.0e-8,
-       "grad_clip": 1.0, "log_every": 4, "checkpoint_every": 10}
+       "grad_clip": 1.0, "log_every": 10, "checkpoint_every": 50}
 INSTRUCTIONS = {"salt": "marin-instructions-v1", "per_document": 16, "heldout_max": 64,
                 "tasks": ["corpus", "reference"], "eval_tokens": 8}  # short answers: a tiny model learns them
 
@@ -35,13 +39,32 @@ def instruct_params(proj: Project, **sft: object) -> None:
     proj.write_params(params)
 
 
+def lines(rng: random.Random, words: list[str], n: int) -> list[str]:
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(6, 12))).capitalize() + "." for _ in range(n)]
+
+
+def make_instruct_corpus(dest: Path) -> Path:
+    """Prose files and verse chapters (the mini corpus's layout) in two disjoint vocabularies."""
+    rng, half = random.Random(27), len(WORDS) // 2
+    (dest / "texts").mkdir(parents=True)
+    for i in range(12):
+        (dest / "texts" / f"doc{i:02d}.txt").write_text("\n".join(lines(rng, WORDS[:half], 40)) + "\n")
+    with open(dest / "verses.jsonl", "w") as f:
+        for book in ("Alpha", "Beta", "Gamma", "Delta"):
+            for chapter in (1, 2, 3):
+                for verse, text in enumerate(lines(rng, WORDS[half:], 8), 1):
+                    f.write(json.dumps({"book": book, "chapter": chapter, "verse": verse, "text": text}) + "\n")
+    return dest
+
+
 @pytest.fixture(scope="session")
-def _sft_project(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Project:
+def _sft_project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    corpus = make_instruct_corpus(tmp_path_factory.mktemp("instruct-corpus") / "mini")
     proj = new_project(tmp_path_factory.mktemp("instruct") / "proj", mini_params(corpus))
     tiny(proj)
     instruct_params(proj)
     proj.git("commit", "-qam", "instruct params")
-    for stage in ("fetch", "curate", "tokenize", "train", "instructions", "sft"):
+    for stage in ("fetch", "curate", "tokenize", "train", "instructions", "sft", "evaluate_instruct"):
         proj.stage(stage)
     return proj
 
@@ -100,11 +123,11 @@ def test_sft_starts_from_the_base_model_and_learns_the_assistant_turns(_sft_proj
     assert sft[0]["body"]["params"]["sft"] == SFT and set(sft[0]["body"]["seeds"]["streams"]) == {
         "sft_data_order", "sft_step"}
     metrics = records(sft, "metric")
-    assert [m["step"] for m in metrics] == list(range(4, 41, 4))
+    assert [m["step"] for m in metrics] == list(range(10, 151, 10))
     first, last = metrics[0]["values"], metrics[-1]["values"]
     assert last["loss"]["value"] < first["loss"]["value"] / 2, (first, last)  # short answers: learnable
     assert last["val_loss"]["value"] < first["val_loss"]["value"]
-    assert [c["step"] for c in records(sft, "checkpoint")] == [10, 20, 30, 40]
+    assert [c["step"] for c in records(sft, "checkpoint")] == [50, 100, 150]
     curve = (proj.root / "metrics/sft_curve.csv").read_text().splitlines()
     assert curve[0] == "step,loss,lr,grad_norm,val_loss" and len(curve) == 1 + len(metrics)
 
@@ -122,7 +145,7 @@ def test_sigkill_during_sft_then_the_stage_resumes_bit_identical_and_verifies(sf
         except ValueError:  # read while the trainer was appending a line
             continue
         steps = [r["step"] for r in records(runs[-1], "metric")] if len(runs) == 2 else []
-        if steps and steps[-1] >= 16:  # past the first checkpoint (10)
+        if steps and steps[-1] >= 70:  # past the first checkpoint (50)
             proc.send_signal(signal.SIGKILL)
             killed_at = steps[-1]
             break
@@ -153,3 +176,87 @@ def test_lineage_of_the_instruct_model_walks_back_to_the_base_run_and_the_raw_ar
     archives = [r["path"] for r in records(fetch, "input")]
     for needle in (sft[0]["run_id"], train[0]["run_id"], proj.runs("instructions")[0][0]["run_id"], *archives):
         assert needle in p.stdout, (needle, p.stdout)
+
+
+def test_the_instruct_model_answers_held_out_instructions_far_better_than_the_base_model(
+        _sft_project: Project) -> None:
+    proj = _sft_project
+    m = json.loads((proj.root / "metrics/instruct_eval.json").read_text())
+    heldout = [json.loads(x) for x in (proj.root / "data/instructions/heldout.jsonl").read_text().splitlines()]
+    [run] = proj.runs("evaluate_instruct")
+    evals = {r["name"]: r for r in records(run, "eval")}
+    for name in ("base", "instruct"):  # the scores, recomputed from the recorded answers
+        answers = evals[f"{name}_instructions"]["samples"]
+        assert [a["prompt"] for a in answers] == [e["messages"][0]["content"] for e in heldout]
+        hits = [a["completion"].strip() == e["messages"][1]["content"] for a, e in zip(answers, heldout, strict=True)]
+        assert m[name]["exact_match"] == sum(hits) / len(heldout) and m[name]["examples"] == len(heldout)
+    print(f"held-out exact match: base {m['base']['exact_match']:.3f}, instruct {m['instruct']['exact_match']:.3f}; "
+          f"containment: base {m['base']['containment']:.3f}, instruct {m['instruct']['containment']:.3f}")
+    assert m["base"]["exact_match"] <= 0.05  # it never saw the chat format: near zero, and shown
+    assert m["instruct"]["exact_match"] >= m["base"]["exact_match"] + 0.3
+    assert m["instruct"]["by_task"]["corpus"]["exact_match"] >= 0.5
+
+
+def pin_messages(proj: Project, lines: list[bytes]) -> None:
+    """A messages JSONL in the project, pinned with `marin pin` as a fetch source of format messages."""
+    (proj.root / "mine").mkdir(exist_ok=True)
+    (proj.root / "mine/chat.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    p = proj.marin("pin", "mine/chat.jsonl", "--name", "mychat")
+    assert p.returncode == 0, p.stderr
+    sha = next(ln.split()[-1] for ln in p.stdout.splitlines() if ln.strip().startswith("sha256:"))
+    params = proj.params
+    params["fetch"]["sources"].append({"name": "mychat", "kind": "file", "locator": "mine/chat.jsonl", "sha256": sha,
+                                       "license": "CC0-1.0", "extract": [{"corpus": "mychat", "include": ["*.jsonl"],
+                                                                          "format": "messages"}]})
+    proj.write_params(params)
+
+
+def conversation(i: int) -> bytes:
+    return json.dumps({"messages": [{"role": "system", "content": "Be brief."},
+                                    {"role": "user", "content": f"What is {i} plus one?"},
+                                    {"role": "assistant", "content": str(i + 1)}]}).encode()
+
+
+def test_your_own_conversations_pinned_with_marin_pin_run_through_sft(sft_project: Project) -> None:
+    proj = sft_project
+    pin_messages(proj, [conversation(i) for i in range(20)])
+    proj.git("add", "-A")
+    proj.git("commit", "-qm", "my conversations")
+    curated = proj.tree("data/curated")
+    for stage in ("fetch", "curate", "instructions", "sft"):
+        proj.stage(stage)
+    assert proj.tree("data/curated") == curated  # not a corpus: curate skips it
+    m = json.loads((proj.root / "data/instructions/manifest.json").read_text())
+    [src] = m["sources"]
+    assert src["name"] == "mychat" and src["license"] == "CC0-1.0" and src["conversations"] == 20
+    assert m["sets"]["train"]["sources"]["mychat"] == 20
+    own = [json.loads(x) for x in (proj.root / "data/instructions/train.jsonl").read_text().splitlines()
+           if json.loads(x).get("source") == "mychat"]
+    assert [r["messages"][1]["content"] for r in own] == [f"What is {i} plus one?" for i in range(20)]
+    [instr] = proj.runs("instructions")[-1:]
+    [inp] = [r for r in records(instr, "input") if r["name"] == "archive:mychat"]
+    assert inp["license"] == "CC0-1.0" and inp["digest"] == src["digest"]
+    sft = proj.runs("sft")[-1]
+    assert sft[-1]["body"]["status"] == "succeeded"
+    assert {r["name"]: r["digest"] for r in records(sft, "input")}["instructions"] == m["sets"]["train"]["digest"]
+
+
+@pytest.mark.parametrize("bad, why", [
+    (json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode(), "no assistant turn"),
+    (json.dumps({"messages": [{"role": "narrator", "content": "hi"},
+                              {"role": "assistant", "content": "x"}]}).encode(), "messages[0] has role 'narrator'"),
+    (b'{"messages": [{"role": "user", "content": "caf\xe9"}, {"role": "assistant", "content": "x"}]}',
+     "not UTF-8 at byte"),
+])
+def test_a_malformed_conversation_is_refused_in_one_line_naming_the_file_and_line(
+        data_project: Project, bad: bytes, why: str) -> None:
+    proj = data_project
+    instruct_params(proj)
+    pin_messages(proj, [conversation(0), conversation(1), bad, conversation(3)])
+    proj.stage("fetch")
+    ledger = proj.ledger_files()
+    r = proj.stage("instructions", check=False)
+    assert r.returncode != 0 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("marin: error: chat.jsonl line 3: ") and why in r.stderr, r.stderr
+    assert not (proj.root / "data/instructions").exists()
+    assert proj.marin("ledger", "check").returncode == 0 and len(proj.ledger_files()) == len(ledger) + 1

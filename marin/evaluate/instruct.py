@@ -1,0 +1,129 @@
+"""Stage evaluate_instruct: the base model (models/final) and the instruct model (models/instruct)
+answer the held-out instructions (data/instructions/heldout.jsonl), greedily, from the chat
+template's prompt; each answer is scored by exact match (the answer, stripped, is the reference)
+and containment (the reference is inside the answer, case folded). Writes
+metrics/instruct_eval.json (DVC metrics) and one eval record per model with every answer.
+
+A stage of its own beside evaluate, so the base model's evaluation does not wait for a fine-tune;
+both models answer the same prompts with the same decoding. Generation stops at ``<|end|>`` or
+the end-of-text token, else after ``instructions.eval_tokens`` tokens: the base model never saw
+``<|end|>`` and runs to the limit, which its score shows as it is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from marin import fsutil
+from marin.config import Params, RuntimeParams
+from marin.train import runtime
+
+MODELS = {"base": Path("models/final"), "instruct": Path("models/instruct")}
+TOKENIZER, TEMPLATE = Path("data/tokens/tokenizer.json"), Path("data/tokens/chat_template.jinja")
+HELDOUT, METRICS = Path("data/instructions/heldout.jsonl"), Path("metrics/instruct_eval.json")
+BATCH = 32  # prompts answered at a time: (BATCH, seq_len, vocab) logits per step
+
+
+def greedy_batch(logits_fn: Any, params: Any, prompts: list[np.ndarray], pad_id: int, stop: set[int],
+                 seq_len: int, n: int) -> list[list[int]]:
+    """Greedy answers of a batch of prompts, each until a ``stop`` token (kept) or ``n`` tokens; a
+    fixed (len(prompts), seq_len) buffer, right-padded (causal attention: padding changes nothing
+    before it), each row's last ``seq_len`` tokens."""
+    outs: list[list[int]] = [[] for _ in prompts]
+    for _ in range(n):
+        live = [i for i, o in enumerate(outs) if not (o and o[-1] in stop)]
+        if not live:
+            break
+        windows = [np.concatenate([p, np.array(o, np.int32)])[-seq_len:] for p, o in zip(prompts, outs, strict=True)]
+        buf = np.full((len(prompts), seq_len), pad_id, dtype=np.int32)
+        for i, w in enumerate(windows):
+            buf[i, : len(w)] = w
+        logits = np.asarray(logits_fn(params, buf))
+        for i in live:
+            outs[i].append(int(logits[i, len(windows[i]) - 1].argmax()))
+    return outs
+
+
+def score(answer: str, reference: str) -> tuple[bool, bool]:
+    """(exact match, containment) of one answer."""
+    return answer.strip() == reference.strip(), reference.strip().casefold() in answer.casefold()
+
+
+def answer_all(model: tuple[Any, Any, dict[str, Any]], tok: Any, examples: list[dict[str, Any]],
+               n: int) -> list[dict[str, Any]]:
+    """Every example's prompt, answer text, answer ids (through the stop token) and scores."""
+    import jax
+    from flax import nnx
+
+    from marin.data import chat
+
+    graphdef, params, config = model
+    eos_id, seq_len = config["tokenizer"]["eos_id"], config["model"]["max_seq_len"]
+    eos, end_id = tok.id_to_token(eos_id), tok.token_to_id(chat.END)
+    logits_fn = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x))
+    prompts = [chat.prompt_ids(tok, e["messages"][:-1], eos) for e in examples]
+    ids: list[list[int]] = []
+    for i in range(0, len(prompts), BATCH):
+        ids += greedy_batch(logits_fn, params, prompts[i:i + BATCH], eos_id, {eos_id, end_id}, seq_len, n)
+    rows = []
+    for e, out in zip(examples, ids, strict=True):
+        text = tok.decode([t for t in out if t not in (eos_id, end_id)])
+        exact, contained = score(text, e["messages"][-1]["content"])
+        rows.append({"task": e["task"], "prompt": e["messages"][-2]["content"], "completion": text,
+                     "token_ids": out, "exact": exact, "contained": contained})
+    return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Exact match and containment, whole and per task (fractions of the examples)."""
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_task[r["task"]].append(r)
+
+    def rates(rs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"exact_match": sum(r["exact"] for r in rs) / max(len(rs), 1),
+                "containment": sum(r["contained"] for r in rs) / max(len(rs), 1), "examples": len(rs)}
+
+    return {**rates(rows), "by_task": {t: rates(rs) for t, rs in sorted(by_task.items())}}
+
+
+def run_stage(root: Path, params: Params) -> None:
+    """Both models on the held-out instructions, recorded as a ledger run."""
+    rt = RuntimeParams(params.runtime.xla_cpu_threads, 1, "replicated", determinism=params.runtime.determinism)
+    runtime.configure(rt)
+    import jax  # noqa: F401  # before the fingerprint, as evaluate does
+
+    from marin import env
+    from marin.data import tokenize as tk
+    from marin.instruct.instructions_stage import section
+    from marin.ledger import Input, Run, exact
+    from marin.train import weights
+
+    n = section(params).eval_tokens
+    fp = env.fingerprint()
+    inputs = [Input("base_model", MODELS["base"].as_posix()), Input("instruct_model", MODELS["instruct"].as_posix()),
+              Input("tokenizer", TOKENIZER.as_posix()), Input("chat_template", TEMPLATE.as_posix()),
+              Input("heldout_instructions", HELDOUT.as_posix())]
+    recorded = {"instructions": {"eval_tokens": n},
+                "runtime": {"xla_cpu_threads": rt.xla_cpu_threads, "determinism": rt.determinism}}
+    with Run.start(root, "evaluate_instruct", params=recorded, inputs=inputs,
+                   det_class=runtime.determinism_class(rt, fp), fingerprint=fp) as run:
+        tok = tk.load(root / TOKENIZER)
+        examples = [json.loads(x) for x in (root / HELDOUT).read_text(encoding="utf-8").splitlines()]
+        metrics: dict[str, Any] = {}
+        for name, path in MODELS.items():
+            rows = answer_all(weights.load(root / path), tok, examples, n)
+            metrics[name] = s = summary(rows)
+            values = {"exact_match": exact(s["exact_match"]), "containment": exact(s["containment"]),
+                      "examples": len(rows), "tokens_per_answer": n}
+            run.record("eval", {"name": f"{name}_instructions", "split": "heldout_instructions", "values": values,
+                                "samples": [{k: r[k] for k in ("prompt", "completion", "token_ids")} for r in rows]})
+            print(f"evaluate_instruct: {name}: exact match {s['exact_match']:.3f}, containment "
+                  f"{s['containment']:.3f} on {len(rows)} held-out instructions")
+        fsutil.write_bytes(root / METRICS, (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode(),
+                           before_publish=lambda tmp: run.output("instruct_eval_metrics", METRICS, source=tmp))
