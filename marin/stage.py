@@ -13,7 +13,7 @@ from marin.paths import project_root
 
 # The pipeline's stages in dvc.yaml order: the values a stage may have in the ledger.
 STAGES = ("fetch", "curate", "tokenize", "train", "instructions", "sft", "evaluate", "evaluate_instruct", "export",
-          "report")
+          "export_instruct", "report")
 
 
 def guarded(fn: Callable[[], int], verbose: bool = False) -> int:

@@ -64,7 +64,8 @@ def _sft_project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     tiny(proj)
     instruct_params(proj)
     proj.git("commit", "-qam", "instruct params")
-    for stage in ("fetch", "curate", "tokenize", "train", "instructions", "sft", "evaluate_instruct"):
+    for stage in ("fetch", "curate", "tokenize", "train", "instructions", "sft", "evaluate_instruct",
+                  "export_instruct"):
         proj.stage(stage)
     return proj
 
@@ -260,3 +261,57 @@ def test_a_malformed_conversation_is_refused_in_one_line_naming_the_file_and_lin
     assert r.stderr.startswith("marin: error: chat.jsonl line 3: ") and why in r.stderr, r.stderr
     assert not (proj.root / "data/instructions").exists()
     assert proj.marin("ledger", "check").returncode == 0 and len(proj.ledger_files()) == len(ledger) + 1
+
+
+def test_transformers_answers_with_the_chat_template_exactly_as_the_jax_model(_sft_project: Project) -> None:
+    """apply_chat_template + generate on models/hf-instruct give the JAX model's greedy answers
+    (evaluate_instruct's records), token for token, for every held-out instruction whose prompt and
+    answer fit the model's context (beyond it the JAX side keeps the last seq_len tokens)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from marin.data import chat
+    from marin.data import tokenize as tk
+
+    proj = _sft_project
+    out = proj.root / "models/hf-instruct"
+    tok = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    assert config["chat_template"] == (proj.root / "data/tokens/chat_template.jinja").read_text() == chat.TEMPLATE
+    ours = tk.load(proj.root / "data/tokens/tokenizer.json")
+    heldout = [json.loads(x) for x in (proj.root / "data/instructions/heldout.jsonl").read_text().splitlines()]
+    [run] = proj.runs("evaluate_instruct")
+    [answers] = [r["samples"] for r in records(run, "eval") if r["name"] == "instruct_instructions"]
+    n = INSTRUCTIONS["eval_tokens"]
+    end = ours.token_to_id(chat.END)
+    stopped = compared = 0
+    for e, a in zip(heldout, answers, strict=True):
+        enc = tok.apply_chat_template(e["messages"][:-1], add_generation_prompt=True, return_tensors="pt",
+                                      return_dict=True)
+        ids = enc["input_ids"]
+        assert ids[0].tolist() == chat.prompt_ids(ours, e["messages"][:-1], tk.EOS).tolist()
+        if ids.shape[1] + n > proj.params["model"]["seq_len"]:
+            continue
+        compared += 1
+        with torch.no_grad():
+            gen = model.generate(**enc, max_new_tokens=n, do_sample=False)
+        assert gen[0, ids.shape[1]:].tolist() == a["token_ids"], (e["messages"][0]["content"], a)
+        stopped += a["token_ids"][-1] == end
+    assert compared >= len(heldout) // 2 and stopped >= compared // 2  # most end at <|end|>, as generate did
+
+
+def test_the_instruct_card_names_the_base_model_the_data_and_the_recipe(_sft_project: Project) -> None:
+    import yaml
+
+    proj = _sft_project
+    text = (proj.root / "models/hf-instruct/README.md").read_text()
+    head, body = text.split("---\n", 2)[1:]
+    meta = yaml.safe_load(head)
+    assert meta["base_model"] == "marin-tiny" and meta["library_name"] == "transformers"
+    cfg = json.loads((proj.root / "models/instruct/config.json").read_text())
+    base = json.loads((proj.root / "models/final/config.json").read_text())
+    m = json.loads((proj.root / "data/instructions/manifest.json").read_text())
+    assert base["tensor_digest"] in body and cfg["tensor_digest"] in body
+    assert m["sets"]["train"]["digest"] in body and m["inputs"]["train"] in body
+    assert cfg["sft"] == SFT and f"- `lr`: {SFT['lr']}" in body

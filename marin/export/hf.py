@@ -28,7 +28,9 @@ from typing import Any
 
 import numpy as np
 from safetensors.numpy import save
+from tokenizers import Tokenizer
 
+from marin.data import chat
 from marin.errors import StageError
 
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
@@ -117,12 +119,14 @@ def llama_config(model: dict[str, Any], eos_id: int) -> dict[str, Any]:
             "initializer_range": 0.02}
 
 
-def tokenizer_config(eos: str, max_len: int) -> dict[str, Any]:
+def tokenizer_config(eos: str, max_len: int, chat_template: str | None = None) -> dict[str, Any]:
     """tokenizer_config.json: the project's byte-level BPE as a fast tokenizer; no BOS is added
-    (marin's documents start after an EOS separator, which the loader adds, not the tokenizer)."""
-    return {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos, "bos_token": eos, "pad_token": eos,
-            "unk_token": None, "add_bos_token": False, "add_eos_token": False, "model_max_length": max_len,
-            "clean_up_tokenization_spaces": False}
+    (marin's documents start after an EOS separator, which the loader adds, not the tokenizer).
+    ``chat_template``: the Jinja template ``apply_chat_template`` renders (a chat model's)."""
+    out = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos, "bos_token": eos, "pad_token": eos,
+           "unk_token": None, "add_bos_token": False, "add_eos_token": False, "model_max_length": max_len,
+           "clean_up_tokenization_spaces": False}
+    return {**out, "chat_template": chat_template} if chat_template is not None else out
 
 
 def _json(obj: Any) -> bytes:
@@ -130,17 +134,21 @@ def _json(obj: Any) -> bytes:
 
 
 def files(src: Tensors, marin_config: dict[str, Any], tokenizer_json: bytes, eos: str,
-          meta: dict[str, str]) -> dict[str, bytes]:
-    """Every file of the export, as bytes (deterministic for the same model and tokenizer)."""
+          meta: dict[str, str], chat_template: str | None = None) -> dict[str, bytes]:
+    """Every file of the export, as bytes (deterministic for the same model and tokenizer). With a
+    ``chat_template``, generation also stops at the chat's ``<|end|>`` token."""
     model = marin_config["model"]
     eos_id = marin_config["tokenizer"]["eos_id"]
     tensors = llama_tensors(src, model)
+    stop: int | list[int] = eos_id
+    if chat_template is not None:
+        stop = [eos_id, Tokenizer.from_str(tokenizer_json.decode()).token_to_id(chat.END)]
     return {
         WEIGHTS: save(tensors, metadata={"format": "pt", **meta}),
         CONFIG: _json(llama_config(model, eos_id)),
-        "generation_config.json": _json({"bos_token_id": eos_id, "eos_token_id": eos_id, "pad_token_id": eos_id,
+        "generation_config.json": _json({"bos_token_id": eos_id, "eos_token_id": stop, "pad_token_id": eos_id,
                                          "do_sample": False}),
         TOKENIZER: tokenizer_json,
-        "tokenizer_config.json": _json(tokenizer_config(eos, model["max_seq_len"])),
+        "tokenizer_config.json": _json(tokenizer_config(eos, model["max_seq_len"], chat_template)),
         "special_tokens_map.json": _json({"bos_token": eos, "eos_token": eos, "pad_token": eos}),
     }

@@ -14,6 +14,7 @@ held-out curve is the same loss on the first ``batch_size`` held-out conversatio
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,7 +127,7 @@ def model_meta(root: Path, su: loop.Setup) -> dict[str, Any]:
             "chat_template": {"path": TEMPLATE.as_posix(), "digest": hashing.file_digest(root / TEMPLATE)},
             "base_model": {"path": BASE.as_posix(), "tensor_digest": base["tensor_digest"],
                            "recipe_digest": base["recipe_digest"]},
-            "packing": PACKING}
+            "packing": PACKING, "sft": dataclasses.asdict(su.tp)}
 
 
 JOB = loop.Job("sft", ("seed", "sft", "runtime"),

@@ -1,0 +1,21 @@
+"""Stage export_instruct: the instruct model (models/instruct) as a Hugging Face checkpoint
+(models/hf-instruct) through the export stage's code, with the chat template in
+``tokenizer_config.json`` and the model card (README.md, ``base_model`` in its metadata)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from marin.config import Params
+from marin.export import instruct_card
+from marin.export.export_stage import Target, export
+from marin.ledger import Input
+
+INSTRUCT = Target("export_instruct", Path("models/instruct"), Path("models/hf-instruct"), chat=True,
+                  inputs=(Input("instructions_manifest", instruct_card.MANIFEST.as_posix()),),
+                  extra=instruct_card.card, recorded=instruct_card.recorded)
+
+
+def run_stage(root: Path, params: Params) -> None:
+    """The export_instruct stage: models/instruct into models/hf-instruct, recorded as a ledger run."""
+    export(root, params, INSTRUCT)
