@@ -74,10 +74,12 @@ STAGES: tuple[Stage, ...] = (
                                    "data/instructions/manifest.json"),
           params=("report.model_name", "report.license"), outs=(Out("models/hf-instruct"),),
           note="the instruct model for transformers: chat template in tokenizer_config.json, README.md card"),
-    Stage("report", deps=("models/final", "models/hf", "metrics/eval.json"), params=("report",),
+    Stage("report", deps=("models/final", "models/hf", "metrics/eval.json", "metrics/instruct_eval.json"),
+          params=("report",),
           outs=(Out("reports/${report.model_name}"),),
           note="a ledger run too; signed when the key exists (`marin keygen`), else written unsigned",
-          dep_notes={"models/hf": "after the export: the report's \"How to use\" loads it"}),
+          dep_notes={"models/hf": "after the export: the report's \"How to use\" loads it",
+                     "metrics/instruct_eval.json": "after evaluate_instruct: its \"Base and instruct\" section"}),
 )
 NAMES = tuple(s.name for s in STAGES)
 TRAINING = ("train", "sft")  # the stages that run marin.train.loop: checkpoints, segments, resume

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import subprocess
 import time
@@ -315,3 +316,20 @@ def test_the_instruct_card_names_the_base_model_the_data_and_the_recipe(_sft_pro
     assert base["tensor_digest"] in body and cfg["tensor_digest"] in body
     assert m["sets"]["train"]["digest"] in body and m["inputs"]["train"] in body
     assert cfg["sft"] == SFT and f"- `lr`: {SFT['lr']}" in body
+
+
+def test_the_report_compares_base_and_instruct_side_by_side_from_the_ledger(sft_project: Project) -> None:
+    proj = sft_project
+    proj.stage("report")
+    name = proj.params["report"]["model_name"]
+    md = (proj.root / f"reports/{name}/report.md").read_text()
+    facts = json.loads((proj.root / f"reports/{name}/report.json").read_text())["facts"]
+    section = md.split("## Base and instruct", 1)[1].split("\n## ", 1)[0]
+    m = json.loads((proj.root / "metrics/instruct_eval.json").read_text())
+    [sft] = proj.runs("sft")
+    assert sft[0]["run_id"] in section and proj.runs("instructions")[0][0]["run_id"] in section
+    for model in ("base", "instruct"):
+        [row] = [ln for ln in section.splitlines() if ln.startswith(f"| {model} |")]
+        cited = [facts[fid]["value"] for fid in re.findall(r"#(F\d+)\)", row)]
+        assert cited == [m[model]["exact_match"], m[model]["containment"], m[model]["examples"]], row
+    assert proj.marin("report", "verify", f"reports/{name}").returncode == 0

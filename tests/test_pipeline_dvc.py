@@ -26,6 +26,7 @@ def outputs_by_stage(proj) -> dict[str, list[dict[str, str]]]:
 
 
 SHORT_TRAINING = {"steps": 80, "batch_size": 16, "warmup_steps": 8, "checkpoint_every": 40, "log_every": 10}
+SHORT_SFT = {"steps": 10, "batch_size": 16, "warmup_steps": 2, "checkpoint_every": 10, "log_every": 5}
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +37,8 @@ def repro(tmp_path_factory):
     proj.env["MARIN_MLFLOW"] = "on"  # each stage mirrors itself into the embedded store
     params = proj.params
     params["train"].update(SHORT_TRAINING)
+    params["sft"].update(SHORT_SFT)
+    params["instructions"]["heldout_max"] = 32
     proj.write_params(params)
     proj.marin("keygen", "--if-missing", check=True)  # the report stage signs with it (README command)
     first = proj.dvc("repro")
@@ -44,7 +47,8 @@ def repro(tmp_path_factory):
 
 def test_default_pipeline_runs_and_ledger_checks(repro) -> None:
     proj, first = repro
-    for stage in ("fetch", "curate", "tokenize", "train", "evaluate", "report"):
+    for stage in ("fetch", "curate", "tokenize", "train", "instructions", "sft", "evaluate", "evaluate_instruct",
+                  "export_instruct", "report"):
         assert f"Running stage '{stage}'" in first.stdout
     check = proj.marin("ledger", "check")
     assert check.returncode == 0, check.stderr

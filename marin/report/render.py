@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marin import hashing
-from marin.report import verifications
+from marin.report import instruct, verifications
 from marin.report.facts import Fact, md_escape
 
 CURVES = (("loss", "Loss"), ("lr", "Learning rate"), ("grad_norm", "Gradient norm (before clipping)"))
@@ -106,6 +106,7 @@ def markdown(facts: dict[str, Fact], doc: dict[str, Any], meta: dict[str, Any]) 
     _evaluation(d, doc)
     _environment(d, doc)
     d.add(*verifications.lines(d.v, doc, facts))
+    d.add(*instruct.lines(d.v, doc))
     _lineage(d, doc)
     _people(d, meta)
     _sources(d, facts, tr["curve"])

@@ -1,0 +1,85 @@
+"""The report's "Base and instruct" section: the base model (this report's) and the instruct model
+fine-tuned from it, side by side on the held-out instructions, every number cited from the
+ledger. Found through the index: the latest succeeded evaluate_instruct run whose ``base_model``
+input is this report's model, the sft run that produced its ``instruct_model`` input, and the
+instructions run that produced the sft run's instruction set. Absent when none exists."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from marin.ledger.query import Ledger
+from marin.ledger.store import RunLog
+from marin.report.facts import Facts
+
+MODELS = ("base", "instruct")
+SAMPLES = 5  # held-out answers shown side by side
+
+
+def _latest_reader(ledger: Ledger, digest: str, name: str, stage: str) -> RunLog | None:
+    runs = {r for r, _, _, b in ledger.index.entities(digest=digest, role="input") if b.get("name") == name}
+    found = sorted((log for log in map(ledger.runs.__getitem__, runs)
+                    if log.started.body["stage"] == stage and log.status == "succeeded"),
+                   key=lambda log: (log.records[0].time, log.run_id))
+    return found[-1] if found else None
+
+
+def _producer(ledger: Ledger, log: RunLog, name: str) -> RunLog | None:
+    digest = next(r.body["digest"] for r in log.of_kind("input") if r.body["name"] == name)
+    found = [run for run, _ in ledger.producers_of(digest) if run.status == "succeeded"]
+    return found[-1] if found else None
+
+
+def section(f: Facts, ledger: Ledger, doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The section's facts (ids), or None when no evaluate_instruct run read this report's model."""
+    model_digest = f.items[doc["model"]["folder_digest"]].value
+    ev = _latest_reader(ledger, model_digest, "base_model", "evaluate_instruct")
+    if ev is None:
+        return None
+    evals = {r.body["name"]: r for r in ev.of_kind("eval")}
+    rows = [{"model": m, **{k: f.cite(f"{m} held-out {k}", ev, evals[f"{m}_instructions"], f"/body/values/{k}/value").id
+                            for k in ("exact_match", "containment")},
+             "examples": f.cite(f"{m} held-out examples", ev, evals[f"{m}_instructions"], "/body/values/examples").id}
+            for m in MODELS]
+    samples = [{"prompt": f.cite("held-out prompt", ev, evals["base_instructions"], f"/body/samples/{i}/prompt").id,
+                **{m: f.cite(f"{m} answer", ev, evals[f"{m}_instructions"], f"/body/samples/{i}/completion").id
+                   for m in MODELS}}
+               for i in range(min(SAMPLES, len(evals["base_instructions"].body["samples"])))]
+    out: dict[str, Any] = {"run_id": ev.run_id, "rows": rows, "samples": samples}
+    sft = _producer(ledger, ev, "instruct_model")
+    if sft is not None:
+        model = next(r for r in sft.of_kind("output") if r.body["name"] == "model")
+        out["sft"] = {"run_id": sft.run_id,
+                      "recipe_digest": f.cite("sft recipe digest", sft, sft.started, "/body/recipe_digest").id,
+                      "tensor_digest": f.cite("instruct tensor digest", sft, model, "/body/tensor_digest").id,
+                      "steps": f.cite("sft steps", sft, sft.started, "/body/params/sft/steps").id,
+                      "lr": f.cite("sft learning rate", sft, sft.started, "/body/params/sft/lr").id}
+        instr = _producer(ledger, sft, "instructions")
+        if instr is not None:
+            out["instructions_run"] = instr.run_id
+    return out
+
+
+def lines(v: Callable[[str | None], str], doc: dict[str, Any]) -> list[str]:
+    """The section of report.md (nothing when there is no instruct model)."""
+    sec = doc.get("instruct")
+    if not sec:
+        return []
+    out = ["## Base and instruct", ""]
+    if "sft" in sec:
+        s = sec["sft"]
+        out += [f"The instruct model (tensor digest {v(s['tensor_digest'])}) is this model fine-tuned on instructions "
+                f"by sft run `{s['run_id']}` (recipe {v(s['recipe_digest'])}: {v(s['steps'])} steps at learning rate "
+                f"{v(s['lr'])}, loss on the assistant tokens only)"
+                + (f", on the instruction set of run `{sec['instructions_run']}`" if "instructions_run" in sec else "")
+                + ". The card of `models/hf-instruct` names the data's sources, licences and digests.", ""]
+    out += [f"Held-out instructions (from the validation split), evaluate_instruct run `{sec['run_id']}`: greedy "
+            "answers from the chat template's prompt. Exact match: the answer is the reference; containment: the "
+            "reference is inside the answer. The base model never saw the chat format; its score is shown as it is.",
+            "", "| model | exact match | containment | examples |", "|---|---|---|---|"]
+    out += [f"| {r['model']} | {v(r['exact_match'])} | {v(r['containment'])} | {v(r['examples'])} |"
+            for r in sec["rows"]]
+    out += ["", "| held-out instruction | base answer | instruct answer |", "|---|---|---|"]
+    out += [f"| {v(x['prompt'])} | {v(x['base'])} | {v(x['instruct'])} |" for x in sec["samples"]]
+    return [*out, ""]
