@@ -1,9 +1,9 @@
 """Stage evaluate_instruct: the base and the instruct model on the held-out instructions
-(metrics/instruct_eval.json). The stage's code is :mod:`marin.evaluate.instruct`
+(metrics/instruct_eval.json). The stage's code is :mod:`marin.evaluate.evaluate_instruct_stage`
 (``dvc repro`` runs ``python -m pipeline.evaluate_instruct``)."""
 
-from marin.evaluate import instruct
+from marin.evaluate import evaluate_instruct_stage
 from marin.stage import stage_main
 
 if __name__ == "__main__":
-    stage_main(instruct.run_stage)
+    stage_main(evaluate_instruct_stage.run_stage)
