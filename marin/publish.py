@@ -30,6 +30,7 @@ from marin.ledger.query import Ledger
 from marin.ledger.run import Plan, Run
 from marin.ledger.store import RunLog
 from marin.remote import MANIFEST, Remote, error_line, open_remote, open_repo
+from marin.stages import TRAINING
 
 
 class PublishError(MarinError):
@@ -60,7 +61,7 @@ def publish(root: Path, remote_name: str | None = None, say: Callable[[str], Non
         for path, md5 in outs:
             body, producer = _dvc_publication(root, remote, ledger, path, md5)
             records.append(body)
-            if producer.started.body["stage"] == "train":
+            if producer.started.body["stage"] in TRAINING:  # its checkpoints are published too
                 trains[producer.run_id] = producer
         for log in trains.values():
             records += _publish_checkpoints(root, remote, log, say)
