@@ -26,7 +26,7 @@ def outputs_by_stage(proj) -> dict[str, list[dict[str, str]]]:
 
 
 SHORT_TRAINING = {"steps": 80, "batch_size": 16, "warmup_steps": 8, "checkpoint_every": 40, "log_every": 10}
-SHORT_SFT = {"steps": 10, "batch_size": 16, "warmup_steps": 2, "checkpoint_every": 10, "log_every": 5}
+SHORT_SFT = {"steps": 40, "batch_size": 16, "warmup_steps": 4, "checkpoint_every": 20, "log_every": 10}
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +50,10 @@ def test_default_pipeline_runs_and_ledger_checks(repro) -> None:
     for stage in ("fetch", "curate", "tokenize", "train", "instructions", "sft", "evaluate", "evaluate_instruct",
                   "export_instruct", "report"):
         assert f"Running stage '{stage}'" in first.stdout
+    # the built-in corpus's held-out instructions after the short fine-tune (measured 0.0 and 0.0625 of 32; the shipped
+    # params give 0.0 and 0.21 of 200: docs/performance.md): the base model never answers exactly, the instruct one does
+    scores = json.loads((proj.root / "metrics/instruct_eval.json").read_text())
+    assert scores["base"]["exact_match"] == 0.0 and scores["instruct"]["exact_match"] >= 0.05, scores
     check = proj.marin("ledger", "check")
     assert check.returncode == 0, check.stderr
     lock = yaml.safe_load((proj.root / "dvc.lock").read_text())
