@@ -14,7 +14,7 @@ from huggingface_hub import ModelCard, ModelCardData
 
 from marin.config import Params
 from marin.data import chat
-from marin.report.cards import hf_license
+from marin.hub import hf_license
 
 MANIFEST = Path("data/instructions/manifest.json")
 
