@@ -15,6 +15,7 @@ from pathlib import Path
 
 from marin import hashing
 from marin.config import Source
+from marin.data import archive
 from marin.data.sources import (
     KINDS,
     MAGIC,
@@ -78,10 +79,11 @@ class Pin:
 
 def _members(path: Path) -> tuple[tuple[str, ...], bool]:
     """(member names, container?) of a fetched file: a tar or zip archive's files, else its own name."""
-    if tarfile.is_tarfile(path):
+    what = archive.kind(path)
+    if what == "tar":
         with tarfile.open(path) as tf:
             return tuple(sorted(m.name for m in tf if m.isfile())), True
-    if zipfile.is_zipfile(path):
+    if what == "zip":
         with zipfile.ZipFile(path) as zf:
             return tuple(sorted(n for n in zf.namelist() if not n.endswith("/"))), True
     return (path.name,), False

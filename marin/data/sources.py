@@ -21,16 +21,13 @@ from pathlib import Path
 
 from marin import hashing
 from marin.config import Source
-from marin.data.archive import tree_problem
+from marin.data.archive import file_problem, tree_problem
 from marin.errors import FetchError
 
 _TIMEOUT_S = 120
 KINDS = ("pypi", "url", "local", "file", "glob")
 LOCAL_KINDS = ("local", "file", "glob")  # read from this machine again on every fetch
 MAGIC = re.compile(r"[*?[]")
-_NOT_PLAIN = ((stat.S_ISLNK, "is a symbolic link"), (stat.S_ISDIR, "is a directory"),
-              (stat.S_ISCHR, "is a character device"), (stat.S_ISBLK, "is a block device"),
-              (stat.S_ISFIFO, "is a fifo"), (stat.S_ISSOCK, "is a socket"))
 
 
 def archive_path(raw_dir: Path, source: Source) -> Path | None:
@@ -129,17 +126,19 @@ def _refuse_local(source: Source, path: Path, why: str) -> FetchError:
 
 
 def _not_plain(path: Path) -> str | None:
-    """Why ``path`` (not followed if a link) is not a regular file, or None."""
-    mode = path.lstat().st_mode
-    if stat.S_ISREG(mode):
-        return None
-    return next((w for test, w in _NOT_PLAIN if test(mode)), "is not a regular file")
+    """Why ``path`` (not followed if a link) is not a regular file on a disk, or None."""
+    if stat.S_ISDIR(path.lstat().st_mode):
+        return "is a directory"
+    return file_problem(path)
 
 
 def local_dir(source: Source, root: Path) -> Path:
     src = _local_path(source, root)
     if not src.is_dir():
         raise FetchError(f"fetch.sources[{source.name}]: local directory {src} does not exist")
+    why = file_problem(src.resolve())  # the directory may be reached through a link; never /proc
+    if why is not None:
+        raise _refuse_local(source, src, why)
     bad = tree_problem(src)
     if bad is not None:  # copytree would follow a link and copy what it points to
         raise _refuse_local(source, src / bad[0], bad[1])
