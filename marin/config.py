@@ -105,6 +105,8 @@ class CurateParams:
     filters: Filters
     dedup: Dedup
     split: Split
+    max_document_bytes: int = 16 << 20  # one record or document, checked while streaming
+    oversize: str = "refuse"  # refuse | drop (counted in the funnel's oversize step)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 from marin import fsutil, hashing
 from marin.config import Params
@@ -39,6 +40,7 @@ def run_stage(root: Path, params: Params) -> None:
             result = curate(archives, params.curate, engine, tmp, work)
             splits = result.close()
             funnel = result.funnel.as_dict()
+            refuse_empty(splits, funnel)
             manifest.write_streamed({
                 "kind": "curate",
                 "params": params.raw["curate"],
@@ -62,3 +64,16 @@ def run_stage(root: Path, params: Params) -> None:
         print(f"curate: kept {splits['train']['docs'] + splits['validation']['docs']} documents: "
               f"{splits['train']['docs']} train, {splits['validation']['docs']} validation")
 
+
+def refuse_empty(splits: dict[str, dict[str, Any]], funnel: dict[str, Any]) -> None:
+    """An empty split is refused here, the first stage that can know: train would have nothing to
+    learn from, and the validation loss and evaluate nothing to measure."""
+    empty = [s for s in ("train", "validation") if splits[s]["docs"] == 0]
+    if not empty:
+        return
+    steps = [s for s in funnel["steps"] if s["removed"]["docs"]]
+    why = ", ".join(f"{s['step']} removed {s['removed']['docs']}" for s in steps) or "no step removed any"
+    n_in = funnel["steps"][0]["in"]["docs"] if funnel["steps"] else 0
+    raise StageError(f"curate: the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty "
+                     f"({n_in} document(s) in; {why}); the later stages need documents in both: add data, or "
+                     "loosen curate.filters / curate.split.validation_fraction")

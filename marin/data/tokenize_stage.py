@@ -15,6 +15,7 @@ from marin.config import Params
 from marin.data import manifest
 from marin.data import tokenize as tk
 from marin.data.engine import Engine
+from marin.errors import StageError
 from marin.ledger import Input, Run
 from marin.progress import meter
 
@@ -57,8 +58,18 @@ def tokenizer_file(root: Path, params: Params, pinned: tk.Pinned | None) -> tupl
     return tok.to_str(pretty=True).encode(), tok, tk.describe(tok, tk.EOS)
 
 
+def refuse_empty(root: Path) -> None:
+    """A curated split with no document is refused before the run starts (from the Parquet footers)."""
+    for s in SPLITS:
+        path = root / CURATED / f"{s}.parquet"
+        if path.is_file() and pq.ParquetFile(path).metadata.num_rows == 0:
+            raise StageError(f"{CURATED / path.name}: the {s} split has no document; tokenize needs documents in "
+                             "both splits: add data or loosen curate's filters, then `dvc repro curate`")
+
+
 def run_stage(root: Path, params: Params) -> None:
     """The tokenize stage: data/curated into data/tokens, recorded as a ledger run."""
+    refuse_empty(root)
     engine = Engine.from_params(params)
     inputs = [Input(s, (CURATED / f"{s}.parquet").as_posix()) for s in SPLITS]
     pretrained = params.tokenize.pretrained
