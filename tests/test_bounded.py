@@ -151,3 +151,124 @@ def test_a_giant_text_member_is_refused_before_it_is_read(tmp_path: Path, corpus
     refused(run(proj, "-m", "pipeline.curate"), 1, "data/raw/h/huge.txt: member 'huge.txt': a record or document of "
             "20,971,520 bytes or more, over the 1,048,576-byte cap")
     ledger_kept(proj, before)
+
+
+# -- 3. an empty corpus, too little data for the params ----------------------------------------
+
+def test_an_empty_jsonl_is_refused_by_curate_in_one_line(tmp_path: Path, corpus: Path) -> None:
+    src = tmp_path / "empty.jsonl"
+    src.write_bytes(b"")
+    proj = on_file(tmp_path, corpus, src)
+    before = proj.ledger_files()
+    line = refused(run(proj, "-m", "pipeline.curate"), 1, "curate: the train and validation splits are empty",
+                   "(0 document(s) in; no step removed any)", "add data")
+    assert "Traceback" not in line and not (proj.root / "data" / "curated").exists()
+    ledger_kept(proj, before)
+
+
+def test_an_empty_validation_split_is_refused_by_curate(project: Project) -> None:
+    params = project.params
+    params["curate"]["split"]["validation_fraction"] = 1e-9
+    project.write_params(params)
+    project.stage("fetch")
+    before = project.ledger_files()
+    refused(run(project, "-m", "pipeline.curate"), 1, "curate: the validation split is empty",
+            "curate.split.validation_fraction")
+    ledger_kept(project, before)
+
+
+def test_tokenize_refuses_an_empty_curated_split_before_it_starts(data_project: Project) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from marin.data.curate import SCHEMA
+
+    path = data_project.root / "data/curated/validation.parquet"
+    kept = path.read_bytes()
+    pq.write_table(pa.table({f.name: pa.array([], f.type) for f in SCHEMA}), path)
+    before = data_project.ledger_files()
+    refused(run(data_project, "-m", "pipeline.tokenize"), 1,
+            "data/curated/validation.parquet: the validation split has no document")
+    assert data_project.ledger_files() == before  # refused before any run started
+    path.write_bytes(kept)  # the ledger check would name the edited output
+    ledger_kept(data_project, before)
+
+
+def test_train_refuses_fewer_tokens_than_one_batch_before_it_starts(data_project: Project) -> None:
+    params = data_project.params
+    params["train"]["batch_size"] = 4096
+    data_project.write_params(params)
+    before = data_project.ledger_files()
+    tokens = json.loads((data_project.root / "data/tokens/manifest.json").read_text())["splits"]["train"]["tokens"]
+    line = refused(run(data_project, "-m", "pipeline.train"), 1,
+                   f"the train split has {tokens:,} tokens", "fewer than one batch of sequences",
+                   "train.batch_size 4096 x model.seq_len 128 = 524,288")
+    assert data_project.ledger_files() == before, line
+    ledger_kept(data_project, before)
+
+
+# -- 4. a pretrained tokenizer: bounded before it is parsed --------------------------------------
+
+def _pretrained(proj: Project, data: bytes) -> None:
+    (proj.root / "tokenizer" / "big.json").write_bytes(data)
+    params = proj.params
+    params["tokenize"]["pretrained"] = {"path": "tokenizer/big.json", "sha256": hashlib.sha256(data).hexdigest()}
+    proj.write_params(params)
+
+
+@pytest.mark.parametrize("case", ["size", "entries"])
+def test_a_huge_pretrained_tokenizer_is_refused_before_parsing(data_project: Project, case: str) -> None:
+    if case == "size":  # 40 MB: over the size bound, refused unread
+        data, words = b" " * (40 << 20), ("is over 32 MiB", "refused unread")
+    else:  # 10 MB with 2.6 M entries (the audit's 188 MB file had 10 M): refused before parsing
+        entries = b",".join(b'"t%d": %d' % (i, i) for i in range(600_000))
+        data = b'{"model": {"vocab": {' + entries + b"}}}"
+        words = ("JSON entries", "refused before parsing")
+    _pretrained(data_project, data)
+    before = data_project.ledger_files()
+    refused(run(data_project, "-m", "pipeline.tokenize"), 1, "tokenize.pretrained.path: tokenizer/big.json", *words)
+    assert data_project.ledger_files() == before
+    ledger_kept(data_project, before)
+
+
+# -- 6. what a file is: from its name, checked against its bytes; special files refused -----------
+
+def test_pin_refuses_zeros_named_tar_and_pins_zeros_named_bin_as_one_file(tmp_path: Path, project: Project) -> None:
+    for name, size in (("zeros.tar", 1 << 30), ("zeros.tar.gz", 1 << 30), ("zeros.bin", 256 << 20)):
+        with open(tmp_path / name, "wb") as f:
+            f.truncate(size)  # zeros, sparse (the audit: 1 GiB took 117 s and pinned "0 files" as a tar)
+    for name in ("zeros.tar", "zeros.tar.gz"):
+        refused(run(project, "-m", "marin.cli", "pin", name, cwd=tmp_path), 1,
+                f"{name}: named like a tar archive but its first block has no ustar header")
+    child = run(project, "-m", "marin.cli", "pin", "zeros.bin", cwd=tmp_path)
+    assert child.code == 0 and "(1 file, 268435456 bytes)" in child.stdout, child.stderr
+    bounded(child)
+
+
+@pytest.mark.parametrize("target, why", [("/proc/self/environ", "is a kernel pseudo-file"),
+                                         ("/proc/self", "is a kernel pseudo-file"),
+                                         ("fifo.jsonl", "is a fifo"), ("/dev/zero", "is a character device")])
+def test_pin_refuses_special_files_without_reading_them(tmp_path: Path, project: Project, target: str,
+                                                        why: str) -> None:
+    os.mkfifo(tmp_path / "fifo.jsonl")  # opening it would block forever
+    refused(run(project, "-m", "marin.cli", "pin", target, cwd=tmp_path), 1, why, "refusing")
+
+
+def test_archive_kind_is_the_name_checked_against_the_bytes(tmp_path: Path) -> None:
+    import tarfile
+    import zipfile
+
+    from marin.data import archive
+    from marin.errors import StageError
+
+    good = tmp_path / "a.tar.gz"
+    with tarfile.open(good, "w:gz") as tf:
+        tf.add(__file__, arcname="t.py")
+    with zipfile.ZipFile(tmp_path / "a.zip", "w") as zf:
+        zf.writestr("t.txt", "x")
+    (tmp_path / "tar-named.zip").write_bytes(good.read_bytes())
+    (tmp_path / "plain.jsonl").write_bytes(good.read_bytes())  # a tar's bytes under a plain name: one file
+    assert [archive.kind(tmp_path / n) for n in ("a.tar.gz", "a.zip", "plain.jsonl", ".")] == \
+        ["tar", "zip", "file", "dir"]
+    with pytest.raises(StageError, match=r"tar-named\.zip: named \.zip but does not start with a zip signature"):
+        archive.kind(tmp_path / "tar-named.zip")

@@ -124,7 +124,8 @@ def pin(locator: str, kind: str, root: Path, name: str) -> Pin:
         return Pin(kind, locator, hashing.json_digest(entries), sum(e["size"] for e in entries), tuple(files), True)
     if kind == "file":
         src = local_file(source, root)
-        return Pin(kind, locator, hashing.file_digest(src), src.stat().st_size, *_members(src))
+        members = _members(src)  # first: a file that lies about its type is refused before it is read whole
+        return Pin(kind, locator, hashing.file_digest(src), src.stat().st_size, *members)
     with tempfile.TemporaryDirectory() as tmp:
         dest = Path(tmp) / "dl"
         dest.mkdir()
