@@ -177,6 +177,15 @@ class RuntimeParams:
 
 
 @dataclass(frozen=True)
+class NetworkParams:
+    """Bounds on every network operation (marin/net.py); never part of a recipe."""
+
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 60.0
+    retries: int = 2
+
+
+@dataclass(frozen=True)
 class EvaluateParams:
     prompts: tuple[str, ...]
     sample_tokens: int
@@ -221,6 +230,7 @@ class Params:
     evaluate: EvaluateParams
     raw: dict[str, Any] = dataclasses.field(repr=False, compare=False)
     report: ReportParams | None = None  # optional: only the report stage reads it
+    network: NetworkParams = NetworkParams()  # optional: timeouts and retries of network operations
 
     def section(self, *names: str) -> dict[str, Any]:
         """The raw params of the named sections, as recorded in a run's ledger (and its recipe);
@@ -273,6 +283,7 @@ _NESTED: dict[tuple[str, str], type] = {
     ("RuntimeParams", "data"): DataRuntime,
     ("Params", "evaluate"): EvaluateParams,
     ("Params", "report"): ReportParams,
+    ("Params", "network"): NetworkParams,
     ("ReportParams", "energy"): EnergyAssumptions,
     ("FetchParams", "sources"): Source,
     ("Source", "extract"): Extract,

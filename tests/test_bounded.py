@@ -41,6 +41,7 @@ def refused(child: proc.Child, code: int, *words: str) -> str:
     for w in words:
         assert w in lines[0], (w, lines[0])
     bounded(child)
+    print(f"line: {lines[0]}")
     return lines[0]
 
 
@@ -272,3 +273,57 @@ def test_archive_kind_is_the_name_checked_against_the_bytes(tmp_path: Path) -> N
         ["tar", "zip", "file", "dir"]
     with pytest.raises(StageError, match=r"tar-named\.zip: named \.zip but does not start with a zip signature"):
         archive.kind(tmp_path / "tar-named.zip")
+
+
+# -- 5. silent servers: every network operation bounded, one line naming the URL ------------------
+
+NETWORK = {"connect_timeout_s": 1, "read_timeout_s": 1, "retries": 1}
+
+
+def _bounded_network(proj: Project) -> None:
+    params = proj.params
+    params["network"] = dict(NETWORK)
+    proj.write_params(params)
+
+
+def test_pin_of_a_url_on_a_silent_server_gives_up_in_one_line(project: Project) -> None:
+    from tests.servers import Silent
+
+    _bounded_network(project)
+    with Silent() as server:
+        url = f"{server.url}/corpus.tar.gz"
+        refused(run(project, "-m", "marin.cli", "pin", url), 1, f"{url}: no answer (",
+                "read timeout 1 s, 2 tries (network.* in params.yaml)")
+        assert len(server.held) == 2  # it connected, waited, and tried once more
+
+
+def test_fetch_of_a_url_source_on_a_silent_server_fails_its_run_in_one_line(project: Project) -> None:
+    from tests.servers import Silent
+
+    _bounded_network(project)
+    project.stage("fetch")
+    before = project.ledger_files()
+    raw = project.tree("data/raw")
+    with Silent() as server:
+        url = f"{server.url}/mini.tar.gz"
+        params = project.params
+        params["fetch"]["sources"][0].update(kind="url", locator=url, sha256="1" * 64)  # nothing cached matches
+        project.write_params(params)
+        refused(run(project, "-m", "pipeline.fetch"), 1, "fetch.sources[mini]: cannot download", f"{url}: no answer")
+    assert project.runs("fetch")[-1][-1]["body"]["status"] == "failed"  # finished, not left unfinished
+    assert project.tree("data/raw") == raw
+    ledger_kept(project, before)
+
+
+def test_publish_to_a_silent_s3_remote_gives_up_in_one_line(project: Project) -> None:
+    from tests.servers import S3_ENV, Silent
+
+    _bounded_network(project)
+    project.env.update(S3_ENV)
+    with Silent() as server:
+        project.dvc("remote", "add", "-d", "lab", "s3://bucket/dvc")
+        project.dvc("remote", "modify", "lab", "endpointurl", server.url)
+        before = project.ledger_files()
+        refused(run(project, "-m", "marin.cli", "publish"), 1,
+                f"DVC remote lab: s3://bucket/dvc (endpoint {server.url}) did not answer", "read timeout 1 s")
+    ledger_kept(project, before)

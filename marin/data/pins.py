@@ -13,8 +13,8 @@ import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from marin import hashing
-from marin.config import Source
+from marin import hashing, net
+from marin.config import NetworkParams, Source
 from marin.data import archive
 from marin.data.sources import (
     KINDS,
@@ -89,12 +89,12 @@ def _members(path: Path) -> tuple[tuple[str, ...], bool]:
     return (path.name,), False
 
 
-def _pip_digest(source: Source, tmp: Path) -> str:
+def _pip_digest(source: Source, tmp: Path, bounds: NetworkParams) -> str:
     """The sha256 hex of the sdist pip downloads for ``source``, asked with a placeholder hash."""
     probe = tmp / "probe"
     probe.mkdir()
     try:
-        pip_download(source, probe)
+        pip_download(source, probe, bounds)
     except Mismatch as e:  # pip compares hashes before it runs any of the package's code
         return e.got.removeprefix(hashing.PREFIX)
     raise FetchError(f"pypi:{source.locator}: pip accepted a placeholder hash; cannot pin it")
@@ -126,12 +126,13 @@ def pin(locator: str, kind: str, root: Path, name: str) -> Pin:
         src = local_file(source, root)
         members = _members(src)  # first: a file that lies about its type is refused before it is read whole
         return Pin(kind, locator, hashing.file_digest(src), src.stat().st_size, *members)
+    bounds = net.settings(root)
     with tempfile.TemporaryDirectory() as tmp:
         dest = Path(tmp) / "dl"
         dest.mkdir()
         if kind == "pypi":
-            source = replace(source, sha256=_pip_digest(source, Path(tmp)))
-        got = obtain(source, dest, root)
+            source = replace(source, sha256=_pip_digest(source, Path(tmp), bounds))
+        got = obtain(source, dest, root, bounds)
         return Pin(kind, locator, digest_of(got), hashing.path_size(got), *_members(got))
 
 

@@ -370,10 +370,11 @@ def sync_quietly(root: Path, index: Index | None = None) -> None:
     """After a stage: sync, but never fail the stage; say in one line if MLflow is down."""
     if os.environ.get("MARIN_MLFLOW", "on").lower() in ("0", "off", "false", "no"):
         return
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
     import sys
 
+    from marin.net import mlflow_env
+
+    mlflow_env()
     try:
         sync(root, full=False, index=index)
     except Exception as e:
