@@ -161,38 +161,40 @@ def test_an_empty_jsonl_is_refused_by_curate_in_one_line(tmp_path: Path, corpus:
     src.write_bytes(b"")
     proj = on_file(tmp_path, corpus, src)
     before = proj.ledger_files()
-    line = refused(run(proj, "-m", "pipeline.curate"), 1, "curate: the train and validation splits are empty",
-                   "(0 document(s) in; no step removed any)", "add data")
+    line = refused(run(proj, "-m", "pipeline.curate"), 1, "curate: no document is left for the train split",
+                   "(0 document(s) in; no step removed any; 0 in validation)", "add data")
     assert "Traceback" not in line and not (proj.root / "data" / "curated").exists()
     ledger_kept(proj, before)
 
 
-def test_an_empty_validation_split_is_refused_by_curate(project: Project) -> None:
-    params = project.params
-    params["curate"]["split"]["validation_fraction"] = 1e-9
-    project.write_params(params)
-    project.stage("fetch")
-    before = project.ledger_files()
-    refused(run(project, "-m", "pipeline.curate"), 1, "curate: the validation split is empty",
-            "curate.split.validation_fraction")
-    ledger_kept(project, before)
-
-
-def test_tokenize_refuses_an_empty_curated_split_before_it_starts(data_project: Project) -> None:
+def test_tokenize_refuses_an_empty_curated_train_split_before_it_starts(data_project: Project) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from marin.data.curate import SCHEMA
 
-    path = data_project.root / "data/curated/validation.parquet"
+    path = data_project.root / "data/curated/train.parquet"
     kept = path.read_bytes()
     pq.write_table(pa.table({f.name: pa.array([], f.type) for f in SCHEMA}), path)
     before = data_project.ledger_files()
     refused(run(data_project, "-m", "pipeline.tokenize"), 1,
-            "data/curated/validation.parquet: the validation split has no document")
+            "data/curated/train.parquet: the train split has no document")
     assert data_project.ledger_files() == before  # refused before any run started
     path.write_bytes(kept)  # the ledger check would name the edited output
     ledger_kept(data_project, before)
+
+
+def test_train_refuses_an_empty_validation_split_before_it_starts(project: Project) -> None:
+    params = project.params
+    params["curate"]["split"]["validation_fraction"] = 1e-9  # every document goes to train
+    project.write_params(params)
+    for stage in ("fetch", "curate", "tokenize"):
+        project.stage(stage)
+    before = project.ledger_files()
+    refused(run(project, "-m", "pipeline.train"), 1, "data/tokens: the validation split has no tokens",
+            "curate.split.validation_fraction")
+    assert project.ledger_files() == before
+    ledger_kept(project, before)
 
 
 def test_train_refuses_fewer_tokens_than_one_batch_before_it_starts(data_project: Project) -> None:

@@ -66,14 +66,13 @@ def run_stage(root: Path, params: Params) -> None:
 
 
 def refuse_empty(splits: dict[str, dict[str, Any]], funnel: dict[str, Any]) -> None:
-    """An empty split is refused here, the first stage that can know: train would have nothing to
-    learn from, and the validation loss and evaluate nothing to measure."""
-    empty = [s for s in ("train", "validation") if splits[s]["docs"] == 0]
-    if not empty:
+    """No document in the train split is refused here, the first stage that can know: tokenize and
+    train would have nothing to learn from. (An empty validation split is train's to refuse: it
+    measures the validation loss, and a small corpus may still be tokenized.)"""
+    if splits["train"]["docs"]:
         return
     steps = [s for s in funnel["steps"] if s["removed"]["docs"]]
     why = ", ".join(f"{s['step']} removed {s['removed']['docs']}" for s in steps) or "no step removed any"
     n_in = funnel["steps"][0]["in"]["docs"] if funnel["steps"] else 0
-    raise StageError(f"curate: the {' and '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty "
-                     f"({n_in} document(s) in; {why}); the later stages need documents in both: add data, or "
-                     "loosen curate.filters / curate.split.validation_fraction")
+    raise StageError(f"curate: no document is left for the train split ({n_in} document(s) in; {why}; "
+                     f"{splits['validation']['docs']} in validation); add data, or loosen curate.filters")

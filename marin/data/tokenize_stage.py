@@ -59,12 +59,12 @@ def tokenizer_file(root: Path, params: Params, pinned: tk.Pinned | None) -> tupl
 
 
 def refuse_empty(root: Path) -> None:
-    """A curated split with no document is refused before the run starts (from the Parquet footers)."""
-    for s in SPLITS:
-        path = root / CURATED / f"{s}.parquet"
-        if path.is_file() and pq.ParquetFile(path).metadata.num_rows == 0:
-            raise StageError(f"{CURATED / path.name}: the {s} split has no document; tokenize needs documents in "
-                             "both splits: add data or loosen curate's filters, then `dvc repro curate`")
+    """A curated train split with no document is refused before the run starts (from its Parquet
+    footer): there is nothing to train a tokenizer or a model on."""
+    path = root / CURATED / "train.parquet"
+    if path.is_file() and pq.ParquetFile(path).metadata.num_rows == 0:
+        raise StageError(f"{CURATED / path.name}: the train split has no document; add data or loosen curate's "
+                         "filters, then `dvc repro curate`")
 
 
 def run_stage(root: Path, params: Params) -> None:
