@@ -329,3 +329,59 @@ def test_publish_to_a_silent_s3_remote_gives_up_in_one_line(project: Project) ->
         refused(run(project, "-m", "marin.cli", "publish"), 1,
                 f"DVC remote lab: s3://bucket/dvc (endpoint {server.url}) did not answer", "read timeout 1 s")
     ledger_kept(project, before)
+
+
+# -- the pieces: line_chunks, Parquet values and groups over the cap -----------------------------
+
+@pytest.mark.parametrize("end", [b"\n", b"\r\n", b"\r"])
+def test_line_chunks_skip_a_line_over_the_cap_unread_and_keep_counting_lines(end: bytes) -> None:
+    import io
+
+    from marin.data.shards import Oversize, line_chunks
+
+    data = b"a1" + end + b"b2" + end + b"x" * 1000 + end + b"c4" + end + b"d5" + end
+    seen: list[tuple[int, int]] = []
+
+    def over(line: int, n: int) -> Oversize:
+        seen.append((line, n))
+        return Oversize(n)
+
+    got = list(line_chunks(io.BytesIO(data), size=16, cap=100, over=over))
+    assert [(n, c) for n, c in got if isinstance(c, Oversize)] == [(3, Oversize(1000))]
+    assert len(seen) == 1 and 100 < seen[0][1] <= 100 + 16  # held at most cap + one block
+    assert b"".join(c for _, c in got if isinstance(c, bytes)) == b"a1" + end + b"b2" + end + b"c4" + end + b"d5" + end
+    first_after = next(n for n, c in got if isinstance(c, bytes) and c.startswith(b"c4"))
+    assert first_after == 4
+
+
+def test_parquet_values_and_groups_over_the_cap_are_dropped_and_counted(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from marin import config
+    from tests.test_curate_scale import run_curate
+
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = random.Random(5)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(80)) for _ in range(12)]
+    texts[3] = "big " * 2000  # 8,000 bytes: over a 2,048-byte cap
+    pq.write_table(pa.table({"text": texts, "chapter": [i // 3 for i in range(12)]}), src / "t.parquet")
+    (src / "g.jsonl").write_bytes(b"".join(json.dumps({"text": t, "ch": 0 if i < 6 else 1}).encode() + b"\n"
+                                           for i, t in enumerate(texts[4:])))  # group 0: 6 x ~400 bytes
+    p = mini_params(src)
+    p["fetch"]["sources"][0]["extract"] = [
+        {"corpus": "rows", "include": ["t.parquet"], "format": "parquet", "text_field": "text"},
+        {"corpus": "groups", "include": ["g.jsonl"], "format": "jsonl", "text_field": "text", "group_by": ["ch"]}]
+    p["curate"].update(max_document_bytes=2048, oversize="drop")
+    p["curate"]["filters"]["min_words"] = 1
+    run_curate(config.parse(p), src, tmp_path / "out")
+    m = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    over = sorted(r["name"] for r in m["removed"] if r["step"] == "oversize")
+    assert over == ["g.jsonl#0", "t.parquet#4"]
+    assert m["funnel"]["corpora"]["rows"]["removed"]["oversize"] == {"docs": 1, "bytes": 8000}
+    p["curate"]["oversize"] = "refuse"
+    from marin.errors import StageError
+
+    with pytest.raises(StageError, match=r"member 't\.parquet' row 4: a record or document of 8,000 bytes"):
+        run_curate(config.parse(p), src, tmp_path / "out2")

@@ -171,13 +171,11 @@ def _skip_line(stream: archive.Readable, buf: bytes, size: int) -> tuple[int, by
         ends = [i for i in (block.find(b"\n"), block.find(b"\r")) if i >= 0]
         if ends:
             i = min(ends)
-            if block[i:i + 2] == b"\r\n":
-                i += 1
-            elif i == len(block) - 1 and block[i:] == b"\r":
+            if i == len(block) - 1 and block[i:] == b"\r":  # a \n may follow in the next block
                 tail = b"\r"
                 skipped += i
                 continue
-            return skipped + i, block[i + 1:]
+            return skipped + i, block[i + 2:] if block[i:i + 2] == b"\r\n" else block[i + 1:]
         skipped += len(block)
 
 
