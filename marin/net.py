@@ -129,7 +129,7 @@ def bound_dvc_remotes(config: Any, t: NetworkParams) -> None:
         if str(remote.get("url", "")).startswith("s3://"):
             remote.setdefault("connect_timeout", max(1, round(t.connect_timeout_s)))
             remote.setdefault("read_timeout", max(1, round(t.read_timeout_s)))
-    os.environ["AWS_MAX_ATTEMPTS"] = str(1 + t.retries)
+    os.environ.setdefault("AWS_MAX_ATTEMPTS", str(1 + t.retries))  # as for MLflow: the environment wins
     os.environ.setdefault("AWS_RETRY_MODE", "standard")
     try:
         import s3fs
