@@ -30,6 +30,8 @@ def ledger_check(args: argparse.Namespace) -> int:
         print(f"FAIL {p}", file=sys.stderr)
     for m in report.missing:
         print(f"{'FAIL' if args.require_outputs else 'MISSING'} {m}", file=sys.stderr)
+    for m in report.leftovers:
+        print(f"LEFTOVER {m}", file=sys.stderr)
     if args.verbose:
         for n in report.notes:
             print(f"note {n}")
@@ -251,10 +253,19 @@ def status(args: argparse.Namespace) -> int:
     from marin.ledger.index import Index
     from marin.status import status as stage_status
 
+    from marin.ledger.check import leftovers
+    from marin.status import workspace
+
     with Index.using(args.root, None) as index:
         result = stage_status(args.root, index)
+        found = workspace(args.root, index)
     for st in result:
         print(st.line(), file=sys.stderr if st.stale else sys.stdout)
+    for line in found:
+        print(line, file=sys.stderr)
+    for line in leftovers(args.root):
+        print(f"leftover: {line}", file=sys.stderr)
     stale = [st.stage for st in result if st.stale]
-    print(f"status: {len(stale)} stale stage(s){': ' + ', '.join(stale) if stale else ''}")
-    return 1 if stale else 0
+    more = f"; {len(found)} thing(s) in the workspace no run made" if found else ""
+    print(f"status: {len(stale)} stale stage(s){': ' + ', '.join(stale) if stale else ''}{more}")
+    return 1 if stale or found else 0

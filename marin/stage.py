@@ -52,12 +52,25 @@ def execute(stage: StageFn, root: Path) -> int:
 
     for problem in schemas.pin_problems()[:1]:  # records are written only against the pinned schemas
         raise SchemaError(problem)
+    remove_leftovers(root, stage.__module__.rsplit(".", 1)[-1].removesuffix("_stage"))
     if stage(root, params) is False:
         return 0
     from marin.tracking import sync_quietly
 
     sync_quietly(root)  # the MLflow view; never fails the stage
     return 0
+
+
+def remove_leftovers(root: Path, name: str) -> None:
+    """Remove what killed runs of stage ``name`` left beside its outputs (temporary folders, a version
+    set aside mid-rename), leaving any a live run holds: the stage owns those folders."""
+    from marin import dvcfiles, fsutil, stages
+
+    declared = stages.get(name)
+    for out in declared.outs if declared is not None else ():
+        path = dvcfiles.interpolate(root, out.path)
+        if path is not None:
+            fsutil.remove_leftovers(root / path)
 
 
 def stage_main(stage: StageFn) -> None:

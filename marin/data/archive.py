@@ -37,7 +37,7 @@ from typing import Protocol
 import zstandard
 
 from marin.errors import StageError
-from marin.fsutil import shown
+from marin.fsutil import SPECIAL, not_regular, shown
 
 MAX_MEMBER_BYTES = 4 << 30
 MAX_RATIO = 200  # deflate tops out near 1032:1; text compresses 3-10:1
@@ -49,9 +49,6 @@ _OPENERS = {".gz": gzip.open, ".tgz": gzip.open, ".bz2": bz2.open, ".tbz2": bz2.
             ".txz": lzma.open}
 _PSEUDO = ("/proc", "/sys", "/dev")  # kernel file systems: a file's size there says nothing of its bytes
 _DRIVE = re.compile(r"^[A-Za-z]:")
-_SPECIAL = ((stat.S_ISLNK, "is a symbolic link"), (stat.S_ISCHR, "is a character device"),
-            (stat.S_ISBLK, "is a block device"), (stat.S_ISFIFO, "is a fifo"),
-            (stat.S_ISSOCK, "is a socket"))
 
 
 def file_problem(path: Path) -> str | None:
@@ -59,7 +56,7 @@ def file_problem(path: Path) -> str | None:
     link, device, fifo or socket, or a kernel pseudo-file (under /proc, /sys, /dev); or None."""
     mode = path.lstat().st_mode
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        return next((w for test, w in _SPECIAL if test(mode)), "is not a regular file")
+        return not_regular(mode)
     real = os.path.realpath(path)
     if any(real == d or real.startswith(d + "/") for d in _PSEUDO):
         return f"is a kernel pseudo-file ({real}), not data on a disk"
@@ -135,7 +132,7 @@ def tar_problem(m: tarfile.TarInfo) -> str | None:
 def zip_problem(info: zipfile.ZipInfo) -> str | None:
     """Why a zip member must not be read (unsafe name, link or device, size, ratio), or None."""
     mode = info.external_attr >> 16  # the Unix mode, when the archive was made on Unix
-    for test, what in _SPECIAL:
+    for test, what in SPECIAL:
         if info.create_system == 3 and test(mode):
             return what
     problem = name_problem(info.filename) or _size_problem(info.file_size)
