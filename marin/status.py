@@ -144,16 +144,18 @@ def unmatched_params(root: Path, index: Index) -> list[str]:
         if not now or not done:
             continue
         diffs = []
-        for run_id in done:
+        for run_id in reversed(done):  # newest first: of equally close runs, the latest is named
             recorded = config.flatten(read_started(root, run_id).body["params"])
             diffs.append((sorted(k for k in now if recorded.get(k, _NONE) != now[k]), run_id, recorded))
-        differ, run_id, recorded = min(diffs, key=lambda d: len(d[0]))
-        if differ:
-            now_s = ", ".join(f"{k} {now[k]!r}" for k in differ[:SHOWN])
-            then_s = ", ".join(f"{k} {recorded.get(k, 'unset')!r}" for k in differ[:SHOWN])
-            out.append(f"params match no run: {s.name}: {now_s} in params.yaml; no succeeded {s.name} run of "
-                       f"the {len(done)} in the ledger used them (closest: run {run_id}, with {then_s}); "
-                       f"`dvc repro {s.name}` makes one")
+        diffs.sort(key=lambda d: len(d[0]))  # stable: closest first
+        if diffs[0][0]:
+            keys = sorted({k for differ, _, _ in diffs[:2] for k in differ})[:SHOWN]
+            closest = "; ".join(f"run {run_id} had " + ", ".join(f"{k} {recorded.get(k, 'unset')!r}"
+                                                                 for k in differ[:SHOWN])
+                                for differ, run_id, recorded in diffs[:2])
+            out.append(f"params match no run: {s.name}: " + ", ".join(f"{k} {now[k]!r}" for k in keys) +
+                       f" in params.yaml were never used together by any of the {len(done)} succeeded "
+                       f"{s.name} runs (closest: {closest}); `dvc repro {s.name}` makes one")
     return out
 
 

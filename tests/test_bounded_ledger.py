@@ -219,13 +219,13 @@ def test_leftovers_lists_unheld_temporaries_and_the_old_version_beside_no_live_w
 def test_status_names_a_merged_dvc_lock_unlike_the_model_on_disk_and_params_no_run_used(
         tmp_path: Path, trained_project: Project) -> None:
     proj = copy_project(trained_project, tmp_path / "merge")
-    proj.dvc("commit", "-f", "-q")  # the stages ran as scripts: record their outputs in dvc.lock
+    proj.dvc("commit", "-f", "-q", "-d", "train")  # the stages ran as scripts: record train and its deps
     proj.git("add", "-A")
     proj.git("commit", "-qm", "base")
     base = proj.git("rev-parse", "--abbrev-ref", "HEAD").strip()
     lr, steps = proj.params["train"]["lr"], proj.params["train"]["steps"]
     made = {}
-    for branch, key, value in (("faster", "lr", lr * 2), ("longer", "steps", steps + 4)):
+    for branch, key, value in (("faster", "lr", lr * 2), ("shorter", "steps", steps - 4)):
         proj.git("checkout", "-q", "-b", branch, base)
         params = proj.params
         params["train"][key] = value
@@ -236,8 +236,8 @@ def test_status_names_a_merged_dvc_lock_unlike_the_model_on_disk_and_params_no_r
         proj.git("commit", "-qm", f"train.{key} {value}")
     proj.git("checkout", "-q", "faster")
     proj.dvc("checkout", "-q", "train")  # the workspace holds the faster branch's model
-    proj.git("merge", "-q", "-X", "theirs", "--no-edit", "longer")  # dvc.lock: the longer branch's
-    assert proj.params["train"]["lr"] == lr * 2 and proj.params["train"]["steps"] == steps + 4
+    proj.git("merge", "-q", "-X", "theirs", "--no-edit", "shorter")  # dvc.lock: the shorter branch's
+    assert proj.params["train"]["lr"] == lr * 2 and proj.params["train"]["steps"] == steps - 4
     before = proj.ledger_files()
     assert proj.marin("ledger", "check").returncode == 0  # the ledger alone sees nothing wrong
     child = run(proj, "-m", "marin.cli", "status")
@@ -245,10 +245,11 @@ def test_status_names_a_merged_dvc_lock_unlike_the_model_on_disk_and_params_no_r
     bounded(child)
     err = child.stderr.splitlines()
     [differs] = [x for x in err if x.startswith("differs: train (models/final)")]
-    assert f"dvc.lock names the output of run {made['longer']}" in differs
+    assert f"dvc.lock names the output of run {made['shorter']}" in differs
     assert f"the one on disk is of run {made['faster']}" in differs
     [params] = [x for x in err if x.startswith("params match no run: train:")]
-    assert f"train.lr {lr * 2!r}, train.steps {steps + 4!r} in params.yaml" in params
+    assert f"train.lr {lr * 2!r}, train.steps {steps - 4!r} in params.yaml were never used together" in params
+    assert f"run {made['shorter']} had train.lr {lr!r}; run {made['faster']} had train.steps {steps!r}" in params
     assert "thing(s) in the workspace no run made" in child.stdout
     print(f"lines: {differs}\n{params}")
     proj.dvc("checkout", "-q", "train")  # dvc.lock's model back in place: only the params remain
