@@ -250,10 +250,9 @@ def stages(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
+    from marin.ledger.check import leftovers
     from marin.ledger.index import Index
     from marin.status import status as stage_status
-
-    from marin.ledger.check import leftovers
     from marin.status import workspace
 
     with Index.using(args.root, None) as index:

@@ -222,6 +222,9 @@ def test_status_names_a_merged_dvc_lock_unlike_the_model_on_disk_and_params_no_r
     proj.dvc("commit", "-f", "-q", "-d", "train")  # the stages ran as scripts: record train and its deps
     proj.git("add", "-A")
     proj.git("commit", "-qm", "base")
+    clean = proj.marin("status")  # a workspace the runs made: nothing named
+    assert not [x for x in clean.stderr.splitlines() if x.startswith(("differs: ", "params match no run", "leftover"))]
+    assert "no run made" not in clean.stdout, clean.stdout + clean.stderr
     base = proj.git("rev-parse", "--abbrev-ref", "HEAD").strip()
     lr, steps = proj.params["train"]["lr"], proj.params["train"]["steps"]
     made = {}

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from marin import dvcfiles, fsutil, hashing, schemas
-from marin.schemas import UnpinnedSchema
 from marin.errors import IntegrityError, SchemaError
 from marin.ledger import head, listing, merkle
 from marin.ledger.head import Head
@@ -21,6 +20,7 @@ from marin.ledger.index import hash_cache
 from marin.ledger.records import AFTER_FINISH, Record, content_digest
 from marin.ledger.store import RunLog, odd_files, open_run, read_run, run_files
 from marin.paths import ledger_dir
+from marin.schemas import UnpinnedSchema
 
 
 @dataclass(frozen=True)
@@ -330,8 +330,8 @@ def check(root: Path, since: Head | None = None, rehash: bool = False) -> Report
     if unvalidated := sum(rc.unvalidated for rc in runs):
         report.notes.append(f"{unvalidated} records were not checked against their (edited) schemas; "
                             "their chain, digests and Merkle roots were")
-    report.problems.extend(Problem(p.relative_to(root).as_posix(), f"{why}, not a run file: no reader opens it; move it out of "
-                                             "ledger/runs/ (a run file is a regular file)")
+    report.problems.extend(Problem(p.relative_to(root).as_posix(), f"{why}, not a run file: no reader opens it; "
+                                   "move it out of ledger/runs/ (a run file is a regular file)")
                            for p, why in odd_files(ledger_dir(root)))
     for rc in runs:
         report.problems.extend(rc.close())
