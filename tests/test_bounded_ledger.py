@@ -137,6 +137,19 @@ def test_open_regular_refuses_what_is_not_a_regular_file_without_blocking(tmp_pa
         assert f.read() == b"ok\n"
 
 
+def test_a_fifo_in_place_of_a_listing_is_refused_unopened(tmp_path: Path) -> None:
+    from marin.errors import IntegrityError
+    from marin.ledger import listing
+
+    digest = "sha256:" + "ab" * 32
+    path = tmp_path / listing.listing_path(digest)
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)  # reading it would block with no writer
+    with pytest.raises(IntegrityError, match=r"ledger/listings/abab.*\.jsonl: is a fifo, not a listing file"):
+        list(listing.entries(tmp_path, {"path": "data/x", "digest": digest,
+                                        "listing": str(listing.listing_path(digest))}))
+
+
 # -- 9. one finding hides no other -----------------------------------------------------------------
 
 def test_an_edited_schema_does_not_hide_a_tampered_record(data_project: Project) -> None:
