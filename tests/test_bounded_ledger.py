@@ -198,6 +198,7 @@ def test_a_killed_runs_temporary_folder_is_listed_then_removed_by_its_stage_but_
         tokens = data_project.tree("data/tokens")
         child = run(data_project, "-m", "pipeline.curate")  # the stage owns data/curated: it cleans first
         assert child.code == 0, child.stderr
+        bounded(child)
         assert f"marin: removed data/{left}, left behind by a stage that was killed" in child.stderr
         assert not (root / "data" / left).exists() and (root / "data" / held).is_dir()  # the live one stays
         assert data_project.tree("data/tokens") == tokens
