@@ -1,0 +1,131 @@
+"""DVC experiments on a marin project, with real DVC in a temporary git repository: metrics and
+plots versioned by git, so that `dvc exp show`, `dvc exp diff` and `dvc metrics diff` compare
+real numbers, and an applied or branched experiment carries the ledger runs that made it.
+
+One module-scoped project (a copy of the tiny trained one) runs two experiments; the tests
+read it and work on copies."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.conftest import Project, copy_project
+
+pytestmark = pytest.mark.slow
+
+LRS = (0.001, 0.01)
+
+
+def exp_baseline(proj: Project) -> None:
+    """The trained project as a user commits it: dvc.lock for the stages that ran, the ledger and
+    metrics in git (the stages ran directly, so `dvc commit` records what they made)."""
+    proj.dvc("commit", "-f", "-d", "evaluate")
+    proj.git("add", "-A")
+    proj.git("commit", "-qm", "baseline: trained tiny model")
+
+
+@pytest.fixture(scope="module")
+def experiments(tmp_path_factory, _trained_project) -> tuple[Project, dict[float, str]]:
+    """The baseline commit and two `dvc exp run -S train.lr=...` experiments; {lr: experiment name}."""
+    proj = copy_project(_trained_project, tmp_path_factory.mktemp("exp") / "proj")
+    exp_baseline(proj)
+    names = {}
+    for i, lr in enumerate(LRS):
+        names[lr] = f"lr-{i}"
+        proj.dvc("exp", "run", "-n", names[lr], "-S", f"train.lr={lr}", "evaluate")
+    return proj, names
+
+
+def exp_rows(proj: Project) -> dict[str, dict]:
+    """`dvc exp show --json` as {name or 'baseline': {"rev", "lr", "bpb"}}."""
+    rows = {}
+    for base in json.loads(proj.dvc("exp", "show", "--json").stdout):
+        if base["rev"] == "workspace":
+            continue
+        revs = [("baseline", base)] + [(r["name"], r) for e in base.get("experiments") or [] for r in e["revs"]]
+        for name, r in revs:
+            data = r["data"]
+            rows[name] = {"rev": r["rev"], "lr": data["params"]["params.yaml"]["data"]["train"]["lr"],
+                          "bpb": data["metrics"]["metrics/eval.json"]["data"]["bits_per_byte"]}
+    return rows
+
+
+def ledger_bpb(proj: Project) -> dict[float, float]:
+    """Bits per byte by train.lr, read from the ledger: each evaluate run's eval record, keyed by
+    the lr of the train run that made the model it read."""
+    lr_by_model = {}
+    for run in proj.runs("train"):
+        lr = run[0]["body"]["params"]["train"]["lr"]
+        for r in run:
+            if r["kind"] == "output" and r["body"]["name"] == "model":
+                lr_by_model[r["body"]["digest"]] = lr
+    out = {}
+    for run in proj.runs("evaluate"):
+        model = next(r["body"]["digest"] for r in run if r["kind"] == "input" and r["body"]["name"] == "model")
+        evals = [r["body"] for r in run if r["kind"] == "eval" and "corpus" not in r["body"]]
+        out[lr_by_model[model]] = evals[0]["values"]["bits_per_byte"]["value"]
+    return out
+
+
+def test_exp_show_holds_each_experiment_and_the_baseline_with_numbers(experiments) -> None:
+    proj, names = experiments
+    rows = exp_rows(proj)
+    recorded = ledger_bpb(proj)
+    assert set(rows) == {"baseline", *names.values()}
+    assert rows["baseline"]["lr"] == 3.0e-3
+    for lr, name in names.items():
+        assert rows[name]["lr"] == lr
+        assert isinstance(rows[name]["bpb"], float) and rows[name]["bpb"] == recorded[lr]
+    assert isinstance(rows["baseline"]["bpb"], float) and rows["baseline"]["bpb"] == recorded[3.0e-3]
+    assert len({r["bpb"] for r in rows.values()}) == 3  # three trainings, three results
+
+
+def test_metrics_diff_and_exp_diff_print_the_numeric_change(experiments) -> None:
+    proj, names = experiments
+    rows = exp_rows(proj)
+    a, b = rows[names[LRS[0]]], rows[names[LRS[1]]]
+    diff = json.loads(proj.dvc("metrics", "diff", "--json", a["rev"], b["rev"]).stdout)
+    change = diff["metrics/eval.json"]["bits_per_byte"]
+    assert change["old"] == a["bpb"] and change["new"] == b["bpb"]
+    assert change["diff"] == pytest.approx(b["bpb"] - a["bpb"])
+    text = proj.dvc("exp", "diff", names[LRS[0]], names[LRS[1]]).stdout
+    assert "bits_per_byte" in text and f"{b['bpb'] - a['bpb']:.5f}" in text
+    assert "train.lr" in text
+
+
+def test_exp_apply_brings_the_runs_that_made_its_outputs(experiments, tmp_path) -> None:
+    """From a clean checkout of the baseline (the workspace's own copies of the experiments' run
+    files removed), `dvc exp apply` restores the experiment's outputs and its ledger runs, so that
+    `ledger check` passes; without the runs, dvc.lock would name a model no run produced."""
+    proj = copy_project(experiments[0], tmp_path / "proj")
+    name = experiments[1][LRS[0]]
+    proj.git("checkout", "-q", "--", ".")
+    proj.git("clean", "-qfd", "ledger")
+    shutil.rmtree(proj.root / ".marin" / "index", ignore_errors=True)
+    assert len(proj.runs("train")) == 1
+    applied = proj.dvc("exp", "apply", name, check=False)
+    # export and report never ran in this project: DVC says it has no copy of their outputs, only that
+    assert applied.returncode == 0 or set(applied.stderr.split()) >= {"models/hf", "reports/marin-tiny"}, applied
+    [run] = [r for r in proj.runs("train") if r[0]["body"]["params"]["train"]["lr"] == LRS[0]]
+    model = next(r["body"] for r in run if r["kind"] == "output" and r["body"]["name"] == "model")
+    lock = proj.root / "dvc.lock"
+    assert model["dvc_md5"] in lock.read_text()
+    check = proj.marin("ledger", "check", "--require-outputs")
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_exp_branch_is_a_commit_whose_ledger_checks(experiments, tmp_path) -> None:
+    proj = copy_project(experiments[0], tmp_path / "proj")
+    name = experiments[1][LRS[1]]
+    proj.dvc("exp", "branch", name, "tuned")
+    proj.git("checkout", "-q", "--", ".")
+    proj.git("clean", "-qfd", "ledger")
+    proj.git("checkout", "-q", "tuned")
+    proj.dvc("checkout", "evaluate")
+    tracked = proj.git("ls-files", "ledger/runs").split()
+    assert sum(p.startswith("ledger/runs/train-") for p in tracked) == 3  # baseline and both experiments
+    check = proj.marin("ledger", "check")
+    assert check.returncode == 0, check.stdout + check.stderr
