@@ -7,12 +7,18 @@ read it and work on copies."""
 
 from __future__ import annotations
 
+import csv
+import hashlib
+import io
 import json
+import re
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import Project, copy_project
+from tests.conftest import REPO, Project, copy_project
 
 pytestmark = pytest.mark.slow
 
@@ -129,3 +135,87 @@ def test_exp_branch_is_a_commit_whose_ledger_checks(experiments, tmp_path) -> No
     assert sum(p.startswith("ledger/runs/train-") for p in tracked) == 3  # baseline and both experiments
     check = proj.marin("ledger", "check")
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+# -- plots drawn offline -------------------------------------------------------------------
+
+PLOTS_README = ".dvc/plots/README.md"
+
+
+def screenshot(page: Path, dest: Path) -> Path:
+    """Headless Chromium's picture of ``page`` with every host name unresolvable (no network)."""
+    from tests.browser import chromium
+
+    subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--host-resolver-rules=MAP * ~NOTFOUND", "--window-size=900,700", "--virtual-time-budget=10000",
+                    f"--user-data-dir={dest.parent / 'chromium-profile'}", f"--screenshot={dest}", page.as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    return dest
+
+
+def curves(png: Path) -> dict[tuple[int, int, int], dict[int, float]]:
+    """The lines drawn in a picture, read from its pixels alone: for each strongly coloured colour
+    (grey axes, grid and text are not) that covers a run of at least 100 adjacent columns, the mean
+    row of its pixels in each column of its longest run (legend swatches stand apart from it)."""
+    from PIL import Image
+
+    img = Image.open(png).convert("RGB")
+    w, h = img.size
+    px = img.load()
+    cols: dict[tuple[int, int, int], dict[int, list[int]]] = {}
+    for x in range(w):
+        for y in range(h):
+            c = px[x, y]
+            if max(c) - min(c) > 80:
+                cols.setdefault(c, {}).setdefault(x, []).append(y)
+    out = {}
+    for colour, by_x in cols.items():
+        runs: list[list[int]] = []
+        for x in sorted(by_x):
+            if runs and x == runs[-1][-1] + 1:
+                runs[-1].append(x)
+            else:
+                runs.append([x])
+        best = max(runs, key=len)
+        if len(best) >= 100:
+            out[colour] = {x: sum(by_x[x]) / len(by_x[x]) for x in best}
+    return out
+
+
+def falls(curve: dict[int, float]) -> bool:
+    """Whether a drawn curve ends lower on the chart than it starts (screen rows grow downwards)."""
+    xs = sorted(curve)
+    tenth = max(1, len(xs) // 10)
+    return sum(curve[x] for x in xs[-tenth:]) / tenth > sum(curve[x] for x in xs[:tenth]) / tenth
+
+
+def loss_falls(proj: Project, rev: str) -> bool:
+    rows = list(csv.DictReader(io.StringIO(proj.git("show", f"{rev}:metrics/train_curve.csv"))))
+    return float(rows[-1]["loss"]) < float(rows[0]["loss"])
+
+
+def test_the_shipped_plot_page_carries_the_pinned_vega_libraries() -> None:
+    page = (REPO / ".dvc/plots/offline.html").read_text(encoding="utf-8")
+    inline = [hashlib.sha256(code.encode()).hexdigest() for code in re.findall(r"<script>(.*?)</script>", page, re.S)]
+    pinned = re.findall(r"\| `([0-9a-f]{64})` \|", (REPO / PLOTS_README).read_text())
+    assert len(inline) == 3 and inline == pinned
+    assert "http" not in page.split("<script>")[0] and "{plot_divs}" in page and "{scripts}" not in page
+
+
+def test_plots_diff_draws_both_experiments_loss_curves_offline(experiments, tmp_path) -> None:
+    """`dvc plots diff` of the two experiments, rendered by Chromium with no network: two curves of
+    two colours are drawn, each falling where its train_curve.csv says the loss fell. DVC's own
+    page (CDN scripts) draws nothing here, which shows the screenshot can tell."""
+    proj, names = experiments
+    revs = [names[lr] for lr in LRS]
+    proj.dvc("plots", "diff", "--targets", "loss", "-o", str(tmp_path / "ours"), *revs)
+    drawn = curves(screenshot(tmp_path / "ours" / "index.html", tmp_path / "ours.png"))
+    assert len(drawn) == 2, drawn.keys()
+    rows = exp_rows(proj)
+    want = {loss_falls(proj, rows[r]["rev"]) for r in revs}
+    assert {falls(c) for c in drawn.values()} == want
+    stock = tmp_path / "stock.html"
+    stock.write_text("<html><head>{scripts}</head><body>{plot_divs}</body></html>")
+    proj.dvc("plots", "diff", "--targets", "loss", "-o", str(tmp_path / "cdn"), "--html-template", str(stock), *revs)
+    assert "cdn.jsdelivr.net" in (tmp_path / "cdn" / "index.html").read_text()
+    assert curves(screenshot(tmp_path / "cdn" / "index.html", tmp_path / "cdn.png")) == {}
