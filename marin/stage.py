@@ -72,7 +72,9 @@ def stage_ledger_for_experiment(root: Path) -> None:
     if os.environ.get(DVC_EXPERIMENT_VAR):
         from marin.env import git
 
-        git(root, "add", "--", "ledger")  # several train processes may race here; the launcher adds last
+        # Not the run file of a `marin sweep` that is running this experiment as one of its trials: it is
+        # still being written, and applying an experiment must not put back an older copy of it.
+        git(root, "add", "--", "ledger", ":(exclude,glob)ledger/runs/sweep-*")  # the train launcher adds last
 
 
 def stage_main(stage: StageFn) -> None:
