@@ -336,3 +336,32 @@ def test_mlflow_shows_the_sweep_as_a_parent_with_one_child_per_trial(swept) -> N
         assert c.data.metrics["loss"] == t["metrics"]["loss"]
     assert parent.data.tags["marin.selected_trial"] == str(selection["trial"])
     assert children[selection["trial"]].data.tags.get("marin.selected") == "true"
+
+
+def test_the_report_lists_every_trial_its_status_runs_and_the_selection(swept) -> None:
+    proj, _, _ = swept
+    proj.stage("export")  # the selected experiment is in the workspace: the report describes its model
+    proj.stage("report")
+    out = proj.root / "reports" / "marin-tiny"
+    md = (out / "report.md").read_text()
+    section = md.split("## Experiments", 1)[1].split("\n## ", 1)[0]
+    _, trials, selection = sweep_records(proj)
+    rows = [line for line in section.splitlines() if re.match(r"\| \d", line)]
+    assert len(rows) == 3
+    for row, t in zip(rows, trials, strict=True):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[0].startswith(str(t["index"])) and cells[1].startswith(f"[{t['status']}]")
+        assert f"`train.lr` = [{t['params']['train.lr']:g}" in cells[2].replace("0.0100", "0.01")
+        links = re.findall(r"\]\(([^)]+\.jsonl)\)", cells[-1])
+        assert [Path(x).stem for x in links] == [r["run_id"] for r in t["runs"]]
+        assert all((out / x).resolve().is_file() for x in links)  # each link opens the run's ledger file
+        assert ("(selected)" in cells[0]) == (t["index"] == selection["trial"])
+    assert "failed" in rows[KILLED] and "not recorded" in rows[KILLED]  # no bits per byte: killed in training
+    assert f"Selected: trial {selection['trial']}, by the rule lowest bits_per_byte of 2 succeeded trial(s) of 3" \
+        in section
+    assert "(released model)" in rows[selection["trial"]]
+    assert (out / "figures" / "sweep.svg").is_file() and "figures/sweep.svg" in section
+    html = (out / "report.html").read_text()
+    assert html.count("<svg") == 4  # the three training curves and the sweep, inline
+    r = proj.marin("report", "verify", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
