@@ -27,6 +27,7 @@ from tests.conftest import REPO, Project, copy_project
 pytestmark = pytest.mark.slow
 
 LRS = (0.001, 0.01)
+WARN_ABOVE = 0.25  # the second experiment's train.max_epochs_warning: the tiny run reads ~0.29 epochs
 
 
 def exp_baseline(proj: Project) -> None:
@@ -38,15 +39,18 @@ def exp_baseline(proj: Project) -> None:
 
 
 @pytest.fixture(scope="module")
-def experiments(tmp_path_factory, _trained_project) -> tuple[Project, dict[float, str]]:
-    """The baseline commit and two `dvc exp run -S train.lr=...` experiments; {lr: experiment name}."""
+def experiments(tmp_path_factory, _trained_project) -> tuple[Project, dict[float, str], dict[float, str]]:
+    """The baseline commit and two `dvc exp run -S train.lr=...` experiments; {lr: experiment name},
+    {lr: what its `dvc exp run` printed}."""
     proj = copy_project(_trained_project, tmp_path_factory.mktemp("exp") / "proj")
     exp_baseline(proj)
-    names = {}
+    names, outputs = {}, {}
     for i, lr in enumerate(LRS):
         names[lr] = f"lr-{i}"
-        proj.dvc("exp", "run", "-n", names[lr], "-S", f"train.lr={lr}", "evaluate")
-    return proj, names
+        warn = ["-S", f"+train.max_epochs_warning={WARN_ABOVE}"] if i == 1 else []  # + : a key params.yaml lacks
+        out = proj.dvc("exp", "run", "-n", names[lr], "-S", f"train.lr={lr}", *warn, "evaluate")
+        outputs[lr] = out.stdout + out.stderr
+    return proj, names, outputs
 
 
 def exp_rows(proj: Project) -> dict[str, dict]:
@@ -81,7 +85,7 @@ def ledger_bpb(proj: Project) -> dict[float, float]:
 
 
 def test_exp_show_holds_each_experiment_and_the_baseline_with_numbers(experiments) -> None:
-    proj, names = experiments
+    proj, names, _ = experiments
     rows = exp_rows(proj)
     recorded = ledger_bpb(proj)
     assert set(rows) == {"baseline", *names.values()}
@@ -94,7 +98,7 @@ def test_exp_show_holds_each_experiment_and_the_baseline_with_numbers(experiment
 
 
 def test_metrics_diff_and_exp_diff_print_the_numeric_change(experiments) -> None:
-    proj, names = experiments
+    proj, names, _ = experiments
     rows = exp_rows(proj)
     a, b = rows[names[LRS[0]]], rows[names[LRS[1]]]
     diff = json.loads(proj.dvc("metrics", "diff", "--json", a["rev"], b["rev"]).stdout)
@@ -104,6 +108,22 @@ def test_metrics_diff_and_exp_diff_print_the_numeric_change(experiments) -> None
     text = proj.dvc("exp", "diff", names[LRS[0]], names[LRS[1]]).stdout
     assert "bits_per_byte" in text and f"{b['bpb'] - a['bpb']:.5f}" in text
     assert "train.lr" in text
+
+
+def test_train_states_its_epochs_and_warns_past_the_limit_in_one_line(experiments) -> None:
+    proj, _, outputs = experiments
+    manifest = json.loads((proj.root / "data/tokens/manifest.json").read_text())
+    train = proj.params["train"]
+    seen = train["steps"] * train["batch_size"] * proj.params["model"]["seq_len"]
+    epochs = seen / manifest["splits"]["train"]["tokens"]
+    assert 0.25 < epochs < 1
+    for lr in LRS:
+        assert f"train: {seen:,} tokens seen = {epochs:.3g} epochs of" in outputs[lr]
+    warnings = [x for x in outputs[LRS[1]].splitlines() if "max_epochs_warning" in x]
+    assert warnings == [f"marin: warning: train: {epochs:.3g} epochs ({seen:,} tokens seen, "
+                        f"{manifest['splits']['train']['tokens']:,} unique) is past train.max_epochs_warning (0.25): "
+                        "the model will memorise its training text; lower train.steps or add data"]
+    assert "max_epochs_warning" not in outputs[LRS[0]]  # the default, 4 epochs, is not reached
 
 
 def test_exp_apply_brings_the_runs_that_made_its_outputs(experiments, tmp_path) -> None:
@@ -210,7 +230,7 @@ def test_plots_diff_draws_both_experiments_loss_curves_offline(experiments, tmp_
     """`dvc plots diff` of the two experiments, rendered by Chromium with no network: two curves of
     two colours are drawn, each falling where its train_curve.csv says the loss fell. DVC's own
     page (CDN scripts) draws nothing here, which shows the screenshot can tell."""
-    proj, names = experiments
+    proj, names, _ = experiments
     revs = [names[lr] for lr in LRS]
     proj.dvc("plots", "diff", "--targets", "loss", "-o", str(tmp_path / "ours"), *revs)
     drawn = curves(screenshot(tmp_path / "ours" / "index.html", tmp_path / "ours.png"))
@@ -361,6 +381,12 @@ def test_the_report_lists_every_trial_its_status_runs_and_the_selection(swept) -
         in section
     assert "(released model)" in rows[selection["trial"]]
     assert (out / "figures" / "sweep.svg").is_file() and "figures/sweep.svg" in section
+    tokens = json.loads((proj.root / "data/tokens/manifest.json").read_text())["splits"]["train"]["tokens"]
+    epochs = 60 * proj.params["train"]["batch_size"] * proj.params["model"]["seq_len"] / tokens
+    said = f"training tokens [{epochs:,.4f}](#"
+    assert epochs > 1 and said in md.split("- Memorisation:")[1].splitlines()[0]  # the risk states the real number
+    assert f"Training read [{epochs:,.4f}](#" in md and "seen many times" not in md
+    assert f"[{epochs:,.4f}](report.md#" in (out / "model_card.md").read_text()
     html = (out / "report.html").read_text()
     assert html.count("<svg") == 4  # the three training curves and the sweep, inline
     r = proj.marin("report", "verify", str(out))

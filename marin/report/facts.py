@@ -46,6 +46,8 @@ FORMULAS: dict[str, Callable[[list[Any]], Any]] = {
     "6 × parameters × tokens seen": lambda xs: 6 * math.prod(xs),
     # inputs in pairs (wall time in s, cores or devices) of each run: the hours of compute they took
     "Σ wall_s × cores / 3600": lambda xs: _hours(xs),
+    "tokens seen / training tokens": lambda xs: xs[0] / xs[1],  # epochs (marin/report/budget.py)
+    "tokens seen / parameters": lambda xs: xs[0] / xs[1],
 }
 
 
