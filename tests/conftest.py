@@ -286,8 +286,8 @@ def s3():
 # The slowest files first (measured with --durations), so that with `-n 2 --dist loadfile` the
 # long ones run beside the many short ones instead of last on one worker. The order within a
 # file is kept (some files build on their earlier tests). Requires --no-loadscope-reorder (addopts).
-SLOWEST_FIRST = ("test_portable.py", "test_pipeline_dvc.py", "test_verify.py", "test_train.py", "test_tracking.py",
-                 "test_report_trust.py", "test_team.py", "test_distributed.py", "test_report.py",
+SLOWEST_FIRST = ("test_portable.py", "test_pipeline_dvc.py", "test_experiments.py", "test_verify.py", "test_train.py",
+                 "test_tracking.py", "test_report_trust.py", "test_team.py", "test_distributed.py", "test_report.py",
                  "test_curate_scale.py", "test_cli.py", "test_publish.py", "test_own_corpus.py")
 
 

@@ -34,7 +34,7 @@ from marin.ledger.query import Ledger
 from marin.ledger.run import Plan, Run, recipe_code, recipe_digest
 from marin.ledger.store import run_files
 from marin.paths import ledger_dir, relpath
-from marin.report import attest, budget, cards, experiments, fmti, mof, reference, render, verifications
+from marin.report import attest, cards, experiments, fmti, mof, reference, render, verifications
 from marin.report.facts import ReportError, gather
 from marin.report.reference import References
 
@@ -60,7 +60,6 @@ def render_files(ledger: Ledger, meta: dict[str, Any], refs: References,
     facts, doc = gather(root, meta["model"], ledger)
     doc["independent_verification"] = verifications.section(
         facts, vsas or {}, {r["run_id"]: ledger.runs[r["run_id"]] for r in doc["lineage"]})
-    doc["budget"] = budget.section(facts, doc)
     doc["experiments"] = experiments.section(facts, ledger, next(
         (r["run_id"] for r in doc["lineage"] if r["stage"] == "train"), None))
     meta = {**meta, "date": (doc["lineage"][-1]["finished"] or doc["lineage"][-1]["started"])[:10]}

@@ -192,6 +192,9 @@ def gather(root: Path, model: str = "models/final", ledger: Ledger | None = None
     doc["model"] = _model(f, logs["train"])
     doc["data"] = _data(f, root, logs)
     doc["training"] = _training(f, logs["train"], doc["model"])
+    from marin.report import budget  # epochs and tokens per parameter, derived from the facts above
+
+    doc["budget"] = budget.section(f, doc)
     doc["evaluation"] = _evaluation(f, logs["evaluate"]) if "evaluate" in logs else None
     doc["export"] = _export(f, logs["export"]) if "export" in logs else None
     doc["environment"] = _environment(f, logs["train"])
