@@ -12,7 +12,9 @@ rule and the trial it names). The selected experiment is then applied to the wor
 
 from __future__ import annotations
 
+import copy
 import itertools
+import json
 import math
 import os
 import random
@@ -83,8 +85,7 @@ def check_trials(raw: dict[str, Any], chosen: list[dict[str, Any]]) -> dict[str,
 
 
 def with_params(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    import copy
-
+    """``raw`` params with each dotted key of ``overrides`` set (what `dvc exp run -S` will write)."""
     out = copy.deepcopy(raw)
     for key, value in overrides.items():
         *parents, leaf = key.split(".")
@@ -104,8 +105,6 @@ def scalar(value: Any) -> str:
         return text.replace("e", ".0e") if "e" in text and "." not in text else text
     if isinstance(value, int):
         return str(value)
-    import json
-
     return json.dumps(value)
 
 
