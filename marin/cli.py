@@ -197,6 +197,12 @@ def _publish(sub: Sub) -> None:
     p.set_defaults(fn=cmd.publish)
 
 
+def _sweep(sub: Sub) -> None:
+    p = sub.add_parser("sweep", help="run the trials of params.yaml's sweep (each a `dvc exp run`), record them and "
+                                     "the selected one in the ledger, and apply the selected experiment")
+    p.set_defaults(fn=cmd.sweep)
+
+
 def _stages(sub: Sub) -> None:
     p = sub.add_parser("stages", help="the pipeline's stages and their code (import closures); dvc.yaml from them")
     how = p.add_mutually_exclusive_group()
@@ -230,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("-v", "--verbose", action="store_true", help="show tracebacks and extra notes")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in (_ledger, _status, _mlflow, _lineage, _diff, _verify, _report, _stages, _schemas, _params, _pin,
-                  _publish):
+                  _publish, _sweep):
         group(sub)
     return ap
 

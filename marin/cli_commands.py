@@ -226,6 +226,15 @@ def publish(args: argparse.Namespace) -> int:
     return 0
 
 
+def sweep(args: argparse.Namespace) -> int:
+    from marin.sweep import sweep
+    from marin.tracking import sync_quietly
+
+    sweep(args.root, config.load(args.root / "params.yaml"))
+    sync_quietly(args.root)  # the sweep as an MLflow parent run with one child per trial
+    return 0
+
+
 def stages(args: argparse.Namespace) -> int:
     from marin import stages as st
 

@@ -156,6 +156,25 @@ class TrainParams:
     grad_clip: float
     log_every: int
     checkpoint_every: int
+    max_epochs_warning: float = 4.0  # the train stage warns past this many epochs
+
+
+@dataclass(frozen=True)
+class SelectRule:
+    metric: str  # bits_per_byte | val_loss | loss
+    goal: str  # min | max
+
+
+@dataclass(frozen=True)
+class SweepParams:
+    """``marin sweep`` (marin/sweep.py); no stage reads it."""
+
+    method: str  # grid | random
+    space: tuple[dict[str, Any], ...]  # {param: dotted key, values: [...]} or {param, low, high, log}
+    select: SelectRule
+    trials: int = 4  # random only
+    seed: int | None = None  # random only; default: the root seed
+    target: str = "evaluate"
 
 
 @dataclass(frozen=True)
@@ -231,6 +250,7 @@ class Params:
     raw: dict[str, Any] = dataclasses.field(repr=False, compare=False)
     report: ReportParams | None = None  # optional: only the report stage reads it
     network: NetworkParams = NetworkParams()  # optional: timeouts and retries of network operations
+    sweep: SweepParams | None = None  # optional: only `marin sweep` reads it
 
     def section(self, *names: str) -> dict[str, Any]:
         """The raw params of the named sections, as recorded in a run's ledger (and its recipe);
@@ -285,6 +305,8 @@ _NESTED: dict[tuple[str, str], type] = {
     ("Params", "report"): ReportParams,
     ("Params", "network"): NetworkParams,
     ("ReportParams", "energy"): EnergyAssumptions,
+    ("Params", "sweep"): SweepParams,
+    ("SweepParams", "select"): SelectRule,
     ("FetchParams", "sources"): Source,
     ("Source", "extract"): Extract,
     ("CurateParams", "filters"): Filters,

@@ -34,7 +34,7 @@ from marin.ledger.query import Ledger
 from marin.ledger.run import Plan, Run, recipe_code, recipe_digest
 from marin.ledger.store import run_files
 from marin.paths import ledger_dir, relpath
-from marin.report import attest, cards, fmti, mof, reference, render, verifications
+from marin.report import attest, cards, experiments, fmti, mof, reference, render, verifications
 from marin.report.facts import ReportError, gather
 from marin.report.reference import References
 
@@ -60,10 +60,13 @@ def render_files(ledger: Ledger, meta: dict[str, Any], refs: References,
     facts, doc = gather(root, meta["model"], ledger)
     doc["independent_verification"] = verifications.section(
         facts, vsas or {}, {r["run_id"]: ledger.runs[r["run_id"]] for r in doc["lineage"]})
+    doc["experiments"] = experiments.section(facts, ledger, next(
+        (r["run_id"] for r in doc["lineage"] if r["stage"] == "train"), None))
     meta = {**meta, "date": (doc["lineage"][-1]["finished"] or doc["lineage"][-1]["started"])[:10]}
     md = render.markdown(facts.items, doc, meta)
     curve = doc["training"]["curve"]
     figures = {key: render.figure_svg(curve, key, title) for key, title in render.CURVES}
+    figures.update(experiments.figures(doc))
     fd = facts.to_dict()
     report_json = {"schema": "marin.report@1", "meta": meta, "facts": fd, "doc": doc,
                    "references": {k: r.to_dict() for k, r in sorted(refs.items())}}

@@ -14,7 +14,7 @@ from typing import Any
 
 from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
 
-from marin.report import render
+from marin.report import budget, render
 from marin.report.facts import md_escape
 
 NR = "not recorded"
@@ -172,7 +172,7 @@ def _card_body(c: Ctx) -> str:
             f"on {md(env['determinism_class'].get('device_count'))} {md(env['determinism_class'].get('backend'))} "
             f"device(s), CPU {md(env['env']['cpu_model'])}, cores {md(env['env']['cores_used'])}; "
             f"{md(cp['cpu_hours'])} CPU-hours over the runs behind the model (energy and CO2 "
-            "estimate: Compute in the [technical report](report.md)).", ""]
+            "estimate: Compute in the [technical report](report.md)).", "", budget.compute_line(md, doc), ""]
     if "final_loss" in tr:
         out += [f"Final training loss {md(tr['final_loss'])} at step {md(tr['final_step'])}.", ""]
     out += _evaluation(c)

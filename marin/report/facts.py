@@ -46,6 +46,8 @@ FORMULAS: dict[str, Callable[[list[Any]], Any]] = {
     "6 × parameters × tokens seen": lambda xs: 6 * math.prod(xs),
     # inputs in pairs (wall time in s, cores or devices) of each run: the hours of compute they took
     "Σ wall_s × cores / 3600": lambda xs: _hours(xs),
+    "tokens seen / training tokens": lambda xs: xs[0] / xs[1],  # epochs (marin/report/budget.py)
+    "tokens seen / parameters": lambda xs: xs[0] / xs[1],
 }
 
 
@@ -190,6 +192,9 @@ def gather(root: Path, model: str = "models/final", ledger: Ledger | None = None
     doc["model"] = _model(f, logs["train"])
     doc["data"] = _data(f, root, logs)
     doc["training"] = _training(f, logs["train"], doc["model"])
+    from marin.report import budget  # epochs and tokens per parameter, derived from the facts above
+
+    doc["budget"] = budget.section(f, doc)
     doc["evaluation"] = _evaluation(f, logs["evaluate"]) if "evaluate" in logs else None
     doc["export"] = _export(f, logs["export"]) if "export" in logs else None
     doc["environment"] = _environment(f, logs["train"])

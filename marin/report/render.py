@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marin import hashing
-from marin.report import verifications
+from marin.report import budget, experiments, verifications
 from marin.report.facts import Fact, md_escape
 
 CURVES = (("loss", "Loss"), ("lr", "Learning rate"), ("grad_norm", "Gradient norm (before clipping)"))
@@ -104,6 +104,7 @@ def markdown(facts: dict[str, Fact], doc: dict[str, Any], meta: dict[str, Any]) 
     _training(d, doc)
     _compute(d, doc, meta)
     _evaluation(d, doc)
+    d.add(*experiments.lines(d.v, doc))
     _environment(d, doc)
     d.add(*verifications.lines(d.v, doc, facts))
     _lineage(d, doc)
@@ -157,8 +158,7 @@ def uses(v: Callable[[str | None], str], doc: dict[str, Any], level: str = "##")
         "Nothing was filtered for harmful content.",
         "- A model this small produces fluent-looking but wrong or meaningless text; do not present its output "
         "as fact.",
-        "- Memorisation: the training set is small and was seen many times, so passages of the training texts "
-        "can be regenerated verbatim (their licences are listed under Data).", ""]
+        budget.memorisation_risk(v, doc), ""]
 
 
 def _how_to_use(d: Doc, doc: dict[str, Any]) -> None:
@@ -236,6 +236,7 @@ def _compute(d: Doc, doc: dict[str, Any], meta: dict[str, Any]) -> None:
         ["hardware", f"{d.v(env['cpu_model'])}, {d.v(env['cpu_count'])} cores ({d.v(env['machine'])})"],
         ["cores usable by the train run", d.v(env["cores_used"])],
         ["XLA CPU threads, devices", f"{d.v(det.get('xla_cpu_threads'))}, {d.v(det.get('device_count'))}"]])
+    d.add(budget.compute_line(d.v, doc), "")
     e = meta.get("energy")
     if not e:
         d.add("Energy and CO2: not estimated (no `report.energy` assumptions in params.yaml).", "")

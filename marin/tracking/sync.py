@@ -249,6 +249,11 @@ class _Syncer:
             RunTag("marin.verification.result", r.body["result"]), RunTag("marin.verification.mode", r.body["mode"]),
             RunTag("marin.verification.record", f"seq {r.seq} {r.digest}"))]
         self.client.log_batch(mlflow_id, tags=tags)
+        if s["stage"] == "sweep":  # a `marin sweep` run: the parent of one child run per trial
+            from marin.tracking.sweeps import sync_trials
+
+            sync_trials(self.client, self.exp, mlflow_id, log.run_id,
+                        [r for r in new if r.kind in ("trial", "selection")])
         if created and self._lost_late("marin.run_id", log.run_id, run):
             report.created.remove(log.run_id)
             report.updated.append(log.run_id)

@@ -8,6 +8,7 @@ Call :func:`marin.train.runtime.configure` before importing this module.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from marin.ledger.store import RunLog, load_run, read_run
 from marin.model import ModelConfig, count_params
 from marin.tracking.live import Live
 from marin.train import checkpoint, distributed, runtime, seeds, step, weights
+from marin.train.budget import Budget
 from marin.train.loader import CACHE, Loader, open_stream
 
 TOKENS, CKPT = Path("data/tokens"), Path("checkpoints")
@@ -85,6 +87,7 @@ class Setup:
     train_step: Any
     tokenizer: dict[str, Any]  # the tokenize manifest's tokenizer entry
     val_loss: Any  # params -> mean NLL on a fixed batch of validation windows (the validation-loss curve)
+    train_tokens: int = 0  # tokens of the training split (the tokenize manifest): epochs = tokens seen / these
 
     def init_state(self, params: Params) -> Any:
         # One compiled init placed straight into its shardings: eager NNX init compiles every
@@ -160,7 +163,8 @@ def setup(root: Path, params: Params) -> Setup:
     val = validation_loss_fn(graphdef, [root / TOKENS / s["file"] for s in tok["splits"]["validation"]["shards"]],
                              tok["tokenizer"]["eos_id"], cfg.max_seq_len, tp.batch_size)
     return Setup(cfg, mesh, optimizer, step.lr_schedule(tp), graphdef, abstract, shardings, loader,
-                 step.make_train_step(graphdef, optimizer, shardings, mesh), tok["tokenizer"], val)
+                 step.make_train_step(graphdef, optimizer, shardings, mesh), tok["tokenizer"], val,
+                 tok["splits"]["train"]["tokens"])
 
 
 def is_log_step(tp: Any, done: int) -> bool:
@@ -237,6 +241,8 @@ def run(root: Path, params: Params, topo: distributed.Topology | None = None) ->
     with (run if run is not None else contextlib.nullcontext()), distributed.peer_guard(topo):
         n_params = count_params(state.params)
         tokens_per_step = tp.batch_size * cfg.max_seq_len
+        if topo.primary:
+            _announce_budget(Budget(tp.steps * tokens_per_step, su.train_tokens, n_params), tp.max_epochs_warning)
         start = int(state.step)
         bar = progress.meter("train", tp.steps, "step", initial=start, hide=not topo.primary)  # MARIN_PROGRESS
         t_last, steps_since = time.perf_counter(), 0
@@ -272,6 +278,12 @@ def run(root: Path, params: Params, topo: distributed.Topology | None = None) ->
         host_params = jax.tree.map(distributed.host_array, state.params)  # a collective for sharded params
         if run is not None:
             _publish(root, run, su, host_params, n_params, int(state.step))
+
+
+def _announce_budget(budget: Budget, max_epochs: float) -> None:
+    print(budget.line())
+    if (warning := budget.warning(max_epochs)) is not None:
+        print(warning, file=sys.stderr)
 
 
 def _publish(root: Path, run: Run, su: Setup, params: Any, n_params: int, steps: int) -> None:
