@@ -299,7 +299,7 @@ class _Syncer:
         path = self.root / b["path"]
         if b["name"].endswith("manifest") and path.is_file():
             self.client.log_artifact(mlflow_id, str(path), "manifests")
-        if b["name"] == "model":
+        if b["name"] in ("model", "hf_model"):
             self.models.log_output(mlflow_id, log, r)
 
 
@@ -346,6 +346,7 @@ def quiet_mlflow() -> None:
     """MLflow and its SQL migrations log INFO lines on every new store; a stage's output is its own."""
     import logging
 
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # the pyfunc model's copies
     import mlflow  # noqa: F401  (it sets its loggers' levels when imported: set ours after)
 
     for name in ("mlflow", "alembic"):
