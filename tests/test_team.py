@@ -96,13 +96,15 @@ def test_the_model_downloads_from_mlflow_with_its_recorded_digest(synced, team, 
     assert model.artifact_location.startswith("mlflow-artifacts:")  # served by the server, stored on S3
     dest = Path(mlflow.artifacts.download_artifacts(artifact_uri=model.artifact_location,
                                                     dst_path=str(tmp_path), tracking_uri=team.uri))
-    assert sorted(p.name for p in dest.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert (dest / "MLmodel").is_file()  # a pyfunc model: its weights, config and tokenizer under artifacts/
+    assert sorted(p.name for p in (dest / "artifacts" / "final").iterdir()) == ["config.json", "model.safetensors"]
     train = synced.runs("train")[-1]
     out = next(x["body"] for x in train if x["kind"] == "output" and x["body"]["name"] == "model")
-    assert tensor_digest(dest / "model.safetensors") == out["tensor_digest"] == model.tags["marin.tensor_digest"]
+    weights = dest / "artifacts" / "final" / "model.safetensors"
+    assert tensor_digest(weights) == out["tensor_digest"] == model.tags["marin.tensor_digest"]
     tok = next(x["body"] for recs in synced.runs("tokenize") for x in recs
                if x["kind"] == "output" and x["body"]["name"] == "tokenizer")
-    assert "sha256:" + hashlib.sha256((dest / "tokenizer.json").read_bytes()).hexdigest() == tok["digest"]
+    assert "sha256:" + hashlib.sha256((dest / "artifacts" / "tokenizer.json").read_bytes()).hexdigest() == tok["digest"]
 
 
 # The run page's state, read in the page: each metric chart card's drawn line traces (plotly

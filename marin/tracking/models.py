@@ -98,3 +98,26 @@ class LoggedModels:
             files = sorted(str(p.relative_to(tmp)) for p in Path(tmp).rglob("*") if p.is_file())
             self.client.log_model_artifacts(model_id, tmp)
         self.client.set_logged_model_tags(model_id, {"marin.files": ", ".join(files)})
+
+    def register(self, mlflow_id: str, log: RunLog, report: dict[str, Any]) -> None:
+        """A report run releases its model: a new version of the registered model named after the report
+        (params.yaml: report.model_name), pointing at the model's LoggedModel and at the report run."""
+        from mlflow.exceptions import MlflowException
+
+        name = report["meta"]["model_name"]
+        train = next((s["run_id"] for s in report["doc"]["lineage"] if s["stage"] == "train"), None)
+        found = self.client.search_logged_models(
+            experiment_ids=[self.exp], filter_string=f"tags.`marin.run_id` = '{train}'", max_results=50)
+        model = next((m for m in found if m.model_type == "marin-decoder"), None)
+        if model is None:
+            return
+        if self.client.search_model_versions(f"name = '{name}' and tags.`marin.run_id` = '{log.run_id}'"):
+            return  # this release is registered
+        try:
+            self.client.create_registered_model(name, description=f"Releases of {name}: one version per report run")
+        except MlflowException as e:
+            if "RESOURCE_ALREADY_EXISTS" not in str(e.error_code):
+                raise
+        self.client.create_model_version(name, f"models:/{model.model_id}", run_id=mlflow_id, model_id=model.model_id,
+                                         tags={"marin.run_id": log.run_id, "marin.version": report["meta"]["version"],
+                                               "marin.tensor_digest": model.tags.get("marin.tensor_digest", "")})
