@@ -141,7 +141,8 @@ def _verify(sub: Sub) -> None:
 def _report(sub: Sub) -> None:
     rep = sub.add_parser(
         "report", help="build the transparency report of a model (or verify one: `marin report verify DIR`)",
-        usage="marin report [--model MODEL]\n       marin report verify DIRECTORY [--key PUB] [--require-signature]",
+        usage="marin report [--model MODEL]\n       marin report verify DIRECTORY [--key PUB] [--require-signature] "
+              "[--release]",
         description="Without a subcommand: build reports/<report.model_name>/ from the ledger, as a ledger run "
                     "(the same as the report stage of `dvc repro`). With `verify`: check a report that was built.")
     rep.add_argument("--model", default="models/final",
@@ -156,7 +157,10 @@ def _report(sub: Sub) -> None:
                      help="the report directory, e.g. reports/marin-tiny")
     ver.add_argument("--key", type=Path, help="public key (default: the signing key's .pub)")
     ver.add_argument("--require-signature", action="store_true",
-                     help="fail when the report is not signed (the release check)")
+                     help="fail when the report is not signed")
+    ver.add_argument("--release", action="store_true",
+                     help="the release check: fail when the report is not signed or still carries params.yaml's "
+                          "placeholders (authors 'marin contributors', a contact @marin.local, no url)")
     ver.set_defaults(fn=cmd.report_verify)
     key = sub.add_parser("keygen", help="make an ed25519 signing key for reports")
     key.add_argument("path", type=Path, nargs="?", help="private key path (default: report.signing_key)")

@@ -290,8 +290,9 @@ def test_a_released_model_loads_from_mlflow_as_pyfunc_and_as_transformers(traine
 
     trained.stage("export")
     trained.stage("report")
-    trained.marin("mlflow", "sync", check=True)
+    out = trained.marin("mlflow", "sync", check=True).stdout
     client, exp = store(trained)
+    assert f"at http://127.0.0.1:5000/#/experiments/{exp}?workflowType=machine_learning" in out  # the training view
     uri = f"sqlite:///{trained.root / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)
     models = {m.model_type: m for m in client.search_logged_models(experiment_ids=[exp])}

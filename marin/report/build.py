@@ -61,7 +61,8 @@ def render_files(ledger: Ledger, meta: dict[str, Any], refs: References,
     facts, doc = gather(root, meta["model"], ledger)
     doc["independent_verification"] = verifications.section(
         facts, vsas or {}, {r["run_id"]: ledger.runs[r["run_id"]] for r in doc["lineage"]})
-    meta = {**meta, "date": (doc["lineage"][-1]["finished"] or doc["lineage"][-1]["started"])[:10]}
+    meta = {**meta, "date": (doc["lineage"][-1]["finished"] or doc["lineage"][-1]["started"])[:10],
+            "model_tensor_digest": facts.items[doc["model"]["tensor_digest"]].value}  # the BibTeX note (CITATION.cff)
     md = render.markdown(facts.items, doc, meta)
     curve = doc["training"]["curve"]
     figures = {key: render.figure_svg(curve, key, title) for key, title in render.CURVES}

@@ -23,6 +23,7 @@ EXPERIMENT = "marin"
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 CONTEXT = {"fetch": "training", "curate": "training", "tokenize": "training", "train": "training",
            "evaluate": "evaluation"}
+UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 BATCH = 900  # MLflow accepts up to 1000 metrics per log_batch
 CREATED = "marin.created_ns"  # when this MLflow run was made: of two made at once, the first stays
 
@@ -68,6 +69,9 @@ class SyncReport:
                 f"{len(self.unchanged)} unchanged")
         if self.experiment and self.uri.startswith("http"):  # MLflow 3.17's UI opens GenAI unless told
             line += f"; open {self.uri.rstrip('/')}/#/experiments/{self.experiment}?workflowType=machine_learning"
+        elif self.experiment and self.uri.startswith("sqlite:"):
+            line += (f"; view it with `mlflow ui --backend-store-uri {self.uri}` at "
+                     f"{UI}/#/experiments/{self.experiment}?workflowType=machine_learning")
         return line
 
 
