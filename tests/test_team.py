@@ -175,6 +175,32 @@ def test_the_ui_opens_a_training_run_in_the_model_training_view(synced, team, tm
         assert trace_pixels(px, before, key) > 150, key
 
 
+TEXT = "document.body ? {busy: document.querySelectorAll('[class*=\"-spin-spinning\"], [class*=\"-skeleton\"]')" \
+       ".length, text: document.body.innerText.split('\\n').map(s => s.trim())} : null"
+
+
+def test_the_ui_lists_the_pyfunc_models_files_in_the_model_training_view(synced, team, tmp_path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    from tests.browser import Browser
+
+    c, exp = client(team)
+    (model,) = c.search_logged_models(experiment_ids=[exp])
+    url = f"{team.uri}/#/experiments/{exp}/models/{model.model_id}/artifacts?workflowType=machine_learning"
+    shot = Path(os.environ.get("MARIN_SCREENSHOT_DIR", tmp_path)) / "mlflow-model-files.png"
+    with Browser(tmp_path / "profile") as browser:
+        browser.open(url)
+        state = browser.wait(TEXT, lambda s: bool(s) and s["busy"] == 0 and "MLmodel" in s["text"], timeout=180)
+        browser.screenshot(shot)
+    text = state["text"]
+    assert "MLmodel" in text and "artifacts" in text and "python_env.yaml" in text  # the pyfunc model's files
+    assert model.name in text and "Model registry" in text  # its own page, in the model-training view's sidebar
+    for genai in ("Agent versions", "Evaluation runs", "Prompts", "Judges", "Sessions"):
+        assert genai not in text, genai
+    assert np.asarray(Image.open(shot).convert("RGB")).astype(int).std() > 10, "blank page"
+
+
 def test_live_metrics_reach_mlflow_while_training_and_a_stopped_server_fails_nothing(synced, team) -> None:
     params = synced.params
     params["train"].update(steps=80, log_every=2, checkpoint_every=4)

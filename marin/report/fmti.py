@@ -111,8 +111,9 @@ def _public(c: Ctx) -> tuple[str, list[str]] | None:
 
 
 def _language(c: Ctx) -> tuple[str, list[str]] | None:
-    langs = c.meta.get("language")
-    return (f"{', '.join(langs)} (params.yaml: report.language)", []) if langs else None
+    langs, ss = c.meta.get("language"), c.doc["data"]["sources"]
+    return (f"{', '.join(langs)} (params.yaml: report.language): the text of the sources "
+            f"{', '.join(s['name'] for s in ss)}", [s["locator"] for s in ss]) if langs else None
 
 
 def _responsible_use(c: Ctx) -> tuple[str, list[str]]:
