@@ -88,15 +88,16 @@ class LoggedModels:
                                                                       "tokenizer on disk is not the recorded version"})
             return
         with tempfile.TemporaryDirectory(prefix="marin-model-") as tmp:
+            src = Path(tmp) / "model"
             if hf:
+                src.mkdir()
                 for f in sorted(path.iterdir()):
                     if f.is_file():
-                        shutil.copyfile(f, Path(tmp) / f.name)
+                        shutil.copyfile(f, src / f.name)
             else:
-                pyfunc.save(Path(tmp) / "pyfunc", path, tok)
-                tmp = str(Path(tmp) / "pyfunc")
-            files = sorted(str(p.relative_to(tmp)) for p in Path(tmp).rglob("*") if p.is_file())
-            self.client.log_model_artifacts(model_id, tmp)
+                pyfunc.save(src, path, tok)
+            files = sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file())
+            self.client.log_model_artifacts(model_id, str(src))
         self.client.set_logged_model_tags(model_id, {"marin.files": ", ".join(files)})
 
     def register(self, mlflow_id: str, log: RunLog, report: dict[str, Any]) -> None:
