@@ -328,3 +328,15 @@ def test_a_released_model_loads_from_mlflow_as_pyfunc_and_as_transformers(traine
         assert runs[stage].data.tags["mlflow.user"] and runs[stage].data.tags["mlflow.source.name"]
     parent = client.get_run(runs["train"].data.tags["mlflow.parentRunId"])
     assert parent.info.end_time >= runs["train"].info.end_time > parent.info.start_time
+
+
+def test_a_moved_project_never_logs_into_the_originals_artifacts(trained, tmp_path) -> None:
+    trained.marin("mlflow", "sync", check=True)
+    before = sorted(p.relative_to(trained.root).as_posix() for p in (trained.root / "mlartifacts").rglob("*"))
+    moved = Project(tmp_path / "moved")
+    shutil.copytree(trained.root, moved.root, symlinks=True)
+    r = moved.marin("mlflow", "sync")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1
+    assert f"keeps artifacts in {(trained.root / 'mlartifacts').resolve().as_uri()}" in r.stderr
+    assert "remove mlflow.db and mlartifacts/ and run `marin mlflow sync`" in r.stderr
+    assert sorted(p.relative_to(trained.root).as_posix() for p in (trained.root / "mlartifacts").rglob("*")) == before

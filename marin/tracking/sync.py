@@ -126,11 +126,17 @@ class _Syncer:
 
     def _experiment(self) -> str:
         exp = self.client.get_experiment_by_name(EXPERIMENT)
+        artifacts = (self.root / "mlartifacts").resolve().as_uri() if self.uri.startswith("sqlite:") else None
         if exp is not None:
+            if artifacts and exp.artifact_location.startswith("file:") and exp.artifact_location != artifacts:
+                raise TrackingError(
+                    f"{self.uri}: its experiment keeps artifacts in {exp.artifact_location}, not in this project's "
+                    "mlartifacts/ (the project was copied or moved with its mlflow.db, which MLflow stores absolute "
+                    "paths in): remove mlflow.db and mlartifacts/ and run `marin mlflow sync` to rebuild the view "
+                    "from the ledger")
             if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:  # made by an older marin
                 self.client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
             return exp.experiment_id
-        artifacts = (self.root / "mlartifacts").resolve().as_uri() if self.uri.startswith("sqlite:") else None
         try:
             return self.client.create_experiment(EXPERIMENT, artifact_location=artifacts, tags={
                 "marin.project": str(self.root.name), EXPERIMENT_KIND[0]: EXPERIMENT_KIND[1],
