@@ -186,7 +186,8 @@ def report(args: argparse.Namespace) -> int:
 def report_verify(args: argparse.Namespace) -> int:
     from marin.report import check
 
-    v = check.verify(args.root, args.directory.resolve(), args.key, args.require_signature)
+    v = check.verify(args.root, args.directory.resolve(), args.key, args.require_signature or args.release,
+                     release=args.release)
     for p in v.problems:
         print(f"FAIL {p}", file=sys.stderr)
     status = "ok" if v.ok else f"{len(v.problems)} problem(s)"

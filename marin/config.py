@@ -235,6 +235,7 @@ class ReportParams:
     funding: str | None = None
     url: str | None = None
     energy: EnergyAssumptions | None = None
+    language: tuple[str, ...] = ("en",)
 
 
 @dataclass(frozen=True)

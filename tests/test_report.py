@@ -63,7 +63,7 @@ def test_every_number_in_report_md_traces_to_its_ledger_record(reported) -> None
     proj, out = reported
     md = (out / "report.md").read_text()
     facts = json.loads((out / "report.json").read_text())["facts"]
-    links = LINK.findall(md[: md.index("\n## Sources")])  # the Sources table links facts to facts
+    links = LINK.findall(md[: md.index("\n## Appendix: Sources")])  # the Sources table links facts to facts
     assert len(links) > 100
     values: dict[str, object] = {}
     for fid, fact in facts.items():  # sources, resolved independently

@@ -1,6 +1,8 @@
 """Stage export: the trained model as a Hugging Face checkpoint (models/hf/) that
 ``transformers`` loads with ``AutoModelForCausalLM`` and ``AutoTokenizer``: ``models/final``
-mapped by :mod:`marin.export.hf`, the tokenizer beside it, recorded as a ledger run."""
+mapped by :mod:`marin.export.hf`, the tokenizer beside it and the model card as README.md
+(:mod:`marin.export.card`), recorded as a ledger run. The folder is what the Hub's
+``upload_folder`` sends, nothing more."""
 
 from __future__ import annotations
 
@@ -13,10 +15,12 @@ from marin import fsutil, hashing
 from marin.config import Params
 from marin.data.tokenize import EOS
 from marin.errors import IntegrityError
-from marin.export import hf
+from marin.export import card, hf
 from marin.ledger import Input, Run
 
 MODEL, TOKENIZER, OUT = Path("models/final"), Path("data/tokens/tokenizer.json"), Path("models/hf")
+EVAL = Path("metrics/eval.json")
+CARD_PARAMS = ("report", "fetch", "evaluate")  # what the card states: recorded as the run's params
 
 
 def read_model(directory: Path) -> tuple[hf.Tensors, dict]:
@@ -30,20 +34,47 @@ def read_model(directory: Path) -> tuple[hf.Tensors, dict]:
     return tensors, config
 
 
-def run_stage(root: Path, params: Params) -> None:
-    """The export stage: models/final into models/hf, recorded as a ledger run."""
-    inputs = [Input("model", MODEL.as_posix()), Input("tokenizer", TOKENIZER.as_posix())]
-    with Run.start(root, "export", params={}, inputs=inputs) as run:
-        tensors, config = read_model(root / MODEL)
+def card_sample(params: dict, config: dict, tokenizer_json: bytes) -> card.Sample:
+    """The card's example: the first evaluate prompt, and as many of the recorded greedy tokens as fit
+    the context after the end-of-text token and the prompt."""
+    from tokenizers import Tokenizer
+
+    prompt = params["evaluate"]["prompts"][0]
+    ids = Tokenizer.from_str(tokenizer_json.decode()).encode(prompt, add_special_tokens=False).ids
+    room = config["model"]["max_seq_len"] - 1 - len(ids)
+    return card.Sample(prompt, max(1, min(params["evaluate"]["sample_tokens"], room)))
+
+
+def model_card(params: dict, config: dict, tokenizer_json: bytes, eval_json: dict, folder: Path, **kw) -> str:
+    """README.md of the export at ``folder`` from the run's recorded params and inputs."""
+    meta = params.get("report") or {"model_name": "marin-model", "license": "unknown"}
+    return card.hub_card(meta, params["fetch"]["sources"], config, eval_json,
+                         card_sample(params, config, tokenizer_json), folder.as_posix(), **kw)
+
+
+def export(root: Path, params: Params, model: Path = MODEL, out: Path = OUT, **card_kw) -> None:
+    """The model at ``model`` into the Hugging Face folder ``out``, recorded as an export run;
+    ``card_kw``: the card's ``base_model`` and ``extra_results`` (``marin.export.card.hub_card``)."""
+    inputs = [Input("model", model.as_posix()), Input("tokenizer", TOKENIZER.as_posix()),
+              Input("eval", EVAL.as_posix())]
+    recorded = params.section(*(n for n in CARD_PARAMS if n in params.raw))
+    with Run.start(root, "export", params=recorded, inputs=inputs) as run:
+        tensors, config = read_model(root / model)
         tok = (root / TOKENIZER).read_bytes()
         if hashing.bytes_digest(tok) != config["tokenizer"]["digest"]:
             raise IntegrityError(f"{TOKENIZER}: is not the tokenizer the model was trained with "
                                  f"({config['tokenizer']['digest']}); rerun `dvc repro` from tokenize")
-        out = hf.files(tensors, config, tok, EOS, {"marin_tensor_digest": config["tensor_digest"]})
-        with fsutil.atomic_dir(root / OUT) as tmp:
-            for name, data in out.items():
+        readme = model_card(recorded, config, tok, json.loads((root / EVAL).read_text()), out, **card_kw)
+        files = hf.files(tensors, config, tok, EOS, {"marin_tensor_digest": config["tensor_digest"]}, readme)
+        with fsutil.atomic_dir(root / out) as tmp:
+            for name, data in files.items():
                 fsutil.write_bytes(tmp / name, data)
-            run.output("hf_model", OUT, source=tmp, tensor_digest=config["tensor_digest"],
+            run.output("hf_model", out, source=tmp, tensor_digest=config["tensor_digest"],
                        meta={"format": "transformers LlamaForCausalLM", "model_folder_digest": next(
                            i["digest"] for i in run.started.body["inputs"] if i["name"] == "model")})
-        print(f"export: wrote {OUT}/ (Hugging Face Llama; tensor digest {config['tensor_digest']})")
+        print(f"export: wrote {out}/ (Hugging Face Llama and its model card; tensor digest {config['tensor_digest']})")
+
+
+def run_stage(root: Path, params: Params) -> None:
+    """The export stage: models/final into models/hf."""
+    export(root, params)

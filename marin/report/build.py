@@ -49,6 +49,7 @@ def meta_for(p: ReportParams, model_digest: str) -> dict[str, Any]:
     return {"model_name": p.model_name, "version": p.version, "license": p.license, "model_license": p.license,
             "code_license": p.code_license, "model": model_digest, "report_dir": f"reports/{p.model_name}",
             "authors": list(p.authors), "contact": p.contact, "funding": p.funding, "url": p.url,
+            "language": list(p.language),
             "energy": dataclasses.asdict(p.energy) if p.energy else None}
 
 
@@ -62,7 +63,8 @@ def render_files(ledger: Ledger, meta: dict[str, Any], refs: References,
         facts, vsas or {}, {r["run_id"]: ledger.runs[r["run_id"]] for r in doc["lineage"]})
     doc["experiments"] = experiments.section(facts, ledger, next(
         (r["run_id"] for r in doc["lineage"] if r["stage"] == "train"), None))
-    meta = {**meta, "date": (doc["lineage"][-1]["finished"] or doc["lineage"][-1]["started"])[:10]}
+    meta = {**meta, "date": (doc["lineage"][-1]["finished"] or doc["lineage"][-1]["started"])[:10],
+            "model_tensor_digest": facts.items[doc["model"]["tensor_digest"]].value}  # the BibTeX note (CITATION.cff)
     md = render.markdown(facts.items, doc, meta)
     curve = doc["training"]["curve"]
     figures = {key: render.figure_svg(curve, key, title) for key, title in render.CURVES}

@@ -14,27 +14,11 @@ from typing import Any
 
 from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
 
+from marin.export.card import METRICS, Measure, hf_license, metadata, model_index
 from marin.report import budget, render
 from marin.report.facts import md_escape
 
 NR = "not recorded"
-# The Hugging Face Hub's licence ids (its documented list, mostly SPDX ids in lower case); others go in as
-# "other" with a license_name.
-HF_LICENSES = frozenset({
-    "apache-2.0", "mit", "openrail", "afl-3.0", "artistic-2.0", "bsl-1.0", "bsd", "bsd-2-clause", "bsd-3-clause",
-    "bsd-3-clause-clear", "c-uda", "cc", "cc0-1.0", "cc-by-2.0", "cc-by-2.5", "cc-by-3.0", "cc-by-4.0",
-    "cc-by-sa-3.0", "cc-by-sa-4.0", "cc-by-nc-2.0", "cc-by-nc-3.0", "cc-by-nc-4.0", "cc-by-nd-4.0",
-    "cc-by-nc-nd-3.0", "cc-by-nc-nd-4.0", "cc-by-nc-sa-2.0", "cc-by-nc-sa-3.0", "cc-by-nc-sa-4.0",
-    "cdla-sharing-1.0", "cdla-permissive-1.0", "cdla-permissive-2.0", "wtfpl", "ecl-2.0", "epl-1.0", "epl-2.0",
-    "etalab-2.0", "eupl-1.1", "eupl-1.2", "agpl-3.0", "gfdl", "gpl", "gpl-2.0", "gpl-3.0", "lgpl", "lgpl-2.1",
-    "lgpl-3.0", "isc", "lppl-1.3c", "ms-pl", "mpl-2.0", "odc-by", "odbl", "osl-3.0", "postgresql", "ofl-1.1",
-    "ncsa", "unlicense", "zlib", "pddl", "unknown", "other"})
-
-
-def hf_license(spdx: str) -> str:
-    """The Hub's id of an SPDX licence, or "other"."""
-    lic = str(spdx).lower()
-    return lic if lic in HF_LICENSES else "other"
 
 
 @dataclass(frozen=True)
@@ -90,21 +74,14 @@ def verification(c: Ctx, stage: str) -> str | None:
 # ---------------------------------------------------------------- model card
 
 
-def card_data(c: Ctx) -> ModelCardData:
-    """The card's metadata, built with huggingface_hub: licence, library, eval results (model-index)."""
-    lic = hf_license(c.meta["license"])
+def card_data(c: Ctx, extra_results: Iterable[EvalResult] = (), base_model: str | None = None) -> ModelCardData:
+    """The card's metadata (``marin.export.card.metadata``, as the export's card): licence, language,
+    datasets (the sources), library, ``model-index``: the evaluate run's validation bits per byte and
+    perplexity of the model per corpus, then ``extra_results`` (a benchmark harness's, say)."""
     rows = [r for r in (c.evaluation or {}).get("rows", []) if r["name"] == "model"]
-    src = "+".join(_sources(c))
-    results = [EvalResult(task_type="text-generation", task_name="Causal language modeling",
-                          dataset_type=src, dataset_name=f"{src} {r['split']} split ({r['corpus']})",
-                          dataset_config=r["corpus"], dataset_split=r["split"], metric_type=k,
-                          metric_value=c.facts[r[k]]["value"], metric_name=f"{r['split']} {label}")
-               for r in rows for k, label in (("bits_per_byte", "bits per byte"), ("perplexity", "perplexity"))]
-    return ModelCardData(license=lic, license_name=str(c.meta["license"]) if lic == "other" else None,
-                         library_name="transformers" if c.doc.get("export") else None,
-                         pipeline_tag="text-generation", model_name=c.meta["model_name"],
-                         tags=["marin", "llama", "jax", "flax", "causal-lm", "reproducible"],
-                         eval_results=results or None)
+    measures = [Measure(r["split"], r["corpus"], k, c.facts[r[k]]["value"]) for r in rows for k in METRICS]
+    results = model_index(_sources(c), measures, extra_results)
+    return metadata(c.meta, _sources(c), results, library=bool(c.doc.get("export")), base_model=base_model)
 
 
 def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:

@@ -23,6 +23,7 @@ EXPERIMENT = "marin"
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 CONTEXT = {"fetch": "training", "curate": "training", "tokenize": "training", "train": "training",
            "evaluate": "evaluation"}
+UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 BATCH = 900  # MLflow accepts up to 1000 metrics per log_batch
 CREATED = "marin.created_ns"  # when this MLflow run was made: of two made at once, the first stays
 
@@ -68,6 +69,9 @@ class SyncReport:
                 f"{len(self.unchanged)} unchanged")
         if self.experiment and self.uri.startswith("http"):  # MLflow 3.17's UI opens GenAI unless told
             line += f"; open {self.uri.rstrip('/')}/#/experiments/{self.experiment}?workflowType=machine_learning"
+        elif self.experiment and self.uri.startswith("sqlite:"):
+            line += (f"; view it with `mlflow ui --backend-store-uri {self.uri}` at "
+                     f"{UI}/#/experiments/{self.experiment}?workflowType=machine_learning")
         return line
 
 
@@ -122,11 +126,17 @@ class _Syncer:
 
     def _experiment(self) -> str:
         exp = self.client.get_experiment_by_name(EXPERIMENT)
+        artifacts = (self.root / "mlartifacts").resolve().as_uri() if self.uri.startswith("sqlite:") else None
         if exp is not None:
+            if artifacts and exp.artifact_location.startswith("file:") and exp.artifact_location != artifacts:
+                raise TrackingError(
+                    f"{self.uri}: its experiment keeps artifacts in {exp.artifact_location}, not in this project's "
+                    "mlartifacts/ (the project was copied or moved with its mlflow.db, which MLflow stores absolute "
+                    "paths in): remove mlflow.db and mlartifacts/ and run `marin mlflow sync` to rebuild the view "
+                    "from the ledger")
             if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:  # made by an older marin
                 self.client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
             return exp.experiment_id
-        artifacts = (self.root / "mlartifacts").resolve().as_uri() if self.uri.startswith("sqlite:") else None
         try:
             return self.client.create_experiment(EXPERIMENT, artifact_location=artifacts, tags={
                 "marin.project": str(self.root.name), EXPERIMENT_KIND[0]: EXPERIMENT_KIND[1],
@@ -201,6 +211,7 @@ class _Syncer:
         s = log.started.body
         tags = {"marin.kind": "stage", "marin.run_id": log.run_id, "marin.recipe_digest": s["recipe_digest"],
                 "marin.stage": s["stage"], "mlflow.source.git.commit": s["code"]["git_commit"] or "",
+                "mlflow.source.name": " ".join(s["command"]), "mlflow.source.type": "LOCAL", "mlflow.user": _user(),
                 "marin.determinism_digest": s["determinism_digest"], "marin.code_digest": s["code"]["code_digest"],
                 "mlflow.parentRunId": self.parent(log), "mlflow.note.content": RUN_NOTE}
         run, created = self._create_once("marin.run_id", log.run_id, run_name=f"{s['stage']} {log.run_id}",
@@ -233,6 +244,9 @@ class _Syncer:
         metrics = [m for r in new for m in self._metrics(r, log)]
         for i in range(0, len(metrics), BATCH):
             self.client.log_batch(mlflow_id, metrics=metrics[i : i + BATCH])
+        counts = [p for r in new if r.kind == "eval" for p in _counts(r)]
+        for i in range(0, len(counts), 100):
+            self.client.log_batch(mlflow_id, params=counts[i : i + 100])
         for r in new:
             if r.kind == "output":
                 self._output(mlflow_id, log, r)
@@ -261,6 +275,13 @@ class _Syncer:
         if log.finished is not None:
             status = "FINISHED" if log.status == "succeeded" else "FAILED"
             self.client.set_terminated(mlflow_id, status, end_time=_ms(log.finished.time))
+            self._extend_parent(run.data.tags.get("mlflow.parentRunId"), _ms(log.finished.time))
+
+    def _extend_parent(self, parent_id: str | None, end: int) -> None:
+        """A pipeline run lasts until its last stage run ends (it was made with no duration)."""
+        parent = self.client.get_run(parent_id) if parent_id else None
+        if parent is not None and (parent.info.end_time or 0) < end:
+            self.client.set_terminated(parent_id, "FINISHED", end_time=end)
 
     def _inputs(self, mlflow_id: str, stage: str, records: list[Record]) -> None:
         from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModelInput
@@ -295,17 +316,43 @@ class _Syncer:
         link = {"model_id": model_id} if model_id else {}
         if tokens:
             link.update(dataset_name="tokens", dataset_digest=_short(tokens))
-        scope = f"{r.body['split']}" + (f".{r.body['corpus']}" if "corpus" in r.body else "")
-        return [Metric(f"{r.body['name']}.{scope}.{k}", v["value"] if isinstance(v, dict) else float(v), t, 0, **link)
-                for k, v in r.body["values"].items() if not isinstance(v, str)]
+        return [Metric(f"{_scope(r)}.{k}", v["value"], t, 0, **link)
+                for k, v in r.body["values"].items() if isinstance(v, dict)]  # measurements; counts are params
 
     def _output(self, mlflow_id: str, log: RunLog, r: Record) -> None:
         b = r.body
         path = self.root / b["path"]
         if b["name"].endswith("manifest") and path.is_file():
             self.client.log_artifact(mlflow_id, str(path), "manifests")
-        if b["name"] == "model":
+        if b["name"] in ("model", "hf_model"):
             self.models.log_output(mlflow_id, log, r)
+        if log.started.body["stage"] == "report" and b["name"] == "report" and path.is_dir():
+            self.client.log_artifacts(mlflow_id, str(path), "report")  # the report itself, beside its ledger
+        if log.started.body["stage"] == "report" and b["name"] == "report_json" and path.is_file():
+            self.models.register(mlflow_id, log, json.loads(path.read_text()))
+
+
+def _scope(r: Record) -> str:
+    """An eval record's name in MLflow: ``<name>.<split>[.<corpus>]``."""
+    return f"{r.body['name']}.{r.body['split']}" + (f".{r.body['corpus']}" if "corpus" in r.body else "")
+
+
+def _counts(r: Record) -> list[Any]:
+    """An eval record's counts (tokens, bytes, documents: plain numbers, not measurements) as params."""
+    from mlflow.entities import Param
+
+    return [Param(f"{_scope(r)}.{k}", str(v)) for k, v in r.body["values"].items()
+            if isinstance(v, int | float) and not isinstance(v, bool)]
+
+
+def _user() -> str:
+    """Who made the MLflow run (its "Created by"): the user syncing the ledger."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid (a container)
+        return f"uid {os.getuid()}"
 
 
 def _made(run: Any) -> tuple[int, str]:
@@ -351,6 +398,7 @@ def quiet_mlflow() -> None:
     """MLflow and its SQL migrations log INFO lines on every new store; a stage's output is its own."""
     import logging
 
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # the pyfunc model's copies
     import mlflow  # noqa: F401  (it sets its loggers' levels when imported: set ours after)
 
     for name in ("mlflow", "alembic"):
