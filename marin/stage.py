@@ -12,7 +12,7 @@ from marin.errors import MarinError, SchemaError
 from marin.paths import project_root
 
 # The pipeline's stages in dvc.yaml order: the values a stage may have in the ledger.
-STAGES = ("fetch", "curate", "tokenize", "train", "evaluate", "export", "report")
+STAGES = ("fetch", "curate", "evalsets", "tokenize", "train", "evaluate", "export", "report")
 
 
 def guarded(fn: Callable[[], int], verbose: bool = False) -> int:

@@ -264,7 +264,7 @@ def tiny(proj: Project, **runtime: object) -> None:
 @pytest.fixture(scope="session")
 def _trained_project(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Project:
     return built_project(tmp_path_factory.mktemp("trained") / "proj", corpus,
-                         ("fetch", "curate", "tokenize", "train", "evaluate"), shrink=True)
+                         ("fetch", "curate", "evalsets", "tokenize", "train", "evaluate"), shrink=True)
 
 
 @pytest.fixture
