@@ -192,6 +192,10 @@ def values(res: dict[str, Any], name: str, hp: HarnessParams) -> dict[str, Any]:
         label = metric if filt == "none" else f"{metric}/{filt}"
         out[label] = exact(v) if isinstance(v, int | float) else str(v)
     config = json.loads(json.dumps(res["configs"][name], sort_keys=True, default=str))
+    meta = config.get("metadata") or {}
+    if "config_source" in meta:  # where the YAML lies: project-relative, so a replay elsewhere agrees
+        src = Path(meta["config_source"])
+        meta["config_source"] = src.relative_to(Path.cwd()).as_posix() if src.is_relative_to(Path.cwd()) else src.name
     return {**out, "samples": int(res["n-samples"][name]["effective"]), "num_fewshot": int(res["n-shot"][name]),
             "fewshot_seed": hp.seed, "harness_version": version(), "task_config_digest": hashing.json_digest(config),
             "loglikelihoods_digest": samples_digest(res["samples"][name])}
