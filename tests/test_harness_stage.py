@@ -10,6 +10,7 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from tests.conftest import Project
 from tests.test_verify import records, rewrite_chain, run_file, run_id, verifications, verify
@@ -151,3 +152,44 @@ def test_a_lab_task_runs_by_name_and_one_without_local_data_fails_in_one_line(tr
     assert got["marin_source"]["values"]["fewshot_seed"] == 7
     metrics = json.loads((root / "metrics/eval.json").read_text())["harness"]
     assert set(metrics) == {"lab_cloze", "marin_source"}
+
+
+def test_results_are_shown_in_the_report_the_card_and_mlflow(trained_project: Project) -> None:
+    from mlflow import MlflowClient
+
+    from marin.report import harness_section
+
+    proj = trained_project
+    recorded = harness_records(proj)
+    proj.marin("report", check=True)
+    report = (proj.root / "reports/marin-tiny/report.md").read_text()
+    table = report[report.index("### Benchmarks (lm-evaluation-harness)"):].split("\n\n")[2].splitlines()
+    assert table[0] == "| task | metric | chance | unigram baseline | model | ± stderr | samples | shots |"
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in table[2:]}
+    for task, body in recorded.items():
+        for metric in harness_section.metrics(body["values"]):
+            cells = rows.pop((f"`{task}`", metric)).strip("|").split("|")
+            shown = float(cells[4].strip()[1:].split("]")[0].replace(",", ""))
+            assert shown == pytest.approx(body["values"][metric]["value"], abs=1e-4, rel=1e-6)
+            if task == "marin_source":
+                assert "[0.25" in cells[2]  # the task's stated chance level
+    assert not rows  # one row per recorded task and metric, nothing else
+    card = yaml.safe_load((proj.root / "reports/marin-tiny/model_card.md").read_text().split("---")[1])
+    [index] = card["model-index"]
+    listed = {(r["task"]["name"], m["type"]): m["value"] for r in index["results"] for m in r["metrics"]}
+    for task, body in recorded.items():
+        for metric in harness_section.metrics(body["values"]):
+            assert listed[(task, metric)] == body["values"][metric]["value"]
+    # the same entries for models/hf/README.md, from the ledger alone
+    [mine] = harness_section.model_index(proj.root, "marin-tiny")
+    assert [r for r in index["results"] if r["task"]["name"] in recorded] == mine["results"]
+    verified = proj.marin("report", "verify", "reports/marin-tiny")  # every cited number re-derived
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    proj.marin("mlflow", "sync", check=True)
+    client = MlflowClient(f"sqlite:///{proj.root / 'mlflow.db'}")
+    run_id = proj.runs("evaluate")[-1][0]["run_id"]
+    [run] = client.search_runs([client.get_experiment_by_name("marin").experiment_id],
+                               f"tags.`marin.run_id` = '{run_id}'")
+    for task, body in recorded.items():
+        assert run.data.metrics[f"harness:{task}.harness.acc"] == body["values"]["acc"]["value"]
+        assert run.data.metrics[f"harness:{task}.harness.samples"] == body["values"]["samples"]

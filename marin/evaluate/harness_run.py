@@ -192,6 +192,8 @@ def values(res: dict[str, Any], name: str, hp: HarnessParams) -> dict[str, Any]:
         label = metric if filt == "none" else f"{metric}/{filt}"
         out[label] = exact(v) if isinstance(v, int | float) else str(v)
     config = json.loads(json.dumps(res["configs"][name], sort_keys=True, default=str))
+    for metric, level in sorted(((config.get("metadata") or {}).get("chance") or {}).items()):
+        out[f"chance/{metric}"] = exact(level)  # the task's own statement (metadata.chance in its YAML)
     meta = config.get("metadata") or {}
     if "config_source" in meta:  # where the YAML lies: project-relative, so a replay elsewhere agrees
         src = Path(meta["config_source"])

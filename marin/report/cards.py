@@ -14,7 +14,7 @@ from typing import Any
 
 from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
 
-from marin.report import render
+from marin.report import harness_section, render
 from marin.report.facts import md_escape
 
 NR = "not recorded"
@@ -100,6 +100,7 @@ def card_data(c: Ctx) -> ModelCardData:
                           dataset_config=r["corpus"], dataset_split=r["split"], metric_type=k,
                           metric_value=c.facts[r[k]]["value"], metric_name=f"{r['split']} {label}")
                for r in rows for k, label in (("bits_per_byte", "bits per byte"), ("perplexity", "perplexity"))]
+    results += harness_section.eval_results(c.doc, c.facts)
     return ModelCardData(license=lic, license_name=str(c.meta["license"]) if lic == "other" else None,
                          library_name="transformers" if c.doc.get("export") else None,
                          pipeline_tag="text-generation", model_name=c.meta["model_name"],
