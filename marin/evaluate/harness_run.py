@@ -230,7 +230,8 @@ def evaluate(root: Path, hp: HarnessParams, run: Any, model: tuple[Any, Any, dic
                  batch_size=hp.batch_size)
     results = run_tasks(root, hp, lm, lambda body: run.record("eval", body))
     for name, vals in results.items():
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in vals.items() if isinstance(v, float) and "stderr" not in k)
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in vals.items()
+                          if isinstance(v, float) and "stderr" not in k and not k.startswith("chance/"))
         if "error" not in vals:
             print(f"evaluate: harness {name}: {shown} ({vals['samples']} samples, {vals['num_fewshot']}-shot)")
     return {name: {k: v for k, v in vals.items() if isinstance(v, int | float)} for name, vals in results.items()
