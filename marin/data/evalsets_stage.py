@@ -1,5 +1,5 @@
 """Stage evalsets: the built-in harness tasks' data (data/evalsets), cut from the curated
-validation split (:mod:`marin.evaluate.evalsets`). Each file is an output with its digest;
+validation split (:mod:`marin.data.evalsets`). Each file is an output with its digest;
 manifest.json gives its items, corpora and licences (those of the documents it was cut from)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 from marin import hashing
 from marin.config import Params
+from marin.data import evalsets as es
 from marin.data import manifest
 from marin.data.parquet import read
-from marin.evaluate import evalsets as es
 from marin.fsutil import atomic_dir
 from marin.ledger import Input, Run
 
