@@ -21,7 +21,8 @@ def run_stage(root: Path, params: Params) -> None:
     """The evalsets stage: data/curated's validation split into data/evalsets, as a ledger run."""
     inputs = [Input("validation", (CURATED / "validation.parquet").as_posix()),
               Input("train", (CURATED / "train.parquet").as_posix())]  # only its works' names are read
-    with Run.start(root, "evalsets", params={"salt": es.SALT}, inputs=inputs) as run, \
+    # no params: what is drawn, and how, is code (es.SALT and the sizes in marin.data.evalsets)
+    with Run.start(root, "evalsets", params={}, inputs=inputs) as run, \
             atomic_dir(root / OUT) as tmp:
         validation = [es.Doc(r["doc_id"], r["corpus"], r["name"], r["license"], r["text"])
                       for r in read(root / CURATED / "validation.parquet").to_pylist()]
