@@ -3,8 +3,10 @@ straightforward one-sequence-at-a-time computation with the model itself."""
 
 from __future__ import annotations
 
+import functools
 import random
 
+import jax
 import numpy as np
 import pytest
 from flax import nnx
@@ -31,10 +33,22 @@ def lm() -> hz.MarinLM:
                       max_gen_toks=5)
 
 
+def _logits(lm: hz.MarinLM, ids: list[int]) -> np.ndarray:
+    """The model's float64 logits (len(ids), V) for one sequence, alone in a (1, SEQ) row padded on the
+    right: no batching, sorting or buckets."""
+    row = np.full((1, SEQ), lm.eos_id, dtype=np.int32)
+    row[0, :len(ids)] = ids
+    return np.asarray(_forward(lm.graphdef)(lm.params, row))[0, :len(ids)].astype(np.float64)
+
+
+@functools.cache
+def _forward(graphdef: nnx.GraphDef):
+    return jax.jit(lambda p, x: nnx.merge(graphdef, p)(x))
+
+
 def _direct_logprobs(lm: hz.MarinLM, ids: list[int]) -> np.ndarray:
-    """log p(ids[t+1] | ids[:t+1]) for one unpadded sequence, in float64 from the model's logits."""
-    logits = np.asarray(nnx.merge(lm.graphdef, lm.params)(np.asarray([ids[:-1]], dtype=np.int32)))[0]
-    logits = logits.astype(np.float64)
+    """log p(ids[t+1] | ids[:t+1]) for one sequence, in float64 from the model's logits."""
+    logits = _logits(lm, ids[:-1])
     logz = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
     return logits[np.arange(len(ids) - 1), ids[1:]] - logz
 
@@ -64,8 +78,7 @@ def test_loglikelihood_matches_one_sequence_at_a_time(lm: hz.MarinLM) -> None:
         n = min(len(x), len(ids) - 1)
         direct = _direct_logprobs(lm, ids)[-n:]
         assert ll == pytest.approx(direct.sum(), abs=1e-4)
-        logits = np.asarray(nnx.merge(lm.graphdef, lm.params)(np.asarray([ids[:-1]], dtype=np.int32)))[0]
-        assert greedy == bool((logits[-n:].argmax(-1) == np.asarray(ids[-n:])).all())
+        assert greedy == bool((_logits(lm, ids[:-1])[-n:].argmax(-1) == np.asarray(ids[-n:])).all())
     assert any(len(lm.tok_encode(c)) > SEQ for c, _ in pairs)  # some contexts were cut
 
 
@@ -90,8 +103,7 @@ def test_generate_until_is_greedy_and_stops(lm: hz.MarinLM) -> None:
         ids = lm.tok_encode(prompt)
         out: list[int] = []
         for _ in range(5):
-            logits = np.asarray(nnx.merge(lm.graphdef, lm.params)(np.asarray([ids + out], dtype=np.int32)))
-            out.append(int(logits[0, -1].argmax()))
+            out.append(int(_logits(lm, ids + out)[-1].argmax()))
             if out[-1] == lm.eos_id:
                 break
         assert text == lm.tok_decode([t for t in out if t != lm.eos_id]).split("\n\n")[0]
