@@ -70,3 +70,14 @@ def test_missing_data_names_the_task_and_the_file(tmp_path: Path) -> None:
     assert "harness task 't': data file e.jsonl is missing" in hr.missing_data(tmp_path, "t", gone)
     assert "is not local" in hr.missing_data(tmp_path, "t", {"dataset_path": "org/hub_set"})
     assert "without dataset_kwargs.data_files" in hr.missing_data(tmp_path, "t", {"dataset_path": "json"})
+
+
+def test_the_harness_runs_offline_with_a_throwaway_cache(tmp_path: Path) -> None:
+    import datasets.config as dc
+
+    home, cwd = dc.HF_DATASETS_CACHE, Path.cwd()
+    with hr.offline(tmp_path):
+        assert dc.HF_DATASETS_OFFLINE is True and dc.HF_HUB_OFFLINE is True
+        cache = dc.HF_DATASETS_CACHE
+        assert cache != home and cache.is_dir() and Path.cwd() == tmp_path
+    assert home == dc.HF_DATASETS_CACHE and Path.cwd() == cwd and not cache.exists()

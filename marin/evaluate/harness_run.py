@@ -40,18 +40,27 @@ def version() -> str:
 @contextlib.contextmanager
 def offline(root: Path) -> Iterator[None]:
     """The harness's surroundings: no hub, a throwaway datasets cache, bootstraps in this process
-    (a forked pool would copy the JAX runtime), data paths relative to the project root."""
-    keep = {k: os.environ.get(k) for k in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "HF_DATASETS_CACHE",
-                                           "DISABLE_MULTIPROC", "HF_DATASETS_DISABLE_PROGRESS_BARS")}
+    (a forked pool would copy the JAX runtime), data paths relative to the project root. datasets
+    reads its settings when first imported: they are set on its config too, in case it was."""
+    env = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "DISABLE_MULTIPROC": "1",
+           "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+    keep = {k: os.environ.get(k) for k in (*env, "HF_DATASETS_CACHE")}
     cwd = Path.cwd()
     with tempfile.TemporaryDirectory(prefix="marin-harness-") as cache:
-        os.environ.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", HF_DATASETS_CACHE=cache,
-                          DISABLE_MULTIPROC="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
+        os.environ.update(env, HF_DATASETS_CACHE=cache)
+        import datasets.config as dc
+
+        settings = {"HF_DATASETS_OFFLINE": True, "HF_HUB_OFFLINE": True, "HF_DATASETS_CACHE": Path(cache)}
+        before = {k: getattr(dc, k) for k in settings if hasattr(dc, k)}
+        for k in before:
+            setattr(dc, k, settings[k])
         os.chdir(root)
         try:
             yield
         finally:
             os.chdir(cwd)
+            for k, v in before.items():
+                setattr(dc, k, v)
             for k, v in keep.items():
                 os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
