@@ -90,6 +90,23 @@ def test_each_builtin_task_is_recorded_and_its_values_recomputed(trained_project
     assert got["marin_cloze"]["values"]["loglikelihoods_digest"] == harness_run.samples_digest(samples)
     metrics = json.loads((root / "metrics/eval.json").read_text())["harness"]
     assert metrics["marin_source"]["acc"] == got["marin_source"]["values"]["acc"]["value"]
+    # the unigram baseline on the same questions: the choice whose tokens are most frequent in train
+    import numpy as np
+
+    [run] = trained_project.runs("evaluate")[-1:]
+    base = {r["body"]["name"]: r["body"]["values"] for r in run if r["body"].get("name", "").startswith("unigram:")}
+    assert set(base) == {f"unigram:{t}" for t in BUILTIN}
+    train = np.concatenate([np.concatenate(pq.read_table(root / "data/tokens" / s["file"])["tokens"].to_numpy(
+        zero_copy_only=False)) for s in manifest["splits"]["train"]["shards"]])
+    counts = np.bincount(train, minlength=config["model"]["vocab_size"])[:config["model"]["vocab_size"]] + 1.0
+    logp = np.log(counts / counts.sum())
+    questions = _jsonl(root / "data/evalsets/source.jsonl")
+    right = 0
+    for it in questions:
+        ctx = f"{it['passage']}\nThis passage is from"
+        scores = [logp[lm._encode_pair(ctx, " " + c)[1]].sum() for c in it["choices"]]
+        right += int(np.argmax(scores)) == it["gold"]
+    assert base["unigram:marin_source"]["acc"]["value"] == pytest.approx(right / len(questions), abs=1e-12)
 
 
 def test_verify_replays_the_harness_bit_exact_and_names_a_forged_value(trained_project: Project) -> None:
@@ -173,6 +190,7 @@ def test_results_are_shown_in_the_report_the_card_and_mlflow(trained_project: Pr
             assert shown == pytest.approx(body["values"][metric]["value"], abs=1e-4, rel=1e-6)
             if task == "marin_source":
                 assert "[0.25" in cells[2]  # the task's stated chance level
+            assert cells[3].strip().startswith("[")  # the unigram baseline, cited
     assert not rows  # one row per recorded task and metric, nothing else
     card = yaml.safe_load((proj.root / "reports/marin-tiny/model_card.md").read_text().split("---")[1])
     [index] = card["model-index"]

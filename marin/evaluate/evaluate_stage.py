@@ -46,8 +46,8 @@ def run_stage(root: Path, params: Params) -> None:
         results = _score(root, params, run, model, tok_manifest)
         samples = _samples(root, params, run, model, tok_manifest)
         metrics = _metrics(results)
-        metrics["harness"] = harness_run.evaluate(root, params.evaluate.harness, run, model,
-                                                  tok_manifest["tokenizer"]["eos_id"], root / TOKENS / "tokenizer.json")
+        metrics["harness"] = harness_run.evaluate(root, params.evaluate.harness, run, model, tok_manifest,
+                                                  root / TOKENS)
         fsutil.write_bytes(root / METRICS, (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode(),
                            before_publish=lambda tmp: run.output("eval_metrics", METRICS, source=tmp))
         print(f"evaluate: validation bits/byte {metrics['bits_per_byte']:.4f} "

@@ -168,3 +168,39 @@ def _cut(text: str, stops: list[str]) -> str:
     for s in stops:
         text = text.split(s)[0]
     return text
+
+
+class UnigramLM(TemplateLM):
+    """The same requests under the add-one-smoothed unigram model of the train tokens (the baseline
+    of :mod:`marin.evaluate.scoring`): a continuation's log-likelihood ignores its context, its
+    greedy continuation is the most frequent token, repeated."""
+
+    def __init__(self, counts: np.ndarray, tokenizer: Any, eos_id: int, seq_len: int, max_gen_toks: int = 64):
+        super().__init__()
+        smoothed = (counts + 1).astype(np.float64)
+        self.logp, self.best = np.log(smoothed / smoothed.sum()), int(np.argmax(counts))
+        self.tok, self.eos_id, self.seq_len, self.max_gen_toks = tokenizer, eos_id, seq_len, max_gen_toks
+
+    @property
+    def eot_token_id(self) -> int:
+        return self.eos_id
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
+        return self.tok.encode(string, add_special_tokens=False).ids
+
+    def _loglikelihood_tokens(self, requests: list[tuple[Any, list[int], list[int]]],
+                              disable_tqdm: bool = False, **kwargs: Any) -> list[tuple[float, bool]]:
+        out = []
+        for _, ctx, cont in requests:
+            n = truncate_pair(ctx, cont, self.seq_len)[1]  # as the model sees it
+            tail = cont[len(cont) - n:]
+            out.append((float(self.logp[tail].sum()), all(t == self.best for t in tail)))
+        return out
+
+    def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
+        return [float(self.logp[self.tok_encode(req.args[0])].sum()) for req in requests]
+
+    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        eos_text = self.tok.decode([self.eos_id])
+        return [_cut(self.tok.decode([self.best] * int(req.args[1].get("max_gen_toks", self.max_gen_toks))),
+                     _stops(req.args[1], eos_text)) for req in requests]

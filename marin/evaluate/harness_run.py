@@ -114,9 +114,10 @@ def missing_data(root: Path, name: str, cfg: dict[str, Any]) -> str | None:
     return None
 
 
-def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any) -> dict[str, dict[str, Any]]:
+def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any,
+              prefix: str = "harness") -> dict[str, dict[str, Any]]:
     """Run every task on ``lm`` in one ``simple_evaluate``; ``record(body)`` takes each task's eval
-    record body, in the order of ``tasks``. Returns the results by task (metric -> value, or
+    record body (``<prefix>:<task>``), in the order of ``tasks``. Returns the results by task (metric -> value, or
     ``error`` for a task that could not run)."""
     from lm_eval.tasks import TaskManager
 
@@ -130,16 +131,16 @@ def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any) -> dict[str, 
             task, error = _load(root, tm, name)
             if error is not None:
                 errors.append(error)
-                bodies[name] = {"name": f"harness:{name}", "split": SPLIT, "values": {"error": error}}
+                bodies[name] = {"name": f"{prefix}:{name}", "split": SPLIT, "values": {"error": error}}
             else:
                 loaded[name] = task
-        if not _runs(lm, hp, loaded, tm, bodies):  # a task raised: run them one by one to name it
+        if not _runs(lm, hp, loaded, tm, bodies, prefix):  # a task raised: run them one by one to name it
             for name in loaded:
                 try:
-                    _runs(lm, hp, {name: _load(root, tm, name)[0]}, tm, bodies)
+                    _runs(lm, hp, {name: _load(root, tm, name)[0]}, tm, bodies, prefix)
                 except Exception as e:
                     errors.append(f"harness task {name!r} failed: {type(e).__name__}: {_line(e)}")
-                    bodies[name] = {"name": f"harness:{name}", "split": SPLIT, "values": {"error": errors[-1]}}
+                    bodies[name] = {"name": f"{prefix}:{name}", "split": SPLIT, "values": {"error": errors[-1]}}
     for error in errors:
         print(f"marin: error: {error}", file=sys.stderr)
     out: dict[str, dict[str, Any]] = {}
@@ -149,7 +150,7 @@ def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any) -> dict[str, 
     return out
 
 
-def _runs(lm: Any, hp: HarnessParams, loaded: dict[str, Any], tm: Any, bodies: dict[str, Any]) -> bool:
+def _runs(lm: Any, hp: HarnessParams, loaded: dict[str, Any], tm: Any, bodies: dict[str, Any], prefix: str) -> bool:
     """Run ``loaded`` tasks in one ``simple_evaluate`` and put their bodies in ``bodies``; False if
     more than one task ran and one of them raised (the caller reruns them one by one)."""
     from lm_eval import simple_evaluate
@@ -166,7 +167,7 @@ def _runs(lm: Any, hp: HarnessParams, loaded: dict[str, Any], tm: Any, bodies: d
             raise
         return False
     for name in loaded:
-        bodies[name] = {"name": f"harness:{name}", "split": SPLIT, "values": values(res, name, hp)}
+        bodies[name] = {"name": f"{prefix}:{name}", "split": SPLIT, "values": values(res, name, hp)}
     return True
 
 
@@ -227,21 +228,33 @@ def samples_digest(samples: list[dict[str, Any]]) -> str:
     return hashing.json_digest(per_sample(samples))
 
 
-def evaluate(root: Path, hp: HarnessParams, run: Any, model: tuple[Any, Any, dict[str, Any]], eos_id: int,
-             tokenizer_path: Path) -> dict[str, dict[str, Any]]:
+def evaluate(root: Path, hp: HarnessParams, run: Any, model: tuple[Any, Any, dict[str, Any]],
+             tok_manifest: dict[str, Any], tokens: Path) -> dict[str, dict[str, Any]]:
     """The evaluate stage's harness part: ``hp``'s tasks on the stage's model, one eval record each
-    in ``run``; the numeric results by task, for metrics/eval.json."""
+    in ``run`` (``harness:<task>``), then the tasks that ran under the unigram baseline of the train
+    tokens (``unigram:<task>``); the model's numeric results by task, for metrics/eval.json."""
+    from dataclasses import replace
+
     from marin.data import tokenize as tk
-    from marin.evaluate.harness import MarinLM
+    from marin.data.documents import shard_tokens
+    from marin.evaluate import scoring
+    from marin.evaluate.harness import MarinLM, UnigramLM
 
     graphdef, params, config = model
-    lm = MarinLM(graphdef, params, tk.load(tokenizer_path), eos_id, config["model"]["max_seq_len"],
-                 batch_size=hp.batch_size)
+    eos, seq_len, tokenizer = tok_manifest["tokenizer"]["eos_id"], config["model"]["max_seq_len"], tk.load(
+        tokens / "tokenizer.json")
+    lm = MarinLM(graphdef, params, tokenizer, eos, seq_len, batch_size=hp.batch_size)
     results = run_tasks(root, hp, lm, lambda body: run.record("eval", body))
-    for name, vals in results.items():
+    ran = tuple(name for name, vals in results.items() if "error" not in vals)
+    if ran:  # the same requests, same seed, under the unigram model: the baseline where a task has one
+        counts = scoring.token_counts(shard_tokens(tokens / s["file"] for s in tok_manifest["splits"]["train"]
+                                                   ["shards"]), config["model"]["vocab_size"])
+        folders = tuple(t for t in hp.tasks if (root / t).is_dir())
+        run_tasks(root, replace(hp, tasks=ran, include=(*hp.include, *folders)),
+                  UnigramLM(counts, tokenizer, eos, seq_len), lambda body: run.record("eval", body), prefix="unigram")
+    for name in ran:
+        vals = results[name]
         shown = ", ".join(f"{k} {v:.4f}" for k, v in vals.items()
                           if isinstance(v, float) and "stderr" not in k and not k.startswith("chance/"))
-        if "error" not in vals:
-            print(f"evaluate: harness {name}: {shown} ({vals['samples']} samples, {vals['num_fewshot']}-shot)")
-    return {name: {k: v for k, v in vals.items() if isinstance(v, int | float)} for name, vals in results.items()
-            if "error" not in vals}
+        print(f"evaluate: harness {name}: {shown} ({vals['samples']} samples, {vals['num_fewshot']}-shot)")
+    return {name: {k: v for k, v in results[name].items() if isinstance(v, int | float)} for name in ran}

@@ -333,7 +333,7 @@ def _environment(f: Facts, log: RunLog) -> dict[str, Any]:
 def _evaluation(f: Facts, log: RunLog) -> dict[str, Any]:
     rows, samples = [], []
     for r in log.of_kind("eval"):
-        if harness_section.is_harness(r.body):  # the harness's own table: marin.report.harness_section
+        if harness_section.from_harness(r.body):  # the harness's own table: marin.report.harness_section
             continue
         if r.body.get("samples"):
             samples = [{"prompt": f.cite("sample prompt", log, r, f"/body/samples/{i}/prompt").id,

@@ -11,12 +11,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-PREFIX = "harness:"
+PREFIX, BASELINE = "harness:", "unigram:"  # the model's records; the unigram baseline's, on the same requests
 FACTS = ("samples", "num_fewshot", "fewshot_seed", "harness_version", "task_config_digest", "loglikelihoods_digest")
 
 
 def is_harness(body: dict[str, Any]) -> bool:
+    """An eval record of the model on a harness task."""
     return str(body.get("name", "")).startswith(PREFIX)
+
+
+def from_harness(body: dict[str, Any]) -> bool:
+    """An eval record the harness made: the model's, or the unigram baseline's."""
+    return str(body.get("name", "")).startswith((PREFIX, BASELINE))
 
 
 def metrics(values: dict[str, Any]) -> list[str]:
@@ -28,6 +34,8 @@ def metrics(values: dict[str, Any]) -> list[str]:
 def facts(f: Any, log: Any) -> dict[str, Any]:
     """The harness rows of the evaluate run ``log``, each value cited as a fact of ``f``."""
     rows, failed = [], []
+    base = {r.body["name"].removeprefix(BASELINE): r for r in log.of_kind("eval")
+            if r.body["name"].startswith(BASELINE) and "error" not in r.body["values"]}
     for r in log.of_kind("eval"):
         if not is_harness(r.body):
             continue
@@ -39,7 +47,9 @@ def facts(f: Any, log: Any) -> dict[str, Any]:
         for m in metrics(v):
             rows.append({"task": task, "metric": m, "value": _cite(f, log, r, m, m),
                          "stderr": _cite(f, log, r, f"{m}_stderr", f"{m} stderr"),
-                         "chance": _cite(f, log, r, f"chance/{m}", f"{m} chance"), **about})
+                         "chance": _cite(f, log, r, f"chance/{m}", f"{m} chance"),
+                         "unigram": _cite(f, log, base[task], m, f"{m} unigram baseline") if task in base else None,
+                         **about})
     return {"run_id": log.run_id, "rows": rows, "failed": failed}
 
 
@@ -47,7 +57,7 @@ def _cite(f: Any, log: Any, r: Any, key: str, what: str) -> str | None:
     """The fact id of the exact value ``key`` of a harness record, or None where it has none."""
     if key not in r.body["values"]:
         return None
-    task = r.body["name"].removeprefix(PREFIX)
+    task = r.body["name"].removeprefix(PREFIX).removeprefix(BASELINE)
     return f.cite(f"{task} {what}", log, r, f"/body/values/{_esc(key)}/value").id
 
 
@@ -62,11 +72,13 @@ def lines(d: Any, doc: dict[str, Any]) -> list[str]:
         return []
     out = ["### Benchmarks (lm-evaluation-harness)", "",
            f"Tasks run by lm-evaluation-harness on the JAX model itself (evaluate run `{hz['run_id']}`), their data "
-           "cut from the validation split only. Chance is the task's stated level; the unigram baseline applies to "
-           "bits per byte only, above.", "",
+           "cut from the validation split only. Chance is the task's stated level; the unigram baseline is the same "
+           "requests scored by the add-one unigram model of the train tokens (the baseline of the bits per byte "
+           "above), which ignores the context.", "",
            "| task | metric | chance | unigram baseline | model | ± stderr | samples | shots |", "|" + "---|" * 8]
     for r in hz["rows"]:
-        out.append(f"| `{r['task']}` | {r['metric']} | {d.v(r['chance']) if r['chance'] else '–'} | n/a | "
+        out.append(f"| `{r['task']}` | {r['metric']} | {d.v(r['chance']) if r['chance'] else '–'} | "
+                   f"{d.v(r['unigram']) if r.get('unigram') else 'n/a'} | "
                    f"{d.v(r['value'])} | {d.v(r['stderr']) if r['stderr'] else '–'} | {d.v(r.get('samples'))} | "
                    f"{d.v(r.get('num_fewshot'))} |")
     out.append("")
