@@ -2,7 +2,8 @@
 on :class:`marin.evaluate.harness.MarinLM`, recorded as one ``eval`` record (name
 ``harness:<task>``, split ``harness``) whose values are, per metric, the value and its stderr
 (exact floats), and the number of samples, the few-shot count and seed, the harness version, the
-task config's digest and a digest over the per-sample log-likelihoods.
+task config's digest and a digest over the per-sample log-likelihoods. The same requests under
+the unigram baseline (:class:`marin.evaluate.harness.UnigramLM`) are recorded as ``unigram:<task>``.
 
 There is no dataset hub here: a task whose data is not a local file fails in one line that names
 it, is recorded with that line as its ``error``, and the other tasks go on.
@@ -117,8 +118,8 @@ def missing_data(root: Path, name: str, cfg: dict[str, Any]) -> str | None:
 def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any,
               prefix: str = "harness") -> dict[str, dict[str, Any]]:
     """Run every task on ``lm`` in one ``simple_evaluate``; ``record(body)`` takes each task's eval
-    record body (``<prefix>:<task>``), in the order of ``tasks``. Returns the results by task (metric -> value, or
-    ``error`` for a task that could not run)."""
+    record body (``<prefix>:<task>``), in the order of ``tasks``. Returns the results by task
+    (metric -> value, or ``error`` for a task that could not run)."""
     from lm_eval.tasks import TaskManager
 
     errors = []
