@@ -205,10 +205,23 @@ class NetworkParams:
 
 
 @dataclass(frozen=True)
+class HarnessParams:
+    """lm-evaluation-harness tasks run on the model (marin/evaluate/harness_run.py)."""
+
+    tasks: tuple[str, ...] = ("marin_cloze", "marin_cloze_fewshot", "marin_source")  # names, or folders of YAMLs
+    include: tuple[str, ...] = ()  # project folders of task YAMLs whose tasks ``tasks`` may name
+    num_fewshot: int | None = None  # None: each task's own
+    limit: int | None = 200  # samples per task, at most (None: all)
+    seed: int = 1234  # the harness's random, numpy and few-shot seeds
+    batch_size: int = 32
+
+
+@dataclass(frozen=True)
 class EvaluateParams:
     prompts: tuple[str, ...]
     sample_tokens: int
     batch_size: int
+    harness: HarnessParams = HarnessParams()
 
 
 @dataclass(frozen=True)
@@ -303,6 +316,7 @@ _NESTED: dict[tuple[str, str], type] = {
     ("Params", "runtime"): RuntimeParams,
     ("RuntimeParams", "data"): DataRuntime,
     ("Params", "evaluate"): EvaluateParams,
+    ("EvaluateParams", "harness"): HarnessParams,
     ("Params", "report"): ReportParams,
     ("Params", "network"): NetworkParams,
     ("ReportParams", "energy"): EnergyAssumptions,

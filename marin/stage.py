@@ -13,7 +13,7 @@ from marin.errors import MarinError, SchemaError
 from marin.paths import project_root
 
 # The pipeline's stages in dvc.yaml order: the values a stage may have in the ledger.
-STAGES = ("fetch", "curate", "tokenize", "train", "evaluate", "export", "report")
+STAGES = ("fetch", "curate", "evalsets", "tokenize", "train", "evaluate", "export", "report")
 # Set by `dvc exp run` (in the workspace, a queue worker or a temporary copy) for the stages it runs.
 DVC_EXPERIMENT_VAR = "DVC_EXP_BASELINE_REV"
 

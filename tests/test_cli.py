@@ -151,7 +151,7 @@ OUTSIDE = {  # each command that needs a project, with arguments it would otherw
     ("ledger", "check"): (), ("ledger", "head"): (), ("ledger", "log"): (), ("ledger", "repair"): ("x",),
     ("status",): (), ("mlflow", "sync"): (), ("lineage",): ("models/final",), ("diff",): ("a", "b"),
     ("verify",): ("train-x",), ("report",): (), ("report", "verify"): ("reports/x",), ("keygen",): (),
-    ("stages",): (), ("params", "check"): (), ("pin",): ("corpus",), ("publish",): (),
+    ("stages",): (), ("params", "check"): (), ("pin",): ("corpus",), ("publish",): (), ("sweep",): (),
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
 
 from marin.export.card import METRICS, Measure, hf_license, metadata, model_index
-from marin.report import budget, render
+from marin.report import budget, harness_section, render
 from marin.report.facts import md_escape
 
 NR = "not recorded"
@@ -80,7 +80,7 @@ def card_data(c: Ctx, extra_results: Iterable[EvalResult] = (), base_model: str 
     perplexity of the model per corpus, then ``extra_results`` (a benchmark harness's, say)."""
     rows = [r for r in (c.evaluation or {}).get("rows", []) if r["name"] == "model"]
     measures = [Measure(r["split"], r["corpus"], k, c.facts[r[k]]["value"]) for r in rows for k in METRICS]
-    results = model_index(_sources(c), measures, extra_results)
+    results = model_index(_sources(c), measures, [*extra_results, *harness_section.eval_results(c.doc, c.facts)])
     return metadata(c.meta, _sources(c), results, library=bool(c.doc.get("export")), base_model=base_model)
 
 

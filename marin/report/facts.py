@@ -22,6 +22,7 @@ from marin.errors import MarinError
 from marin.ledger.query import Ledger, Step, upstream
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
+from marin.report import harness_section
 
 
 class ReportError(MarinError):
@@ -196,6 +197,7 @@ def gather(root: Path, model: str = "models/final", ledger: Ledger | None = None
 
     doc["budget"] = budget.section(f, doc)
     doc["evaluation"] = _evaluation(f, logs["evaluate"]) if "evaluate" in logs else None
+    doc["harness"] = harness_section.facts(f, logs["evaluate"]) if "evaluate" in logs else None
     doc["export"] = _export(f, logs["export"]) if "export" in logs else None
     doc["environment"] = _environment(f, logs["train"])
     doc["compute"] = _compute(f, [ledger.runs[r["run_id"]] for r in doc["lineage"]])
@@ -336,6 +338,8 @@ def _environment(f: Facts, log: RunLog) -> dict[str, Any]:
 def _evaluation(f: Facts, log: RunLog) -> dict[str, Any]:
     rows, samples = [], []
     for r in log.of_kind("eval"):
+        if harness_section.from_harness(r.body):  # the harness's own table: marin.report.harness_section
+            continue
         if r.body.get("samples"):
             samples = [{"prompt": f.cite("sample prompt", log, r, f"/body/samples/{i}/prompt").id,
                         "completion": f.cite("sample completion", log, r, f"/body/samples/{i}/completion").id}

@@ -22,7 +22,7 @@ EXPERIMENT = "marin"
 # shown as GenAI "agent versions". Training runs belong in the model-training view.
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 CONTEXT = {"fetch": "training", "curate": "training", "tokenize": "training", "train": "training",
-           "evaluate": "evaluation"}
+           "evalsets": "evaluation", "evaluate": "evaluation"}
 UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 BATCH = 900  # MLflow accepts up to 1000 metrics per log_batch
 CREATED = "marin.created_ns"  # when this MLflow run was made: of two made at once, the first stays
