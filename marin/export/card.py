@@ -59,6 +59,22 @@ def model_index(datasets: list[str], measures: Iterable[Measure], extra: Iterabl
                          metric_name=f"{m.split} {METRICS[m.metric]}") for m in measures), *extra]
 
 
+def harness_result(task: str, metric: str, value: float, shots: int, source_url: str | None = None) -> EvalResult:
+    """One lm-evaluation-harness result as a ``model-index`` entry (the task's validation-split data)."""
+    return EvalResult(task_type="text-generation", task_name=task, dataset_type=task,
+                      dataset_name=f"{task} (validation split)", dataset_split="validation", metric_type=metric,
+                      metric_value=value, metric_name=f"{metric} ({shots}-shot)",
+                      source_name="marin ledger" if source_url else None, source_url=source_url)
+
+
+def harness_results(eval_json: dict[str, Any]) -> list[EvalResult]:
+    """metrics/eval.json's harness results (task -> metric values, stderrs, chance levels, counts)."""
+    return [harness_result(task, m, v, vals.get("num_fewshot", 0))
+            for task, vals in sorted((eval_json.get("harness") or {}).items())
+            for m, v in sorted(vals.items()) if isinstance(v, float) and not m.endswith("_stderr")
+            and not m.startswith("chance/")]
+
+
 def metadata(meta: dict[str, Any], datasets: list[str], results: list[EvalResult], *, library: bool,
              base_model: str | None = None) -> ModelCardData:
     """A card's metadata from the report's ``meta`` (params.yaml: report), the source names and results."""
@@ -116,7 +132,7 @@ def hub_card(meta: dict[str, Any], sources: list[dict[str, Any]], model: dict[st
     ``model`` (models/final/config.json), ``eval_json`` (metrics/eval.json)."""
     name, arch = meta["model_name"], model["model"]
     datasets = [s["name"] for s in sources]
-    results = model_index(datasets, measures(eval_json), extra_results)
+    results = model_index(datasets, measures(eval_json), [*harness_results(eval_json), *extra_results])
     head = metadata(meta, datasets, results, library=True, base_model=base_model)
     out = [f"# {name}", "",
            f"{name} is a decoder-only transformer language model (Llama architecture, {model['n_params']:,} "

@@ -1,6 +1,6 @@
 """The lm-evaluation-harness results where people look: the report's Evaluation table (task,
 metric, chance, unigram baseline where one applies, the model with its stderr), the model card's
-``model-index`` and the same entries for any other card (``models/hf/README.md``).
+``model-index`` (the export's card, ``models/hf/README.md``, lists the same values from metrics/eval.json).
 
 Every number is a fact cited from the evaluate run's ``eval`` records named ``harness:<task>``
 (:mod:`marin.evaluate.harness_run`), so ``marin report verify`` re-derives it from the ledger.
@@ -8,7 +8,6 @@ Every number is a fact cited from the evaluate run's ``eval`` records named ``ha
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 PREFIX, BASELINE = "harness:", "unigram:"  # the model's records; the unigram baseline's, on the same requests
@@ -88,12 +87,9 @@ def lines(d: Any, doc: dict[str, Any]) -> list[str]:
 
 
 def _result(task: str, metric: str, value: float, shots: int, run_id: str) -> Any:
-    from huggingface_hub import EvalResult
+    from marin.export.card import harness_result
 
-    return EvalResult(task_type="text-generation", task_name=task, dataset_type=task,
-                      dataset_name=f"{task} (validation split)", dataset_split="validation", metric_type=metric,
-                      metric_value=value, metric_name=f"{metric} ({shots}-shot)", source_name="marin ledger",
-                      source_url=f"ledger/runs/{run_id}.jsonl")
+    return harness_result(task, metric, value, shots, source_url=f"ledger/runs/{run_id}.jsonl")
 
 
 def eval_results(doc: dict[str, Any], facts_by_id: dict[str, Any]) -> list[Any]:
@@ -101,22 +97,3 @@ def eval_results(doc: dict[str, Any], facts_by_id: dict[str, Any]) -> list[Any]:
     hz = doc.get("harness") or {}
     return [_result(r["task"], r["metric"], facts_by_id[r["value"]]["value"], facts_by_id[r["num_fewshot"]]["value"],
                     hz["run_id"]) for r in hz.get("rows", [])]
-
-
-def model_index(root: Path, model_name: str) -> list[dict[str, Any]]:
-    """``model-index`` entries (the Hub's card metadata) for the harness results of the latest
-    succeeded evaluate run in ``root``'s ledger: what ``models/hf/README.md`` lists, as the card does."""
-    from huggingface_hub import ModelCardData
-
-    from marin.ledger.query import Ledger
-
-    runs = sorted((log for log in Ledger(root).runs.values()
-                   if log.started.body["stage"] == "evaluate" and log.status == "succeeded"),
-                  key=lambda log: (log.records[0].time, log.run_id))
-    if not runs:
-        return []
-    results = [_result(r.body["name"].removeprefix(PREFIX), m, r.body["values"][m]["value"],
-                       r.body["values"]["num_fewshot"], runs[-1].run_id)
-               for r in runs[-1].of_kind("eval") if is_harness(r.body) and "error" not in r.body["values"]
-               for m in metrics(r.body["values"])]
-    return ModelCardData(model_name=model_name, eval_results=results).to_dict()["model-index"] if results else []
