@@ -75,16 +75,16 @@ def ledger_value(root: Path, facts: dict[str, Any], fid: str) -> Any:
     return pointer(json.loads(data), src["pointer"])
 
 
-def links_and_prose(text: str) -> tuple[list[tuple[str, str]], str]:
-    """(href, rendered link text) of every link, and the rendered text outside links and code."""
+def links_and_prose(text: str) -> tuple[list[tuple[str, str, str]], str]:
+    """(href, rendered link text, title) of every link, and the rendered text outside links and code."""
     links, prose = [], []
     for tok in MarkdownIt("commonmark").enable("table").parse(text):
         inside = None
         for ch in tok.children or []:
             if ch.type == "link_open":
-                inside = [str(ch.attrGet("href")), ""]
+                inside = [str(ch.attrGet("href")), "", str(ch.attrGet("title") or "")]
             elif ch.type == "link_close":
-                links.append((inside[0], inside[1]))
+                links.append((inside[0], inside[1], inside[2]))
                 inside = None
             elif ch.type in ("text", "code_inline") and inside is not None:
                 inside[1] += ch.content
@@ -95,8 +95,9 @@ def links_and_prose(text: str) -> tuple[list[tuple[str, str]], str]:
 
 def check_citations(root: Path, facts: dict[str, Any], text: str) -> int:
     links, prose = links_and_prose(text)
-    cited = [(h.removeprefix("report.md#"), t) for h, t in links if h.startswith("report.md#")]
-    assert len(cited) == text.count("](report.md#F"), "a citation did not render as a link"
+    # a fact is cited as a link to the report's Sources heading, its id in the link's title
+    cited = [(title.removeprefix("fact "), t) for h, t, title in links if h == "report.md#appendix-sources"]
+    assert len(cited) == text.count('](report.md#appendix-sources "fact F'), "a citation did not render as a link"
     for fid, shown in cited:
         assert fid in facts, fid
         assert shown == facts[fid]["text"], (fid, shown)

@@ -2,8 +2,10 @@
 al. 2021); the FMTI disclosure CSV and the Model Openness Framework file are in
 ``marin.report.fmti`` and ``marin.report.mof``.
 
-Every value comes from ``facts`` (see ``marin.report.facts``); Markdown cites a fact as a
-link ``[text](report.md#F<n>)``. What the records do not hold is written "not recorded".
+Every value comes from ``facts`` (see ``marin.report.facts``); Markdown cites a fact as a link
+``[text](report.md#appendix-sources "fact F<n>")``: to the report's Sources heading, an anchor that
+the Hub and GitHub render (they drop the ``<a id>`` of each row), the fact's id in the title. What
+the records do not hold is written "not recorded".
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from marin.report import budget, render
 from marin.report.facts import md_escape
 
 NR = "not recorded"
+SOURCES = "report.md#appendix-sources"  # the heading `## Appendix: Sources` of report.md, as Markdown anchors it
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ class Ctx:
         text = self.facts[fid]["text"]
         if "\n" in text:  # a link cannot hold a line break; the report shows the value
             return f"(a multi-line value: fact {fid} of report.md)"
-        return "[" + md_escape(text) + f"](report.md#{fid})"
+        return f'[{md_escape(text)}]({SOURCES} "fact {fid}")'
 
     def refs(self, *fids: str) -> list[str]:
         """Ledger references ``run_id#seq`` behind facts; derived facts give their inputs'."""
