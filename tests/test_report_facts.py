@@ -106,6 +106,9 @@ def test_report_card_fmti_and_mof_agree_and_placeholders_block_a_release(trained
     # every FMTI "no" is an indicator the report has no section for
     said = {"energy": "Energy usage for final training run", "CO2": "Carbon emissions for final training run"}
     assert all(fmti[name]["disclosed"] == "yes" for word, name in said.items() if word in md)
+    # the datasheet: each question the ledger cannot answer names the params.yaml key that answers it
+    unanswered = [x for x in (out / "datasheet.md").read_text().splitlines() if "not recorded" in x and x[:2] == "- "]
+    assert 0 < len(unanswered) <= 11 and all("state it in params.yaml as `report.datasheet." in x for x in unanswered)
     # the card's and datasheet's links open on the Hub: a file of the folder, an anchor of its headings
     for name in ("model_card.md", "datasheet.md"):
         hrefs = links(out / name)
