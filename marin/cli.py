@@ -200,6 +200,9 @@ def _publish(sub: Sub) -> None:
     p = sub.add_parser("publish", help="push data, model, report and the checkpoints verify needs to the DVC "
                                        "remote, and record where each object lives")
     p.add_argument("--remote", help="the DVC remote (default: the project's default remote)")
+    p.add_argument("--hf-folder", type=Path, metavar="OUT",
+                   help="instead: write models/hf into the new folder OUT as exactly the files "
+                        "huggingface_hub.upload_folder sends, and print the command that pushes it")
     p.set_defaults(fn=cmd.publish)
 
 

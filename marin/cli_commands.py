@@ -220,7 +220,20 @@ def pin(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_name(root: Path) -> str:
+    report = config.load(root / "params.yaml").report
+    return report.model_name if report else "marin-model"  # the export's name when params has no report
+
+
 def publish(args: argparse.Namespace) -> int:
+    if args.hf_folder is not None:
+        from marin.export.hub_folder import write_hub_folder
+
+        out = args.hf_folder if args.hf_folder.is_absolute() else Path.cwd() / args.hf_folder
+        names, push = write_hub_folder(args.root, out, _model_name(args.root))
+        print(f"wrote {out}: {len(names)} files, exactly what huggingface_hub.upload_folder sends; push it with:")
+        print(push)
+        return 0
     from marin.publish import publish
 
     publish(args.root, args.remote)

@@ -249,6 +249,7 @@ class ReportParams:
     url: str | None = None
     energy: EnergyAssumptions | None = None
     language: tuple[str, ...] = ("en",)
+    datasheet: dict[str, str] | None = None  # the lab's answers to datasheet questions the ledger cannot answer
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ command installs (``uv sync --frozen --group hf``): without them these tests fai
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 
@@ -169,6 +170,43 @@ def test_the_export_is_a_hub_ready_folder_with_its_model_card(exported: Project)
     assert transformers.GenerationConfig.from_pretrained(path).eos_token_id == config["eos_token_id"]
     tok = transformers.AutoTokenizer.from_pretrained(path)
     assert tok.padding_side == "left" and tok.model_max_length == params["model"]["seq_len"]
+
+
+def _upload_set(folder: Path) -> list[str]:
+    """What ``huggingface_hub.upload_folder(folder_path=folder)`` sends, computed as it does (its
+    ``_prepare_upload_folder_additions``: every file under ``**/*``, filtered by the default ignores)."""
+    from huggingface_hub.hf_api import DEFAULT_IGNORE_PATTERNS
+    from huggingface_hub.utils import filter_repo_objects
+
+    rel = [p.relative_to(folder).as_posix() for p in sorted(folder.resolve().glob("**/*")) if p.is_file()]
+    return list(filter_repo_objects(rel, ignore_patterns=DEFAULT_IGNORE_PATTERNS))
+
+
+def test_publish_hf_folder_writes_exactly_what_upload_folder_sends(exported: Project, tmp_path: Path) -> None:
+    out = tmp_path / "hub"
+    r = exported.marin("publish", "--hf-folder", str(out))
+    assert r.returncode == 0, r.stderr
+    everything = sorted(os.path.relpath(os.path.join(d, n), out) for d, dirs, names in os.walk(out) for n in names)
+    assert everything == sorted(_upload_set(out)) == sorted(_upload_set(exported.root / HF))  # nothing held back
+    assert not any((out / n).is_symlink() for n in everything) and "README.md" in everything
+    assert all((out / n).read_bytes() == (exported.root / HF / n).read_bytes() for n in everything)
+    assert r.stdout.splitlines()[-1] == f"hf upload <your-name>/{exported.params['report']['model_name']} {out} ."
+
+    again = exported.marin("publish", "--hf-folder", str(out))  # not into a folder in use
+    assert again.returncode != 0 and len(again.stderr.strip().splitlines()) == 1
+    assert "not an empty folder" in again.stderr
+    junk = [exported.root / HF / ".git/HEAD", exported.root / HF / "notes.txt"]
+    try:
+        for j in junk:
+            j.parent.mkdir(exist_ok=True)
+            j.write_text("junk\n")
+        bad = exported.marin("publish", "--hf-folder", str(tmp_path / "hub2"))
+        assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        assert "models/hf: is not what any export run recorded" in bad.stderr and not (tmp_path / "hub2").exists()
+    finally:
+        for j in junk:
+            j.unlink()
+        (exported.root / HF / ".git").rmdir()
 
 
 @pytest.mark.slow

@@ -7,10 +7,12 @@ import csv
 import io
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
 from huggingface_hub import ModelCard
+from markdown_it import MarkdownIt
 
 from marin.export.card import hf_license
 from marin.report.placeholders import placeholders
@@ -26,6 +28,29 @@ def test_placeholders_are_named_key_by_key() -> None:
     assert [line.split()[0] for line in got] == ["report.authors", "report.contact", "report.url"]
     assert placeholders(REAL) == []
     assert [line.split()[0] for line in placeholders({**REAL, "contact": "me@lab.marin.local"})] == ["report.contact"]
+
+
+def _tokens(path: Path) -> list:
+    body = ModelCard.load(path).text if path.suffix == ".md" else path.read_text()  # past the YAML header
+    return MarkdownIt("commonmark").enable("table").parse(body)
+
+
+def links(path: Path) -> list[str]:
+    """The href of every link in a Markdown file."""
+    return [str(ch.attrGet("href")) for t in _tokens(path) for ch in t.children or [] if ch.type == "link_open"]
+
+
+def heading_anchors(path: Path) -> set[str]:
+    """The anchors GitHub and the Hub give a file's headings: lower case, punctuation dropped, spaces
+    as hyphens, ``-1``, ``-2`` for repeats."""
+    tokens, out = _tokens(path), set()
+    for i, t in enumerate(tokens):
+        if t.type == "heading_open":
+            text = "".join(ch.content for ch in tokens[i + 1].children or [] if ch.type in ("text", "code_inline"))
+            slug = re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+            n = sum(1 for x in out if x == slug or re.fullmatch(re.escape(slug) + r"-\d+", x))
+            out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
 
 
 @pytest.mark.slow
@@ -81,6 +106,20 @@ def test_report_card_fmti_and_mof_agree_and_placeholders_block_a_release(trained
     # every FMTI "no" is an indicator the report has no section for
     said = {"energy": "Energy usage for final training run", "CO2": "Carbon emissions for final training run"}
     assert all(fmti[name]["disclosed"] == "yes" for word, name in said.items() if word in md)
+    # the datasheet: each question the ledger cannot answer names the params.yaml key that answers it
+    unanswered = [x for x in (out / "datasheet.md").read_text().splitlines() if "not recorded" in x and x[:2] == "- "]
+    assert 0 < len(unanswered) <= 11 and all("state it in params.yaml as `report.datasheet." in x for x in unanswered)
+    # the card's and datasheet's links open on the Hub: a file of the folder, an anchor of its headings
+    for name in ("model_card.md", "datasheet.md"):
+        hrefs = links(out / name)
+        assert len(hrefs) > 20 and not any("#F" in h for h in hrefs)
+        for href in hrefs:
+            path, _, anchor = href.partition("#")
+            if re.match(r"[a-z]+:", path):  # https:, mailto:
+                continue
+            target = out / path if path else out / name
+            assert target.is_file() and target.resolve().is_relative_to(out.resolve()), (name, href)
+            assert not anchor or anchor in heading_anchors(target), (name, href)
 
     params = proj.params
     params["report"].update(REAL)

@@ -140,6 +140,31 @@ def test_stage_syncs_itself_to_the_embedded_store(trained) -> None:
     assert len(found) == 1 and found[0].info.status == "FINISHED"
 
 
+def test_run_names_are_short_and_distinct_with_key_facts_in_short_tags(trained) -> None:
+    """The run list cuts long names and shows tag keys cut to "marin.…": names stay short and
+    unique across the pipeline's runs (two evaluate runs here), facts sit under short tag keys."""
+    trained.env["MARIN_MLFLOW"] = "on"
+    trained.stage("evaluate")  # a second evaluate run, synced with the rest by the stage itself
+    client, exp = store(trained)
+    runs = client.search_runs([exp], max_results=1000)
+    names = [r.info.run_name for r in runs]
+    assert len(runs) == 7 and len(set(names)) == len(names), names  # 6 stage runs and their pipeline
+    assert all(len(n) <= 24 for n in names), names
+    ledger = {recs[0]["run_id"]: recs[0]["body"] for recs in trained.runs()}
+    stages = [r for r in runs if "marin.run_id" in r.data.tags]
+    assert {r.data.tags["marin.run_id"] for r in stages} == set(ledger)
+    for r in stages:
+        started = ledger[r.data.tags["marin.run_id"]]
+        assert r.info.run_name.split() == [started["stage"], r.data.tags["marin.run_id"][-8:]]
+        assert r.data.tags["stage"] == started["stage"] and r.data.tags["status"] == "succeeded"
+        assert started["recipe_digest"][7:19] == r.data.tags["recipe"]
+        assert r.data.tags["mlflow.note.content"].splitlines()[0].startswith(
+            f"{started['stage']} run `{r.data.tags['marin.run_id']}`: recipe {started['recipe_digest'][:19]}")
+    pipeline = next(r for r in runs if r.data.tags.get("marin.kind") == "pipeline")
+    commit = next(iter(ledger.values()))["code"]["git_commit"]
+    assert pipeline.info.run_name == f"pipeline {commit[:8]}"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

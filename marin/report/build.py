@@ -49,7 +49,7 @@ def meta_for(p: ReportParams, model_digest: str) -> dict[str, Any]:
     return {"model_name": p.model_name, "version": p.version, "license": p.license, "model_license": p.license,
             "code_license": p.code_license, "model": model_digest, "report_dir": f"reports/{p.model_name}",
             "authors": list(p.authors), "contact": p.contact, "funding": p.funding, "url": p.url,
-            "language": list(p.language),
+            "language": list(p.language), "datasheet": dict(p.datasheet or {}),
             "energy": dataclasses.asdict(p.energy) if p.energy else None}
 
 

@@ -329,9 +329,11 @@ def _people(d: Doc, meta: dict[str, Any]) -> None:
 
 
 def _sources(d: Doc, facts: dict[str, Fact], c: dict[str, Any]) -> None:
-    d.add('## Appendix: Sources <a id="sources"></a>', "", "Each fact: the ledger run and record (seq; the record's "
-          "digest, shortened: hover for all of it, report.json holds every digest in full) and the JSON pointer to "
-          "the value, in the record or in a recorded output file; derived values name their formula.", "")
+    # a plain heading: its anchor, #appendix-sources, is the one the Hub and GitHub make (cards link to it)
+    d.add('<a id="sources"></a>', "", "## Appendix: Sources", "",
+          "Each fact: the ledger run and record (seq; the record's digest, shortened: hover for all of it, "
+          "report.json holds every digest in full) and the JSON pointer to the value, in the record or in a "
+          "recorded output file; derived values name their formula.", "")
     rows = []
     for f in facts.values():
         src = f.source

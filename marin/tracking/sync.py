@@ -45,6 +45,7 @@ RUN_NOTE = """One marin ledger run (`ledger/<run id>.jsonl` under Artifacts). Ta
 | `marin.status` | succeeded, failed or unfinished, as the ledger says |
 | `marin.synced_seq`, `marin.synced_digest` | the last ledger record this MLflow run reflects |
 | `marin.verification.*` | the latest `marin verify` of the run: result, mode, record |
+| `stage`, `status`, `recipe`, `commit` | short copies for the run list (recipe: 12 hex, commit: 8) |
 """
 
 
@@ -178,9 +179,7 @@ class _Syncer:
 
     def parent(self, log: RunLog) -> str:
         code = log.started.body["code"]
-        key = (code["git_commit"] or "no-commit")[:12]
-        if code["dirty"]:
-            key += "-dirty-" + code["diff_digest"].split(":")[1][:8]
+        key = pipeline_key(code)
         found = self.lookup("pipeline:" + key)
         if found is not None and found.info.status == "RUNNING" and self.known is None:
             time.sleep(1.0)  # just made by a stage syncing now: by then it has kept or deleted it
@@ -188,7 +187,7 @@ class _Syncer:
         if found is not None:
             return found.info.run_id
         run, created = self._create_once(
-            "marin.pipeline", key, run_name=f"pipeline {key}", start_time=_ms(log.started.time),
+            "marin.pipeline", key, run_name=pipeline_name(code), start_time=_ms(log.started.time),
             tags={"marin.kind": "pipeline", "marin.pipeline": key, "mlflow.source.git.commit": code["git_commit"] or "",
                   "mlflow.note.content": PIPELINE_NOTE})
         if created:
@@ -213,8 +212,9 @@ class _Syncer:
                 "marin.stage": s["stage"], "mlflow.source.git.commit": s["code"]["git_commit"] or "",
                 "mlflow.source.name": " ".join(s["command"]), "mlflow.source.type": "LOCAL", "mlflow.user": _user(),
                 "marin.determinism_digest": s["determinism_digest"], "marin.code_digest": s["code"]["code_digest"],
-                "mlflow.parentRunId": self.parent(log), "mlflow.note.content": RUN_NOTE}
-        run, created = self._create_once("marin.run_id", log.run_id, run_name=f"{s['stage']} {log.run_id}",
+                "mlflow.parentRunId": self.parent(log), "mlflow.note.content": run_note(log),
+                **short_tags(log)}
+        run, created = self._create_once("marin.run_id", log.run_id, run_name=run_name(s['stage'], log.run_id),
                                          start_time=_ms(log.started.time), tags=tags)
         if created:
             params = _flat("", s["params"])
@@ -252,7 +252,7 @@ class _Syncer:
                 self._output(mlflow_id, log, r)
         self.client.log_artifact(mlflow_id, str(log.path), "ledger")
         tags = [RunTag("marin.synced_seq", str(last.seq)), RunTag("marin.synced_digest", last.digest),
-                RunTag("marin.status", log.status)]
+                RunTag("marin.status", log.status), RunTag("status", log.status)]
         # Outputs as tags, so lineage can be followed in MLflow alone: input digest -> producing run.
         tags += [RunTag("marin.output." + r.body["name"].replace(":", "/"), r.body["digest"])
                  for r in new if r.kind == "output"]
@@ -330,6 +330,41 @@ class _Syncer:
             self.client.log_artifacts(mlflow_id, str(path), "report")  # the report itself, beside its ledger
         if log.started.body["stage"] == "report" and b["name"] == "report_json" and path.is_file():
             self.models.register(mlflow_id, log, json.loads(path.read_text()))
+
+
+def run_name(stage: str, run_id: str) -> str:
+    """A stage run's name in MLflow's run list, short enough not to be cut: the stage and the run id's
+    random tail (``train 1a2b3c4d``), distinct as run ids are (``<stage>-<time>-<8 hex>``)."""
+    return f"{stage} {run_id.rsplit('-', 1)[-1]}"
+
+
+def pipeline_key(code: dict[str, Any]) -> str:
+    """The pipeline a stage run belongs to: its git commit (12 hex), and the diff's digest if dirty."""
+    key = (code["git_commit"] or "no-commit")[:12]
+    if code["dirty"]:
+        key += "-dirty-" + code["diff_digest"].split(":")[1][:8]
+    return key
+
+
+def pipeline_name(code: dict[str, Any]) -> str:
+    """A pipeline run's name: ``pipeline 1a2b3c4d`` (commit), ``+5e6f7a`` for a dirty tree's diff."""
+    name = "pipeline " + (code["git_commit"] or "no-commit")[:8]
+    return name + ("+" + code["diff_digest"].split(":")[1][:6] if code["dirty"] else "")
+
+
+def short_tags(log: RunLog) -> dict[str, str]:
+    """Tags with short keys, so that the run list's tag column reads without hovering."""
+    s = log.started.body
+    return {"stage": s["stage"], "recipe": s["recipe_digest"].split(":")[-1][:12],
+            "commit": (s["code"]["git_commit"] or "none")[:8]}
+
+
+def run_note(log: RunLog) -> str:
+    """A stage run's description: its key facts on the first line (the run list shows it), then what
+    each tag holds."""
+    s = log.started.body
+    return (f"{s['stage']} run `{log.run_id}`: recipe {s['recipe_digest'][:19]}…, commit "
+            f"{(s['code']['git_commit'] or 'none')[:12]}, determinism {s['determinism_digest'][:19]}…\n\n" + RUN_NOTE)
 
 
 def _scope(r: Record) -> str:
