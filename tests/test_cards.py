@@ -128,7 +128,8 @@ def test_model_card_is_a_valid_hub_card_with_the_ledger_eval_results(built: Any)
                 if r["kind"] == "eval" and r["body"]["name"] == "model" for k in ("bits_per_byte", "perplexity")}
     name, results = model_index_to_eval_results(data["model-index"])
     assert name == META["model_name"] and len(expected) == 4
-    assert {(e.dataset_config, e.metric_type, e.metric_value) for e in results} == expected
+    assert {(e.dataset_config, e.metric_type, e.metric_value) for e in results
+            if e.task_name == "Causal language modeling"} == expected  # the harness's: test_harness_stage
     assert all(e.task_type == "text-generation" and e.dataset_split == "validation" for e in results)
     assert len(card.data.eval_results) == len(results)
     body = card.text

@@ -178,6 +178,7 @@ def test_results_are_shown_in_the_report_the_card_and_mlflow(trained_project: Pr
 
     proj = trained_project
     recorded = harness_records(proj)
+    proj.stage("export")  # models/hf/README.md, below; before the report, which then shows the export
     proj.marin("report", check=True)
     report = (proj.root / "reports/marin-tiny/report.md").read_text()
     table = report[report.index("### Benchmarks (lm-evaluation-harness)"):].split("\n\n")[2].splitlines()
@@ -199,7 +200,6 @@ def test_results_are_shown_in_the_report_the_card_and_mlflow(trained_project: Pr
         for metric in harness_section.metrics(body["values"]):
             assert listed[(task, metric)] == body["values"][metric]["value"]
     # the same values in models/hf/README.md, which the export writes from metrics/eval.json
-    proj.stage("export")
     hub = yaml.safe_load((proj.root / "models/hf/README.md").read_text().split("---")[1])
     [hub_index] = hub["model-index"]
     exported = {(r["task"]["name"], m["type"]): m["value"] for r in hub_index["results"] for m in r["metrics"]
@@ -214,4 +214,4 @@ def test_results_are_shown_in_the_report_the_card_and_mlflow(trained_project: Pr
                                f"tags.`marin.run_id` = '{run_id}'")
     for task, body in recorded.items():
         assert run.data.metrics[f"harness:{task}.harness.acc"] == body["values"]["acc"]["value"]
-        assert run.data.metrics[f"harness:{task}.harness.samples"] == body["values"]["samples"]
+        assert run.data.params[f"harness:{task}.harness.samples"] == str(body["values"]["samples"])  # a count: a param
