@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TypeAlias
 
 from marin import cli_commands as cmd
-from marin.paths import project_root
+from marin.errors import NotAProjectError
+from marin.paths import NOT_A_PROJECT, is_project, project_root
 from marin.stage import STAGES, guarded
 
 DESCRIPTION = """\
@@ -141,7 +142,8 @@ def _verify(sub: Sub) -> None:
 def _report(sub: Sub) -> None:
     rep = sub.add_parser(
         "report", help="build the transparency report of a model (or verify one: `marin report verify DIR`)",
-        usage="marin report [--model MODEL]\n       marin report verify DIRECTORY [--key PUB] [--require-signature]",
+        usage="marin report [--model MODEL]\n       marin report verify DIRECTORY [--key PUB] [--require-signature] "
+              "[--release]",
         description="Without a subcommand: build reports/<report.model_name>/ from the ledger, as a ledger run "
                     "(the same as the report stage of `dvc repro`). With `verify`: check a report that was built.")
     rep.add_argument("--model", default="models/final",
@@ -156,7 +158,10 @@ def _report(sub: Sub) -> None:
                      help="the report directory, e.g. reports/marin-tiny")
     ver.add_argument("--key", type=Path, help="public key (default: the signing key's .pub)")
     ver.add_argument("--require-signature", action="store_true",
-                     help="fail when the report is not signed (the release check)")
+                     help="fail when the report is not signed")
+    ver.add_argument("--release", action="store_true",
+                     help="the release check: fail when the report is not signed or still carries params.yaml's "
+                          "placeholders (authors 'marin contributors', a contact @marin.local, no url)")
     ver.set_defaults(fn=cmd.report_verify)
     key = sub.add_parser("keygen", help="make an ed25519 signing key for reports")
     key.add_argument("path", type=Path, nargs="?", help="private key path (default: report.signing_key)")
@@ -167,9 +172,10 @@ def _report(sub: Sub) -> None:
 def _schemas(sub: Sub) -> None:
     sch = sub.add_parser("schemas", help="the pinned JSON Schema set that records are checked against")
     ssub = sch.add_subparsers(dest="schemas_command", required=True, metavar="SUBCOMMAND")
-    ssub.add_parser("check", help="every schema file is the pinned one").set_defaults(fn=cmd.schemas_check)
+    ssub.add_parser("check", help="every schema file is the pinned one").set_defaults(
+        fn=cmd.schemas_check, needs_project=False)  # the schemas of the installed package
     ssub.add_parser("pin", help="after an intended schema change: record the new digests").set_defaults(
-        fn=cmd.schemas_pin)
+        fn=cmd.schemas_pin, needs_project=False)
 
 
 def _params(sub: Sub) -> None:
@@ -195,7 +201,16 @@ def _publish(sub: Sub) -> None:
     p = sub.add_parser("publish", help="push data, model, report and the checkpoints verify needs to the DVC "
                                        "remote, and record where each object lives")
     p.add_argument("--remote", help="the DVC remote (default: the project's default remote)")
+    p.add_argument("--hf-folder", type=Path, metavar="OUT",
+                   help="instead: write models/hf into the new folder OUT as exactly the files "
+                        "huggingface_hub.upload_folder sends, and print the command that pushes it")
     p.set_defaults(fn=cmd.publish)
+
+
+def _sweep(sub: Sub) -> None:
+    p = sub.add_parser("sweep", help="run the trials of params.yaml's sweep (each a `dvc exp run`), record them and "
+                                     "the selected one in the ledger, and apply the selected experiment")
+    p.set_defaults(fn=cmd.sweep)
 
 
 def _stages(sub: Sub) -> None:
@@ -231,15 +246,24 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("-v", "--verbose", action="store_true", help="show tracebacks and extra notes")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in (_ledger, _status, _mlflow, _lineage, _diff, _verify, _report, _stages, _schemas, _params, _pin,
-                  _publish):
+                  _publish, _sweep):
         group(sub)
     return ap
 
 
+def _in_project(args: argparse.Namespace) -> int:
+    """Run the command; one that needs a project refuses, writing nothing, where there is none."""
+    if getattr(args, "needs_project", True) and not is_project(args.root):
+        where = f"--root {args.root}" if args.root_given else str(args.root)
+        raise NotAProjectError(f"{where}: {NOT_A_PROJECT}; run it in the project's folder or pass --root DIR")
+    return args.fn(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.root_given = args.root is not None
     args.root = (args.root or project_root()).resolve()
-    return guarded(lambda: args.fn(args), args.verbose)
+    return guarded(lambda: _in_project(args), args.verbose)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ def ledger_check(args: argparse.Namespace) -> int:
         print(f"FAIL {p}", file=sys.stderr)
     for m in report.missing:
         print(f"{'FAIL' if args.require_outputs else 'MISSING'} {m}", file=sys.stderr)
+    for m in report.leftovers:
+        print(f"LEFTOVER {m}", file=sys.stderr)
     if args.verbose:
         for n in report.notes:
             print(f"note {n}")
@@ -184,7 +186,8 @@ def report(args: argparse.Namespace) -> int:
 def report_verify(args: argparse.Namespace) -> int:
     from marin.report import check
 
-    v = check.verify(args.root, args.directory.resolve(), args.key, args.require_signature)
+    v = check.verify(args.root, args.directory.resolve(), args.key, args.require_signature or args.release,
+                     release=args.release)
     for p in v.problems:
         print(f"FAIL {p}", file=sys.stderr)
     status = "ok" if v.ok else f"{len(v.problems)} problem(s)"
@@ -217,10 +220,32 @@ def pin(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_name(root: Path) -> str:
+    report = config.load(root / "params.yaml").report
+    return report.model_name if report else "marin-model"  # the export's name when params has no report
+
+
 def publish(args: argparse.Namespace) -> int:
+    if args.hf_folder is not None:
+        from marin.export.hub_folder import write_hub_folder
+
+        out = args.hf_folder if args.hf_folder.is_absolute() else Path.cwd() / args.hf_folder
+        names, push = write_hub_folder(args.root, out, _model_name(args.root))
+        print(f"wrote {out}: {len(names)} files, exactly what huggingface_hub.upload_folder sends; push it with:")
+        print(push)
+        return 0
     from marin.publish import publish
 
     publish(args.root, args.remote)
+    return 0
+
+
+def sweep(args: argparse.Namespace) -> int:
+    from marin.sweep import sweep
+    from marin.tracking import sync_quietly
+
+    sweep(args.root, config.load(args.root / "params.yaml"))
+    sync_quietly(args.root)  # the sweep as an MLflow parent run with one child per trial
     return 0
 
 
@@ -248,13 +273,21 @@ def stages(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
+    from marin.ledger.check import leftovers
     from marin.ledger.index import Index
     from marin.status import status as stage_status
+    from marin.status import workspace
 
     with Index.using(args.root, None) as index:
         result = stage_status(args.root, index)
+        found = workspace(args.root, index)
     for st in result:
         print(st.line(), file=sys.stderr if st.stale else sys.stdout)
+    for line in found:
+        print(line, file=sys.stderr)
+    for line in leftovers(args.root):
+        print(f"leftover: {line}", file=sys.stderr)
     stale = [st.stage for st in result if st.stale]
-    print(f"status: {len(stale)} stale stage(s){': ' + ', '.join(stale) if stale else ''}")
-    return 1 if stale else 0
+    more = f"; {len(found)} thing(s) in the workspace no run made" if found else ""
+    print(f"status: {len(stale)} stale stage(s){': ' + ', '.join(stale) if stale else ''}{more}")
+    return 1 if stale or found else 0

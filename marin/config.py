@@ -105,6 +105,8 @@ class CurateParams:
     filters: Filters
     dedup: Dedup
     split: Split
+    max_document_bytes: int = 16 << 20  # one record or document, checked while streaming
+    oversize: str = "refuse"  # refuse | drop (counted in the funnel's oversize step)
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,25 @@ class TrainParams:
     grad_clip: float
     log_every: int
     checkpoint_every: int
+    max_epochs_warning: float = 4.0  # the train stage warns past this many epochs
+
+
+@dataclass(frozen=True)
+class SelectRule:
+    metric: str  # bits_per_byte | val_loss | loss
+    goal: str  # min | max
+
+
+@dataclass(frozen=True)
+class SweepParams:
+    """``marin sweep`` (marin/sweep.py); no stage reads it."""
+
+    method: str  # grid | random
+    space: tuple[dict[str, Any], ...]  # {param: dotted key, values: [...]} or {param, low, high, log}
+    select: SelectRule
+    trials: int = 4  # random only
+    seed: int | None = None  # random only; default: the root seed
+    target: str = "evaluate"
 
 
 @dataclass(frozen=True)
@@ -186,10 +207,32 @@ class RuntimeParams:
 
 
 @dataclass(frozen=True)
+class NetworkParams:
+    """Bounds on every network operation (marin/net.py); never part of a recipe."""
+
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 60.0
+    retries: int = 2
+
+
+@dataclass(frozen=True)
+class HarnessParams:
+    """lm-evaluation-harness tasks run on the model (marin/evaluate/harness_run.py)."""
+
+    tasks: tuple[str, ...] = ("marin_cloze", "marin_cloze_fewshot", "marin_source")  # names, or folders of YAMLs
+    include: tuple[str, ...] = ()  # project folders of task YAMLs whose tasks ``tasks`` may name
+    num_fewshot: int | None = None  # None: each task's own
+    limit: int | None = 200  # samples per task, at most (None: all)
+    seed: int = 1234  # the harness's random, numpy and few-shot seeds
+    batch_size: int = 32
+
+
+@dataclass(frozen=True)
 class EvaluateParams:
     prompts: tuple[str, ...]
     sample_tokens: int
     batch_size: int
+    harness: HarnessParams = HarnessParams()
 
 
 @dataclass(frozen=True)
@@ -216,6 +259,8 @@ class ReportParams:
     funding: str | None = None
     url: str | None = None
     energy: EnergyAssumptions | None = None
+    language: tuple[str, ...] = ("en",)
+    datasheet: dict[str, str] | None = None  # the lab's answers to datasheet questions the ledger cannot answer
 
 
 @dataclass(frozen=True)
@@ -232,6 +277,8 @@ class Params:
     report: ReportParams | None = None  # optional: only the report stage reads it
     sft: TrainParams | None = None  # optional: only the sft stage reads it (the train section's fields)
     instructions: InstructionsParams | None = None  # optional: only the instructions and sft stages read it
+    network: NetworkParams = NetworkParams()  # optional: timeouts and retries of network operations
+    sweep: SweepParams | None = None  # optional: only `marin sweep` reads it
 
     def section(self, *names: str) -> dict[str, Any]:
         """The raw params of the named sections, as recorded in a run's ledger (and its recipe);
@@ -285,8 +332,12 @@ _NESTED: dict[tuple[str, str], type] = {
     ("Params", "runtime"): RuntimeParams,
     ("RuntimeParams", "data"): DataRuntime,
     ("Params", "evaluate"): EvaluateParams,
+    ("EvaluateParams", "harness"): HarnessParams,
     ("Params", "report"): ReportParams,
+    ("Params", "network"): NetworkParams,
     ("ReportParams", "energy"): EnergyAssumptions,
+    ("Params", "sweep"): SweepParams,
+    ("SweepParams", "select"): SelectRule,
     ("FetchParams", "sources"): Source,
     ("Source", "extract"): Extract,
     ("CurateParams", "filters"): Filters,

@@ -1,8 +1,8 @@
 """``marin diff RUN_A RUN_B``: two ledger runs side by side, and their first divergence.
 
 Params, code, determinism class, inputs, outputs and metrics are compared field by
-field; for train runs the first divergence is the first checkpoint whose tensor digest
-differs (then the first metric whose exact value differs).
+field; for train runs the first divergence is the earliest step whose exact metric values or
+checkpoint tensor digest differ (then the first differing output).
 """
 
 from __future__ import annotations
@@ -57,21 +57,31 @@ def diff(root: Path, run_a: str, run_b: str) -> Diff:
                                      {r.body["name"]: r.body["digest"] for r in b.of_kind("output")})
     ma = {(r.body["step"], k): v["hex"] for r in a.of_kind("metric") for k, v in r.body["values"].items()}
     mb = {(r.body["step"], k): v["hex"] for r in b.of_kind("metric") for k, v in r.body["values"].items()}
-    d.sections["metrics"] = [(f"step {s} {k}", float.fromhex(x) if x != "<absent>" else x,
-                              float.fromhex(y) if y != "<absent>" else y)
-                             for (s, k), x, y in ((key, ma.get(key, "<absent>"), mb.get(key, "<absent>"))
-                                                  for key in sorted(set(ma) | set(mb))) if x != y]
+    differing = [key for key in sorted(set(ma) | set(mb)) if ma.get(key) != mb.get(key)]
+    d.sections["metrics"] = [(f"step {s} {k}", _exact(ma.get((s, k))), _exact(mb.get((s, k)))) for s, k in differing]
     ca = {r.body["step"]: r.body["digest"] for r in a.of_kind("checkpoint")}
     cb = {r.body["step"]: r.body["digest"] for r in b.of_kind("checkpoint")}
-    for s in sorted(set(ca) & set(cb)):
-        if ca[s] != cb[s]:
-            d.first_divergence = f"checkpoint at step {s}: {ca[s]} vs {cb[s]}"
-            break
-    if d.first_divergence is None and d.sections["metrics"]:
-        d.first_divergence = f"metric {d.sections['metrics'][0][0]}"
+    d.first_divergence = first_divergence(differing, ca, cb)
     if d.first_divergence is None and d.sections["outputs"]:
         d.first_divergence = f"output {d.sections['outputs'][0][0]}"
     return d
+
+
+def _exact(hex_value: str | None) -> float | str:
+    return "<absent>" if hex_value is None else float.fromhex(hex_value)
+
+
+def first_divergence(metrics: list[tuple[int, str]], ca: dict[int, str], cb: dict[int, str]) -> str | None:
+    """The earliest step at which the runs differ: its differing metrics (``metrics``: the (step,
+    name) pairs whose exact values differ), else the checkpoint whose tensor digest differs. At the
+    same step the metrics are named: they are measured during the step, the checkpoint after it."""
+    ckpt = next((s for s in sorted(set(ca) & set(cb)) if ca[s] != cb[s]), None)
+    step = min((s for s, _ in metrics), default=None)
+    if ckpt is not None and (step is None or ckpt < step):
+        return f"checkpoint at step {ckpt}: {ca[ckpt]} vs {cb[ckpt]}"
+    if step is None:
+        return None
+    return f"metrics at step {step}: {', '.join(k for s, k in metrics if s == step)}"
 
 
 def render(d: Diff) -> str:

@@ -41,8 +41,9 @@ CODE_DIRS = ("marin", "pipeline", "schemas")
 MAX_NAMES = 200  # changed/stray file names listed in a record (the count is kept in full)
 LOCK_FILE = "uv.lock"
 # Paths that change while the pipeline runs, or whose content each run records in full
-# (params.yaml: the sections a stage reads are in its run.started); not part of the code state.
-DIFF_EXCLUDE = ("ledger", "dvc.lock", "reports", "mlflow.db", "params.yaml")
+# (params.yaml: the sections a stage reads are in its run.started; metrics/: git-versioned stage
+# outputs, which a reader records by digest); not part of the code state.
+DIFF_EXCLUDE = ("ledger", "dvc.lock", "reports", "mlflow.db", "params.yaml", "metrics")
 
 def recorded_env_vars(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The allow-listed environment variables and their values."""
@@ -113,6 +114,7 @@ def code_state(root: Path, inputs: tuple[str, ...] | list[str] = (),
     commit = git(root, "rev-parse", "--verify", "-q", "HEAD")
     tree = git(root, "rev-parse", "--verify", "-q", "HEAD^{tree}")
     code = [f":(glob){g}" for g in (*CODE_GLOBS, *RECIPE_FILES)]
+    inputs = [p for p in inputs if p.split("/")[0] not in DIFF_EXCLUDE]  # pipeline outputs, recorded by digest
     relevant = code + [f":(literal){p}" for p in (*CODE_DIRS, *inputs)]  # an untracked input is recorded by digest
     diff = git(root, "diff", "HEAD", "--binary", "--", *relevant) if commit else None
     untracked = sorted(set(_lines(git(root, "ls-files", "--others", "--exclude-standard", "--", *code)))

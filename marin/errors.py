@@ -36,3 +36,9 @@ class FetchError(MarinError):
 
 class StageError(MarinError):
     """A pipeline stage cannot proceed (missing input, bad data)."""
+
+
+class NotAProjectError(MarinError):
+    """A command that reads or writes a project ran where there is none."""
+
+    exit_code = 2

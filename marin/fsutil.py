@@ -14,12 +14,13 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
-from typing import NoReturn
+from typing import BinaryIO, NoReturn
 
 from marin.errors import StageError
 
@@ -27,6 +28,9 @@ DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, err
 _DISK_WORDS = ("no space left on device", "disk quota exceeded", "read-only file system",
                "input/output error", "file too large")
 _HELD: set[tuple[int, int]] = set()  # (dev, inode) of this process's temporary directories
+SPECIAL = ((stat.S_ISLNK, "is a symbolic link"), (stat.S_ISCHR, "is a character device"),
+           (stat.S_ISBLK, "is a block device"), (stat.S_ISFIFO, "is a fifo"),
+           (stat.S_ISSOCK, "is a socket"))  # what a file is that is neither regular nor a directory
 
 
 class WriteError(StageError):
@@ -77,6 +81,30 @@ def failure_cause(e: BaseException) -> str | None:
             return cause
         cur = cur.__cause__ or cur.__context__
     return None
+
+
+def not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` (from ``lstat``) is when it is not a regular file ("is a fifo", ...)."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory"
+    return next((w for test, w in SPECIAL if test(mode)), "is not a regular file")
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """``path`` opened for reading only if it is a regular file, never blocking (a fifo opens at once
+    with O_NONBLOCK) nor following a link; an OSError naming what it is otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        why = not_regular(os.fstat(fd).st_mode)
+        if why is not None:
+            raise OSError(errno.EINVAL, why, os.fspath(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def fsync_dir(path: Path) -> None:
@@ -133,6 +161,44 @@ def clean_stale(path: Path) -> list[Path]:
         _settle_old(old, path)
         removed.append(old)
     return removed
+
+
+def remove_leftovers(path: Path) -> list[Path]:
+    """:func:`clean_stale` for ``path`` under its folder's lock (what a stage does for its outputs as
+    it starts, so that a killed run's leftovers go even when nothing is rewritten)."""
+    if not path.parent.is_dir():
+        return []
+    with _parent_lock(path.parent):
+        return clean_stale(path)
+
+
+_LEFTOVER = re.compile(r"\.(.+)\.(?:[a-z0-9_]{8}\.tmp|old)")
+
+
+def _held(p: Path) -> bool:
+    """Whether a live writer holds ``p``'s lock (a link or a file that cannot be opened counts as held:
+    it is not ours to judge)."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # releases the lock just taken
+    return False
+
+
+def leftovers(directory: Path) -> list[Path]:
+    """The temporary siblings (``.<name>.XXXXXXXX.tmp``) and set-aside versions (``.<name>.old``) in
+    ``directory`` that no live writer holds: what killed writers left. Nothing is removed."""
+    found = [(p, m.group(1)) for p in (sorted(directory.iterdir()) if directory.is_dir() else [])
+             if (m := _LEFTOVER.fullmatch(p.name))]
+    held = {p for p, _ in found if p.suffix == ".tmp" and _held(p)}
+    live = {name for p, name in found if p in held}  # only a live writer can be between the renames of _swap
+    return [p for p, name in found if p not in held and (p.suffix == ".tmp" or name not in live)]
 
 
 def _settle_old(old: Path, path: Path) -> None:

@@ -15,6 +15,8 @@ from typing import Any
 
 import rfc8785
 
+from marin.errors import IntegrityError
+
 PREFIX = "sha256:"
 _CHUNK = 1 << 20
 
@@ -45,20 +47,44 @@ def json_digest(obj: Any) -> str:
     return bytes_digest(canonical_json(obj))
 
 
+class ChangedWhileRead(IntegrityError):
+    """A file's size or times moved while it was hashed: the digest is of no version of it."""
+
+
+def unchanged(path: str | os.PathLike[str], before: os.stat_result, after: os.stat_result) -> None:
+    """Raise ChangedWhileRead unless the file's size, mtime and ctime are the same ``after`` a read as
+    ``before`` it (so the digest just computed is the file's digest when it was read)."""
+    if (before.st_size, before.st_mtime_ns, before.st_ctime_ns) == (after.st_size, after.st_mtime_ns,
+                                                                      after.st_ctime_ns):
+        return
+    from marin.fsutil import shown
+
+    moved = f"size {before.st_size:,} -> {after.st_size:,} bytes" if before.st_size != after.st_size else \
+        f"modified {(after.st_mtime_ns - before.st_mtime_ns) / 1e9:+.3f} s later"
+    raise ChangedWhileRead(f"{shown(path)}: changed while it was read ({moved}); its digest would not be the "
+                           "file's: wait until nothing writes to it, then run again")
+
+
 def file_digest(path: str | os.PathLike[str]) -> str:
-    """sha256 of a file's bytes, streamed."""
+    """sha256 of a file's bytes, streamed; ChangedWhileRead if the file changed meanwhile."""
     with open(path, "rb") as f:
-        return fmt(hashlib.file_digest(f, "sha256").digest())
+        before = os.fstat(f.fileno())
+        digest = fmt(hashlib.file_digest(f, "sha256").digest())
+        unchanged(path, before, os.fstat(f.fileno()))
+    return digest
 
 
 def file_digests(path: str | os.PathLike[str]) -> tuple[str, str, int]:
-    """(sha256 ``sha256:<hex>``, DVC's md5 hex, size) of a file, read once for both."""
+    """(sha256 ``sha256:<hex>``, DVC's md5 hex, size) of a file, read once for both;
+    ChangedWhileRead if the file changed meanwhile."""
     sha, md5, size = hashlib.sha256(), hashlib.md5(), 0
     with open(path, "rb") as f:
+        before = os.fstat(f.fileno())
         while chunk := f.read(_CHUNK):
             sha.update(chunk)
             md5.update(chunk)
             size += len(chunk)
+        unchanged(path, before, os.fstat(f.fileno()))
     return fmt(sha.digest()), md5.hexdigest(), size
 
 

@@ -16,9 +16,17 @@ def project_root(start: str | os.PathLike[str] | None = None) -> Path:
         return Path(env).resolve()
     here = Path(start or Path.cwd()).resolve()
     for d in (here, *here.parents):
-        if (d / "params.yaml").is_file() or (d / "dvc.yaml").is_file():
+        if is_project(d):
             return d
     return here
+
+
+NOT_A_PROJECT = "not a marin project (no dvc.yaml/params.yaml here or above)"
+
+
+def is_project(root: Path) -> bool:
+    """Whether ``root`` holds a project's params.yaml or dvc.yaml."""
+    return (root / "params.yaml").is_file() or (root / "dvc.yaml").is_file()
 
 
 def ledger_dir(root: Path) -> Path:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marin import fsutil, hashing
+from marin import fsutil, hashing, net
 from marin.errors import IntegrityError, MarinError
 from marin.ledger.index import Index
 from marin.ledger.store import RunLog, load_run
@@ -49,13 +49,16 @@ class Remote:
 
 
 def open_repo(root: Path) -> Any:
+    """The DVC project at ``root``, its remotes bounded by the project's ``network`` params."""
     from dvc.repo import Repo
 
     try:
-        return Repo(str(root))
+        repo = Repo(str(root))
     except Exception as e:  # not a DVC project, or an unreadable .dvc/config
         raise RemoteError(f"{root}: DVC cannot open the project ({error_line(e)}); run `dvc init` or fix "
                            ".dvc/config") from None
+    net.bound_dvc_remotes(repo.config, net.settings(root))
+    return repo
 
 
 def error_line(e: BaseException) -> str:
@@ -84,7 +87,16 @@ def open_remote(repo: Any, name: str | None) -> Remote:
         r = repo.cloud.get_remote(name)
     except Exception as e:
         raise RemoteError(f"DVC remote {name}: {error_line(e)}; check .dvc/config") from None
-    return Remote(name, repo.config["remote"][name]["url"], r.fs, r.path, r.odb)
+    conf = repo.config["remote"][name]
+    remote = Remote(name, conf["url"], r.fs, r.path, r.odb)
+    try:  # one bounded request first: a silent server is named here, not after a push's every file
+        remote.fs.exists(remote.base)
+    except Exception as e:
+        where = f"{remote.url} (endpoint {conf['endpointurl']})" if conf.get("endpointurl") else remote.url
+        raise RemoteError(f"DVC remote {name}: {where} did not answer ({error_line(e)}) within "
+                          f"{net.bounds(net.settings(Path(repo.root_dir)))}; check the URL, the endpoint and the "
+                          "credentials, or raise the bounds") from None
+    return remote
 
 
 def publications(root: Path, what: str, index: Index | None = None) -> list[dict[str, Any]]:

@@ -59,6 +59,10 @@ def current_pins() -> dict[str, str]:
             for p in sorted(SCHEMA_DIR.rglob("*.schema.json"))}
 
 
+class UnpinnedSchema(SchemaError):
+    """The schema a record would be checked against is edited, missing or unpinned: it cannot judge."""
+
+
 @functools.cache
 def _schema(name: str) -> dict[str, Any]:
     """``schemas/<name>.schema.json``, parsed, if it is the pinned one."""
@@ -66,10 +70,10 @@ def _schema(name: str) -> dict[str, Any]:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise SchemaError(f"no schema {path}: is the marin checkout complete?") from None
+        raise UnpinnedSchema(f"no schema {path}: is the marin checkout complete?") from None
     problem = _pin_problem(f"schemas/{name}.schema.json", data)
     if problem:
-        raise SchemaError(problem)
+        raise UnpinnedSchema(problem)
     return json.loads(data)
 
 

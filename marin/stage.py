@@ -3,6 +3,7 @@ command share. A MarinError, or a failing disk, ends as one line on stderr and a
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,8 +13,10 @@ from marin.errors import MarinError, SchemaError
 from marin.paths import project_root
 
 # The pipeline's stages in dvc.yaml order: the values a stage may have in the ledger.
-STAGES = ("fetch", "curate", "tokenize", "train", "instructions", "sft", "evaluate", "evaluate_instruct", "export",
-          "export_instruct", "report")
+STAGES = ("fetch", "curate", "evalsets", "tokenize", "train", "instructions", "sft", "evaluate", "evaluate_instruct",
+          "export", "export_instruct", "report")
+# Set by `dvc exp run` (in the workspace, a queue worker or a temporary copy) for the stages it runs.
+DVC_EXPERIMENT_VAR = "DVC_EXP_BASELINE_REV"
 
 
 def guarded(fn: Callable[[], int], verbose: bool = False) -> int:
@@ -53,12 +56,39 @@ def execute(stage: StageFn, root: Path) -> int:
 
     for problem in schemas.pin_problems()[:1]:  # records are written only against the pinned schemas
         raise SchemaError(problem)
-    if stage(root, params) is False:
+    remove_leftovers(root, stage.__module__.rsplit(".", 1)[-1].removesuffix("_stage"))
+    mirrored = stage(root, params)
+    stage_ledger_for_experiment(root)
+    if mirrored is False:
         return 0
     from marin.tracking import sync_quietly
 
     sync_quietly(root)  # the MLflow view; never fails the stage
     return 0
+
+
+def remove_leftovers(root: Path, name: str) -> None:
+    """Remove what killed runs of stage ``name`` left beside its outputs (temporary folders, a version
+    set aside mid-rename), leaving any a live run holds: the stage owns those folders."""
+    from marin import dvcfiles, fsutil, stages
+
+    declared = stages.get(name)
+    for out in declared.outs if declared is not None else ():
+        path = dvcfiles.interpolate(root, out.path)
+        if path is not None:
+            fsutil.remove_leftovers(root / path)
+
+
+def stage_ledger_for_experiment(root: Path) -> None:
+    """Under `dvc exp run`, put the ledger in git's index: DVC commits an experiment from the files
+    git tracks and the stages' own files, and the runs that made its outputs belong in that commit
+    (`dvc exp apply` and `dvc exp branch` then bring them with the outputs, and `ledger check` passes)."""
+    if os.environ.get(DVC_EXPERIMENT_VAR):
+        from marin.env import git
+
+        # Not the run file of a `marin sweep` that is running this experiment as one of its trials: it is
+        # still being written, and applying an experiment must not put back an older copy of it.
+        git(root, "add", "--", "ledger", ":(exclude,glob)ledger/runs/sweep-*")  # the train launcher adds last
 
 
 def stage_main(stage: StageFn) -> None:

@@ -6,6 +6,11 @@ succeeded run) recorded its code closure file by file (``run.started.code.closur
 stage's closure now is computed from the imports (:mod:`marin.closure`); a file whose digest
 differs, a module the stage imports now and did not then, or one it no longer imports makes
 the output **stale**, even where ``dvc.yaml`` and so DVC would not notice.
+
+It also names what a git merge can leave that no run made (:func:`workspace`): an output on
+disk that is not the one ``dvc.lock`` names (with the run that produced each, from the ledger),
+and params of a stage that no succeeded run of it used together (two branches each changed one).
+The temporary folders a killed run left are listed too (:func:`marin.ledger.check.leftovers`).
 """
 
 from __future__ import annotations
@@ -14,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marin import dvcfiles, hashing, stages
-from marin.ledger.index import Index
+from marin import config, dvcfiles, hashing, stages
+from marin.ledger.index import Index, hash_cache
 from marin.ledger.store import read_started
 
 SHOWN = 3  # changed files named per stage in the one-line summary
@@ -93,3 +98,70 @@ def status(root: Path, index: Index) -> list[StageStatus]:
         st.run_id, st.outputs = run_id, sorted(locked) or [o.path for o in s.outs]
         out.append(st)
     return out
+
+
+def _made_by(index: Index, path: str, key: str, value: str) -> str:
+    """The run whose output record for ``path`` has ``key`` (``dvc_md5``, ``digest``) = ``value``."""
+    found = [r for r, _, _, body in index.entities(path=path, role="output") if body.get(key) == value]
+    return f"run {found[-1]}" if found else "no recorded run"
+
+
+def lock_differences(root: Path, index: Index) -> list[str]:
+    """One line per output whose bytes on disk are not the version ``dvc.lock`` names, with the run
+    that produced each (a merge takes one branch's dvc.lock, the workspace keeps the other's output)."""
+    hashes, out = hash_cache(root, index=index), []
+    for stage, locked in dvcfiles.lock_outs(root).items():
+        for path, md5 in sorted(locked.items()):
+            if not (root / path).exists():
+                continue  # missing: `ledger check` names it
+            disk = hashing.digest_path(root / path, hashes)
+            if disk.dvc_md5 != md5:
+                out.append(f"differs: {stage} ({path}): dvc.lock names the output of "
+                           f"{_made_by(index, path, 'dvc_md5', md5)}, the one on disk is of "
+                           f"{_made_by(index, path, 'digest', disk.digest)}; `dvc checkout {stage}` puts "
+                           f"dvc.lock's in place, `dvc repro {stage}` makes one for the params now")
+    return out
+
+
+def _declared(raw: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The flattened values of the params ``keys`` (sections or dotted keys) that a stage declares."""
+    out: dict[str, Any] = {}
+    for key in keys:
+        value: Any = raw
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        out.update(config.flatten(value, key))
+    return out
+
+
+def unmatched_params(root: Path, index: Index) -> list[str]:
+    """One line per stage whose declared params, as params.yaml has them now, are those of no
+    succeeded run of it in the ledger, naming the closest run and where it differs."""
+    raw, out = config.load(root / "params.yaml").raw, []
+    for s in stages.STAGES:
+        now = _declared(raw, s.params)
+        done = [r.run_id for r in index.runs(s.name) if r.status == "succeeded"]
+        if not now or not done:
+            continue
+        diffs = []
+        for run_id in reversed(done):  # newest first: of equally close runs, the latest is named
+            recorded = config.flatten(read_started(root, run_id).body["params"])
+            diffs.append((sorted(k for k in now if recorded.get(k, _NONE) != now[k]), run_id, recorded))
+        diffs.sort(key=lambda d: len(d[0]))  # stable: closest first
+        if diffs[0][0]:
+            keys = sorted({k for differ, _, _ in diffs[:2] for k in differ})[:SHOWN]
+            closest = "; ".join(f"run {run_id} had " + ", ".join(f"{k} {recorded.get(k, 'unset')!r}"
+                                                                 for k in differ[:SHOWN])
+                                for differ, run_id, recorded in diffs[:2])
+            out.append(f"params match no run: {s.name}: " + ", ".join(f"{k} {now[k]!r}" for k in keys) +
+                       f" in params.yaml were never used together by any of the {len(done)} succeeded "
+                       f"{s.name} runs (closest: {closest}); `dvc repro {s.name}` makes one")
+    return out
+
+
+_NONE = object()
+
+
+def workspace(root: Path, index: Index) -> list[str]:
+    """What no run made: outputs unlike the ones dvc.lock names, params no run used together."""
+    return lock_differences(root, index) + unmatched_params(root, index)

@@ -44,7 +44,7 @@ def reference(name: str) -> Path:
     assert digest == PINNED[rel], f"{rel}: sha256 {digest} is not the pinned upstream copy's {PINNED[rel]}"
     return path
 PROJECT_FILES = ("marin", "pipeline", "schemas", "tokenizer", "dvc.yaml", "params.yaml", "pyproject.toml",
-                 "uv.lock", ".dvc/config", ".dvc/.gitignore", ".dvcignore", ".gitignore")
+                 "uv.lock", ".dvc/config", ".dvc/.gitignore", ".dvc/plots", ".dvcignore", ".gitignore")
 BIN = Path(sys.executable).parent
 # One persistent JAX compilation cache for every stage the tests run (set here in the controller,
 # inherited by the xdist workers): a tiny train stage costs ~7 CPU s instead of ~19 when the same
@@ -264,7 +264,7 @@ def tiny(proj: Project, **runtime: object) -> None:
 @pytest.fixture(scope="session")
 def _trained_project(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Project:
     return built_project(tmp_path_factory.mktemp("trained") / "proj", corpus,
-                         ("fetch", "curate", "tokenize", "train", "evaluate"), shrink=True)
+                         ("fetch", "curate", "evalsets", "tokenize", "train", "evaluate"), shrink=True)
 
 
 @pytest.fixture
@@ -286,9 +286,10 @@ def s3():
 # The slowest files first (measured with --durations), so that with `-n 2 --dist loadfile` the
 # long ones run beside the many short ones instead of last on one worker. The order within a
 # file is kept (some files build on their earlier tests). Requires --no-loadscope-reorder (addopts).
-SLOWEST_FIRST = ("test_portable.py", "test_pipeline_dvc.py", "test_verify.py", "test_train.py", "test_instruct.py",
-                 "test_tracking.py", "test_report_trust.py", "test_team.py", "test_distributed.py", "test_report.py",
-                 "test_curate_scale.py", "test_cli.py", "test_publish.py", "test_own_corpus.py")
+SLOWEST_FIRST = ("test_portable.py", "test_pipeline_dvc.py", "test_experiments.py", "test_verify.py", "test_train.py",
+                 "test_instruct.py", "test_tracking.py", "test_report_trust.py", "test_team.py", "test_distributed.py",
+                 "test_harness_stage.py", "test_report.py", "test_harness_hf.py", "test_curate_scale.py", "test_cli.py",
+                 "test_publish.py", "test_own_corpus.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-# argv: usage file, CPU cap in seconds (0: none), the command
+# argv: usage file, CPU cap in seconds (0: none), address-space cap in bytes (0: none), the command
 LAUNCHER = """
 import json, os, resource, sys
 pid = os.fork()
@@ -30,7 +30,9 @@ if pid == 0:
     try:
         if int(sys.argv[2]):
             resource.setrlimit(resource.RLIMIT_CPU, (int(sys.argv[2]),) * 2)
-        os.execv(sys.argv[3], sys.argv[3:])
+        if int(sys.argv[3]):
+            resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[3]),) * 2)
+        os.execv(sys.argv[4], sys.argv[4:])
     finally:
         os._exit(127)
 _, status, ru = os.wait4(pid, 0)
@@ -71,15 +73,18 @@ def _sample(launcher: psutil.Process) -> tuple[int, float]:
 
 
 def measure(cwd: Path, *argv: str, env: dict[str, str] | None = None, cpu_limit_s: int = 0,
-            timeout: float = 3600, sample_s: float = 0.0) -> Child:
+            timeout: float = 3600, sample_s: float = 0.0, as_limit: int = 0) -> Child:
     """Run ``argv`` in ``cwd`` as a grandchild of the launcher; its own rusage and wall time.
-    ``sample_s`` > 0 also samples the summed RSS of its process tree that often."""
+    ``sample_s`` > 0 also samples the summed RSS of its process tree that often. ``as_limit``
+    > 0 caps its address space (RLIMIT_AS, bytes): a runaway allocation fails the command
+    instead of the machine (not for a command importing JAX, which reserves far more)."""
     with tempfile.TemporaryDirectory(prefix="measure-") as scratch:
         usage = Path(scratch) / "usage.json"
         out, err = Path(scratch) / "out", Path(scratch) / "err"
         t0, tree, own = time.perf_counter(), 0, 0.0
         with open(out, "wb") as o, open(err, "wb") as e:
-            p = subprocess.Popen([sys.executable, "-I", "-S", "-c", LAUNCHER, str(usage), str(cpu_limit_s), *argv],
+            p = subprocess.Popen([sys.executable, "-I", "-S", "-c", LAUNCHER, str(usage), str(cpu_limit_s),
+                                  str(as_limit), *argv],
                                  cwd=cwd, env=env, stdout=o, stderr=e)
             try:
                 while p.poll() is None:

@@ -123,3 +123,37 @@ def wait_http(url: str, proc: subprocess.Popen | None = None, timeout: float = 1
         except OSError:
             time.sleep(0.3)
     raise RuntimeError(f"{url} did not answer within {timeout:.0f} s")
+
+
+class Silent:
+    """A server on 127.0.0.1 that accepts every connection and never answers (nor closes it): what
+    a hung or black-holed server looks like to a client."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.held: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed by stop()
+                return
+            self.held.append(conn)
+
+    def stop(self) -> None:
+        self.sock.close()
+        for c in self.held:
+            c.close()
+
+    def __enter__(self) -> Silent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

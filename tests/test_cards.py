@@ -27,7 +27,8 @@ from tests.conftest import reference
 pytestmark = pytest.mark.slow
 
 META = {"model_name": "marin-tiny", "license": "Apache-2.0", "report_dir": "reports/marin-tiny",
-        "code_license": "Apache-2.0", "model_license": "Apache-2.0", "date": "2026-11-30", "version": "0.1.0"}
+        "code_license": "Apache-2.0", "model_license": "Apache-2.0", "date": "2026-11-30", "version": "0.1.0",
+        "language": ["en"]}
 HEADER = ["domain", "subdomain", "indicator", "disclosed", "disclosure", "evidence"]
 SECTIONS = ["Motivation", "Composition", "Collection process", "Preprocessing/cleaning/labeling", "Uses",
             "Distribution", "Maintenance"]
@@ -58,6 +59,9 @@ def ledger_value(root: Path, facts: dict[str, Any], fid: str) -> Any:
     if "inputs" in src and src["formula"].startswith("Σ wall_s × cores"):  # hours: pairs (seconds, cores)
         xs = [ledger_value(root, facts, i) for i in src["inputs"]]
         return sum(w * (len(n) if isinstance(n, list) else n) for w, n in zip(xs[::2], xs[1::2], strict=True)) / 3600
+    if "inputs" in src and src["formula"].startswith("tokens seen / "):  # epochs, tokens per parameter: a ratio
+        seen, per = (ledger_value(root, facts, i) for i in src["inputs"])
+        return seen / per
     if "inputs" in src:
         coef = re.match(r"(\d+) ×", src["formula"])
         return math.prod([int(coef.group(1)) if coef else 1, *(ledger_value(root, facts, i) for i in src["inputs"])])
@@ -71,16 +75,16 @@ def ledger_value(root: Path, facts: dict[str, Any], fid: str) -> Any:
     return pointer(json.loads(data), src["pointer"])
 
 
-def links_and_prose(text: str) -> tuple[list[tuple[str, str]], str]:
-    """(href, rendered link text) of every link, and the rendered text outside links and code."""
+def links_and_prose(text: str) -> tuple[list[tuple[str, str, str]], str]:
+    """(href, rendered link text, title) of every link, and the rendered text outside links and code."""
     links, prose = [], []
     for tok in MarkdownIt("commonmark").enable("table").parse(text):
         inside = None
         for ch in tok.children or []:
             if ch.type == "link_open":
-                inside = [str(ch.attrGet("href")), ""]
+                inside = [str(ch.attrGet("href")), "", str(ch.attrGet("title") or "")]
             elif ch.type == "link_close":
-                links.append((inside[0], inside[1]))
+                links.append((inside[0], inside[1], inside[2]))
                 inside = None
             elif ch.type in ("text", "code_inline") and inside is not None:
                 inside[1] += ch.content
@@ -91,8 +95,9 @@ def links_and_prose(text: str) -> tuple[list[tuple[str, str]], str]:
 
 def check_citations(root: Path, facts: dict[str, Any], text: str) -> int:
     links, prose = links_and_prose(text)
-    cited = [(h.removeprefix("report.md#"), t) for h, t in links if h.startswith("report.md#")]
-    assert len(cited) == text.count("](report.md#F"), "a citation did not render as a link"
+    # a fact is cited as a link to the report's Sources heading, its id in the link's title
+    cited = [(title.removeprefix("fact "), t) for h, t, title in links if h == "report.md#appendix-sources"]
+    assert len(cited) == text.count('](report.md#appendix-sources "fact F'), "a citation did not render as a link"
     for fid, shown in cited:
         assert fid in facts, fid
         assert shown == facts[fid]["text"], (fid, shown)
@@ -101,7 +106,7 @@ def check_citations(root: Path, facts: dict[str, Any], text: str) -> int:
     # the caller's meta (licence ids) and two constants
     rest = prose.replace("Gebru et al., 2021", "").replace("6 × parameters", "")
     rest = rest.replace("sha256", "").replace("CO2", "")  # names, not numbers
-    for v in META.values():
+    for v in (v for v in META.values() if isinstance(v, str)):
         rest = rest.replace(v, "")
     assert not re.search(r"\d", rest), re.findall(r".{30}\d.{30}", rest)
     return len(cited)
@@ -114,7 +119,7 @@ def test_model_card_is_a_valid_hub_card_with_the_ledger_eval_results(built: Any)
     fetch = next((root / "ledger" / "runs").glob("fetch-*.jsonl")).stem
     sources = [r["body"]["name"] for r in ledger_records(root, fetch).values() if r["kind"] == "input"]
     assert sources and data["license"] == "apache-2.0"
-    assert "datasets" not in data  # the sources are not Hub dataset ids: the card does not claim they are
+    assert data["datasets"] == sources and data["language"] == ["en"]  # the sources, by their params.yaml names
     # no Hugging Face export in this project: the card names no library that would load it
     assert "library_name" not in data and data["pipeline_tag"] == "text-generation"
     [evaluate] = (root / "ledger" / "runs").glob("evaluate-*.jsonl")
@@ -123,7 +128,8 @@ def test_model_card_is_a_valid_hub_card_with_the_ledger_eval_results(built: Any)
                 if r["kind"] == "eval" and r["body"]["name"] == "model" for k in ("bits_per_byte", "perplexity")}
     name, results = model_index_to_eval_results(data["model-index"])
     assert name == META["model_name"] and len(expected) == 4
-    assert {(e.dataset_config, e.metric_type, e.metric_value) for e in results} == expected
+    assert {(e.dataset_config, e.metric_type, e.metric_value) for e in results
+            if e.task_name == "Causal language modeling"} == expected  # the harness's: test_harness_stage
     assert all(e.task_type == "text-generation" and e.dataset_split == "validation" for e in results)
     assert len(card.data.eval_results) == len(results)
     body = card.text
@@ -186,6 +192,31 @@ def test_datasheet_has_the_seven_sections_and_says_what_is_not_recorded(built: A
     assert "Funding: not recorded" in text
     for f in doc["data"]["funnel"]:
         assert f"`{f['corpus']}`" in text.split("## Preprocessing")[1].split("## Uses")[0]
+
+
+def test_datasheet_answers_from_facts_and_names_the_key_for_each_unrecorded_answer(built: Any) -> None:
+    root, facts, doc = built
+    text = cards.datasheet(facts, doc, META)
+    missing = [line for line in text.splitlines() if "not recorded" in line and line.startswith("- ")]
+    keys = [re.search(r"state it in params\.yaml as `(report\.[a-z_.]+)`", line) for line in missing]
+    assert all(keys), [line for line, k in zip(missing, keys, strict=True) if not k]  # each says what to add, where
+    schema = json.loads((Path(__file__).parents[1] / "schemas/params.schema.json").read_text())
+    report = schema["properties"]["report"]["properties"]
+    for k in (k.group(1).split(".")[1:] for k in keys):  # a key the params schema accepts
+        assert (report[k[0]]["properties"][k[1]] if len(k) == 2 else report[k[0]])["type"], k
+    assert len(missing) == 14  # authors, funding, contact (META has none) and the eleven report.datasheet keys
+    # redundancies and errors: the curation funnel's removals, each a cited ledger fact
+    line = next(x for x in text.splitlines() if x.startswith("- Missing information, errors or redundancies"))
+    removed = [(f["corpus"], s) for f in doc["data"]["funnel"] for s in f["removed"]]
+    assert removed and all(f"in `{c}` by `{s}`" in line for c, s in removed)
+    assert check_citations(root, facts, line) == len(removed)
+    # the lab's answers, given in params.yaml, replace every "not recorded"
+    answers = {k.group(1).split(".")[-1]: "Stated by the lab." for k in keys
+               if k.group(1).startswith("report.datasheet.")}
+    full = {**META, "authors": ["Ada"], "contact": "ada@example.org", "funding": "None.", "datasheet": answers}
+    sheet = cards.datasheet(facts, doc, full)
+    assert len(answers) == 11 and not [x for x in sheet.splitlines() if "not recorded" in x and x.startswith("- ")]
+    assert sheet.count("Stated by the lab. (params.yaml `report.datasheet.") == len(answers)
 
 
 @pytest.mark.parametrize("name", ["fmti-indicators-dec2025.csv", "fmti-indicators-2024.csv"])

@@ -135,3 +135,56 @@ def test_citation_cff_describes_this_release() -> None:
     assert cff["cff-version"] == "1.2.0" and cff["type"] == "software"
     assert {"message", "title", "authors"} <= set(cff) and all(a.get("name") for a in cff["authors"])
     assert cff["version"] == project["version"] and cff["license"] == project["license"]
+
+
+def _leaf_commands() -> list[tuple[str, ...]]:
+    """Every runnable command path (a parser whose subcommand is not required)."""
+    leaves = []
+    for path, p in _parsers(build_parser()):
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if path and not any(a.required for a in subs):
+            leaves.append(path)
+    return leaves
+
+
+OUTSIDE = {  # each command that needs a project, with arguments it would otherwise accept
+    ("ledger", "check"): (), ("ledger", "head"): (), ("ledger", "log"): (), ("ledger", "repair"): ("x",),
+    ("status",): (), ("mlflow", "sync"): (), ("lineage",): ("models/final",), ("diff",): ("a", "b"),
+    ("verify",): ("train-x",), ("report",): (), ("report", "verify"): ("reports/x",), ("keygen",): (),
+    ("stages",): (), ("params", "check"): (), ("pin",): ("corpus",), ("publish",): (), ("sweep",): (),
+}
+
+
+def test_outside_a_project_every_command_says_so_in_one_line_and_writes_nothing(tmp_path, monkeypatch,
+                                                                               capsys) -> None:
+    from marin.cli import main
+
+    assert set(OUTSIDE) | {("schemas", "check"), ("schemas", "pin")} == set(_leaf_commands())
+    monkeypatch.delenv("MARIN_ROOT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert not any((p / "params.yaml").exists() or (p / "dvc.yaml").exists() for p in (tmp_path, *tmp_path.parents))
+    for command, args in OUTSIDE.items():
+        code = main([*command, *args])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "", command
+        assert err.count("\n") == 1 and "not a marin project (no dvc.yaml/params.yaml here or above)" in err, command
+    r = _marin("ledger", "log", cwd=tmp_path)  # as a user meets it: the installed command
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.startswith("marin: error: ") and r.stderr.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []  # no .marin/, no ledger/
+    (tmp_path / "sub").mkdir()
+    assert main(["--root", str(tmp_path / "sub"), "ledger", "log"]) == 2
+    assert "--root " in capsys.readouterr().err and list((tmp_path / "sub").iterdir()) == []
+
+
+def test_uv_run_does_not_byte_compile_the_environment_each_time() -> None:
+    """`uv run` syncs before it runs; with `[tool.uv] compile-bytecode` each sync compiled every installed
+    file again (~20,000 files, about a second). Python compiles what it imports, once."""
+    import shutil
+
+    uv = shutil.which("uv")
+    assert uv, "uv is on PATH wherever the README's test command runs"
+    for _ in range(2):
+        r = subprocess.run([uv, "run", "--frozen", "--group", "hf", "python", "-c", "pass"], cwd=REPO,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert "Bytecode compiled" not in r.stderr

@@ -124,3 +124,19 @@ def test_data_class_has_no_machine_noise() -> None:
     cls = env.data_class(fp)
     assert "cpu_model" not in cls and "usable_cores" not in cls
     assert env.class_digest(cls) == env.class_digest(dict(cls))
+
+
+def test_a_git_versioned_metrics_file_read_as_input_is_recorded_by_digest_not_dirty(tmp_path) -> None:
+    # metrics/ is versioned by git (DVC's convention for `cache: false` metrics): evaluate rewrites
+    # metrics/eval.json, which the report reads; that is a pipeline output, not a code change.
+    _repo(tmp_path)
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "eval.json").write_text('{"bits_per_byte": 2.0}\n')
+    subprocess.run(["git", "add", "metrics"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "m"], cwd=tmp_path,
+                   check=True)
+    (tmp_path / "metrics" / "eval.json").write_text('{"bits_per_byte": 1.5}\n')
+    state = env.code_state(tmp_path, inputs=["metrics/eval.json", "corpus/a.txt"])
+    assert not state["dirty"] and "stray" not in state and "changed" not in state
+    (tmp_path / "corpus" / "a.txt").write_text("changed\n")  # a tracked input still counts
+    assert env.code_state(tmp_path, inputs=["metrics/eval.json", "corpus/a.txt"])["changed"] == ["corpus/a.txt"]

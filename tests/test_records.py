@@ -49,6 +49,11 @@ EXAMPLES = {
     "publication": {"what": "checkpoint", "name": "checkpoint:50", "path": "checkpoints/train-x/50", "digest": D,
                     "size": 1000, "remote": "lab", "url": "s3://lab/dvc/marin/sha256/ab/" + "ab" * 31,
                     "run_id": "train-x", "step": 50, "manifest": D, "files": 7},
+    "trial": {"index": 1, "params": {"train.lr": 0.01}, "status": "failed", "experiment": "sweep-0123abcd-t1",
+              "runs": [{"run_id": "train-x", "stage": "train", "status": "unfinished"}],
+              "metrics": {"step": 6, "loss": 5.5, "val_loss": 5.75}, "error": "ERROR: failed to reproduce 'train'"},
+    "selection": {"rule": {"metric": "bits_per_byte", "goal": "min"}, "trial": 0, "experiment": "sweep-0123abcd-t0",
+                  "value": 3.25, "reason": "lowest bits_per_byte of 2 succeeded trials"},
 }
 
 

@@ -63,18 +63,20 @@ def test_every_number_in_report_md_traces_to_its_ledger_record(reported) -> None
     proj, out = reported
     md = (out / "report.md").read_text()
     facts = json.loads((out / "report.json").read_text())["facts"]
-    links = LINK.findall(md[: md.index("\n## Sources")])  # the Sources table links facts to facts
+    links = LINK.findall(md[: md.index("\n## Appendix: Sources")])  # the Sources table links facts to facts
     assert len(links) > 100
     values: dict[str, object] = {}
     for fid, fact in facts.items():  # sources, resolved independently
         if "formula" not in fact["source"]:
             values[fid] = _ledger_value(proj.root, fact["source"])
-    for fid, fact in facts.items():  # derived values recomputed from their inputs
+    for fid, fact in sorted(facts.items(), key=lambda kv: int(kv[0][1:])):  # derived values, inputs first
         if "formula" in fact["source"]:
             ins = [values[i] for i in fact["source"]["inputs"]]
             if fact["source"]["formula"].startswith("Σ wall_s × cores"):  # pairs (seconds, core ids or count)
                 pairs = zip(ins[::2], ins[1::2], strict=True)
                 values[fid] = sum(w * (len(n) if isinstance(n, list) else n) for w, n in pairs) / 3600
+            elif fact["source"]["formula"].startswith("tokens seen / "):  # epochs, tokens per parameter
+                values[fid] = ins[0] / ins[1]
             else:
                 values[fid] = math.prod(ins) * (6 if fact["source"]["formula"].startswith("6") else 1)
     for text, fid in links:

@@ -96,13 +96,15 @@ def test_the_model_downloads_from_mlflow_with_its_recorded_digest(synced, team, 
     assert model.artifact_location.startswith("mlflow-artifacts:")  # served by the server, stored on S3
     dest = Path(mlflow.artifacts.download_artifacts(artifact_uri=model.artifact_location,
                                                     dst_path=str(tmp_path), tracking_uri=team.uri))
-    assert sorted(p.name for p in dest.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert (dest / "MLmodel").is_file()  # a pyfunc model: its weights, config and tokenizer under artifacts/
+    assert sorted(p.name for p in (dest / "artifacts" / "final").iterdir()) == ["config.json", "model.safetensors"]
     train = synced.runs("train")[-1]
     out = next(x["body"] for x in train if x["kind"] == "output" and x["body"]["name"] == "model")
-    assert tensor_digest(dest / "model.safetensors") == out["tensor_digest"] == model.tags["marin.tensor_digest"]
+    weights = dest / "artifacts" / "final" / "model.safetensors"
+    assert tensor_digest(weights) == out["tensor_digest"] == model.tags["marin.tensor_digest"]
     tok = next(x["body"] for recs in synced.runs("tokenize") for x in recs
                if x["kind"] == "output" and x["body"]["name"] == "tokenizer")
-    assert "sha256:" + hashlib.sha256((dest / "tokenizer.json").read_bytes()).hexdigest() == tok["digest"]
+    assert "sha256:" + hashlib.sha256((dest / "artifacts" / "tokenizer.json").read_bytes()).hexdigest() == tok["digest"]
 
 
 # The run page's state, read in the page: each metric chart card's drawn line traces (plotly
@@ -171,6 +173,32 @@ def test_the_ui_opens_a_training_run_in_the_model_training_view(synced, team, tm
     assert px.std() > 10, "blank page"
     for key in CHARTED:  # the lines are in the image, not only in the page: a drawn trace is long
         assert trace_pixels(px, before, key) > 150, key
+
+
+TEXT = "document.body ? {busy: document.querySelectorAll('[class*=\"-spin-spinning\"], [class*=\"-skeleton\"]')" \
+       ".length, text: document.body.innerText.split('\\n').map(s => s.trim())} : null"
+
+
+def test_the_ui_lists_the_pyfunc_models_files_in_the_model_training_view(synced, team, tmp_path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    from tests.browser import Browser
+
+    c, exp = client(team)
+    (model,) = c.search_logged_models(experiment_ids=[exp])
+    url = f"{team.uri}/#/experiments/{exp}/models/{model.model_id}/artifacts?workflowType=machine_learning"
+    shot = Path(os.environ.get("MARIN_SCREENSHOT_DIR", tmp_path)) / "mlflow-model-files.png"
+    with Browser(tmp_path / "profile") as browser:
+        browser.open(url)
+        state = browser.wait(TEXT, lambda s: bool(s) and s["busy"] == 0 and "MLmodel" in s["text"], timeout=180)
+        browser.screenshot(shot)
+    text = state["text"]
+    assert "MLmodel" in text and "artifacts" in text and "python_env.yaml" in text  # the pyfunc model's files
+    assert model.name in text and "Model registry" in text  # its own page, in the model-training view's sidebar
+    for genai in ("Agent versions", "Evaluation runs", "Prompts", "Judges", "Sessions"):
+        assert genai not in text, genai
+    assert np.asarray(Image.open(shot).convert("RGB")).astype(int).std() > 10, "blank page"
 
 
 def test_live_metrics_reach_mlflow_while_training_and_a_stopped_server_fails_nothing(synced, team) -> None:

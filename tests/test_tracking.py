@@ -89,8 +89,8 @@ def assert_mirrors_the_ledger(trained: Project, uri: str | None = None) -> None:
         for i in inputs:
             digest, tags = got[i["name"]]
             assert digest == i["digest"][7:39] and tags["marin.digest"] == i["digest"]
-            context = "evaluation" if started["stage"].startswith("evaluate") else "training"
-            assert tags["mlflow.data.context"] == context
+            assert tags["mlflow.data.context"] == ("evaluation" if started["stage"] == "evalsets"
+                                                   or started["stage"].startswith("evaluate") else "training")
         for metric in (x["body"] for x in recs if x["kind"] == "metric"):
             for key, v in metric["values"].items():
                 history = {h.step: h.value for h in client.get_metric_history(m.info.run_id, key)}
@@ -137,6 +137,31 @@ def test_stage_syncs_itself_to_the_embedded_store(trained) -> None:
     newest = trained.runs("evaluate")[-1][0]["run_id"]
     found = client.search_runs([exp], filter_string=f"tags.`marin.run_id` = '{newest}'")
     assert len(found) == 1 and found[0].info.status == "FINISHED"
+
+
+def test_run_names_are_short_and_distinct_with_key_facts_in_short_tags(trained) -> None:
+    """The run list cuts long names and shows tag keys cut to "marin.…": names stay short and
+    unique across the pipeline's runs (two evaluate runs here), facts sit under short tag keys."""
+    trained.env["MARIN_MLFLOW"] = "on"
+    trained.stage("evaluate")  # a second evaluate run, synced with the rest by the stage itself
+    client, exp = store(trained)
+    runs = client.search_runs([exp], max_results=1000)
+    names = [r.info.run_name for r in runs]
+    assert len(runs) == 7 and len(set(names)) == len(names), names  # 6 stage runs and their pipeline
+    assert all(len(n) <= 24 for n in names), names
+    ledger = {recs[0]["run_id"]: recs[0]["body"] for recs in trained.runs()}
+    stages = [r for r in runs if "marin.run_id" in r.data.tags]
+    assert {r.data.tags["marin.run_id"] for r in stages} == set(ledger)
+    for r in stages:
+        started = ledger[r.data.tags["marin.run_id"]]
+        assert r.info.run_name.split() == [started["stage"], r.data.tags["marin.run_id"][-8:]]
+        assert r.data.tags["stage"] == started["stage"] and r.data.tags["status"] == "succeeded"
+        assert started["recipe_digest"][7:19] == r.data.tags["recipe"]
+        assert r.data.tags["mlflow.note.content"].splitlines()[0].startswith(
+            f"{started['stage']} run `{r.data.tags['marin.run_id']}`: recipe {started['recipe_digest'][:19]}")
+    pipeline = next(r for r in runs if r.data.tags.get("marin.kind") == "pipeline")
+    commit = next(iter(ledger.values()))["code"]["git_commit"]
+    assert pipeline.info.run_name == f"pipeline {commit[:8]}"
 
 
 def free_port() -> int:
@@ -280,3 +305,63 @@ def test_audit_lineage_over_rest_agrees_with_the_ledger(trained, server) -> None
     assert {a.split(":", 1)[1] for a in prov["activity"]} == {c["run_id"] for c in audit["chain"]}
     text = trained.marin("lineage", "models/final", check=True).stdout
     assert all(c["run_id"] in text for c in audit["chain"])
+
+
+def test_a_released_model_loads_from_mlflow_as_pyfunc_and_as_transformers(trained, tmp_path) -> None:
+    """The trained model is a pyfunc model that generates with JAX as the evaluate stage sampled; the
+    export beside it loads with transformers; the report run releases it (a registry version) and holds
+    the report's files; counts are params, the runs say who made them and from what."""
+    import mlflow
+
+    trained.stage("export")
+    trained.stage("report")
+    out = trained.marin("mlflow", "sync", check=True).stdout
+    client, exp = store(trained)
+    assert f"at http://127.0.0.1:5000/#/experiments/{exp}?workflowType=machine_learning" in out  # the training view
+    uri = f"sqlite:///{trained.root / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    models = {m.model_type: m for m in client.search_logged_models(experiment_ids=[exp])}
+    assert set(models) == {"marin-decoder", "transformers"}
+
+    sample = next(x["body"]["samples"][0] for recs in trained.runs("evaluate") for x in recs
+                  if x["kind"] == "eval" and x["body"]["name"] == "greedy_samples")
+    pyfunc = mlflow.pyfunc.load_model(f"models:/{models['marin-decoder'].model_id}",
+                                      model_config={"max_new_tokens": len(sample["token_ids"])})
+    assert pyfunc.predict([sample["prompt"]]) == [sample["completion"]]
+
+    from transformers import AutoModelForCausalLM
+
+    hf = Path(mlflow.artifacts.download_artifacts(artifact_uri=models["transformers"].artifact_location,
+                                                  dst_path=str(tmp_path / "hf")))
+    assert AutoModelForCausalLM.from_pretrained(hf).config.model_type == "llama"
+    assert (hf / "README.md").read_bytes() == (trained.root / "models/hf/README.md").read_bytes()
+
+    [report] = [r for r in client.search_runs([exp]) if r.data.tags.get("marin.stage") == "report"]
+    [version] = client.search_model_versions(f"name = '{trained.params['report']['model_name']}'")
+    assert version.source == f"models:/{models['marin-decoder'].model_id}" and version.run_id == report.info.run_id
+    md = Path(client.download_artifacts(report.info.run_id, "report/report.md", str(tmp_path / "rep")))
+    name = trained.params["report"]["model_name"]
+    assert md.read_bytes() == (trained.root / "reports" / name / "report.md").read_bytes()
+
+    runs = {r.data.tags.get("marin.stage", "pipeline"): r for r in client.search_runs([exp])}
+    ev = runs["evaluate"]
+    assert "model.validation.bits_per_byte" in ev.data.metrics and "model.validation.tokens" not in ev.data.metrics
+    tokens = next(x["body"]["values"]["tokens"] for recs in trained.runs("evaluate") for x in recs
+                  if x["kind"] == "eval" and x["body"]["name"] == "model" and "corpus" not in x["body"])
+    assert ev.data.params["model.validation.tokens"] == str(tokens)
+    for stage in ("train", "evaluate", "report"):
+        assert runs[stage].data.tags["mlflow.user"] and runs[stage].data.tags["mlflow.source.name"]
+    parent = client.get_run(runs["train"].data.tags["mlflow.parentRunId"])
+    assert parent.info.end_time >= runs["train"].info.end_time > parent.info.start_time
+
+
+def test_a_moved_project_never_logs_into_the_originals_artifacts(trained, tmp_path) -> None:
+    trained.marin("mlflow", "sync", check=True)
+    before = sorted(p.relative_to(trained.root).as_posix() for p in (trained.root / "mlartifacts").rglob("*"))
+    moved = Project(tmp_path / "moved")
+    shutil.copytree(trained.root, moved.root, symlinks=True)
+    r = moved.marin("mlflow", "sync")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1
+    assert f"keeps artifacts in {(trained.root / 'mlartifacts').resolve().as_uri()}" in r.stderr
+    assert "remove mlflow.db and mlartifacts/ and run `marin mlflow sync`" in r.stderr
+    assert sorted(p.relative_to(trained.root).as_posix() for p in (trained.root / "mlartifacts").rglob("*")) == before

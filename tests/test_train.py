@@ -167,7 +167,7 @@ def test_dvc_exp_run_with_a_param_override(data_project) -> None:
     assert runs[-1][-1]["body"]["status"] == "succeeded"
 
 
-def test_marin_diff_names_the_param_and_the_first_diverging_checkpoint(data_project) -> None:
+def test_marin_diff_names_the_param_and_the_first_diverging_step(data_project) -> None:
     tiny(data_project)
     a = fresh_train(data_project)
     params = data_project.params
@@ -178,7 +178,10 @@ def test_marin_diff_names_the_param_and_the_first_diverging_checkpoint(data_proj
     assert r.returncode == 1
     assert "params: 1 difference(s)" in r.stdout and "train.lr: 0.003 -> 0.001" in r.stdout
     assert "code: same" in r.stdout and "determinism class: same" in r.stdout and "inputs: same" in r.stdout
-    first = next(x["body"] for x in a if x["kind"] == "checkpoint")
-    assert f"first divergence: checkpoint at step {first['step']}: {first['digest']}" in r.stdout
+    metrics_b = {x["body"]["step"]: x["body"]["values"] for x in b if x["kind"] == "metric"}
+    step = next(x["body"]["step"] for x in a if x["kind"] == "metric"
+                and x["body"]["values"] != metrics_b[x["body"]["step"]])
+    assert step < next(x["body"]["step"] for x in a if x["kind"] == "checkpoint")  # the metrics diverge first
+    assert f"first divergence: metrics at step {step}: " in r.stdout and "loss" in r.stdout.split("first divergence")[1]
     same = data_project.marin("diff", a[0]["run_id"], a[0]["run_id"])
     assert same.returncode == 0 and "first divergence: none" in same.stdout

@@ -6,13 +6,22 @@ directory (a '..' or absolute name, a link, a device, a fifo) is refused whole, 
 declaring hostile sizes (over MAX_MEMBER_BYTES per member, or a zip member expanding more
 than MAX_RATIO times its compressed size). A ``.gz`` or ``.zst`` member read through
 :func:`decompressed` is held to the same ratio.
+
+What a file is comes from its name, then its bytes are checked (:func:`kind`): ``.tar`` (also
+``.tar.gz``/``.tgz``, ``.tar.bz2``, ``.tar.xz``) must carry a ustar header, ``.zip`` a zip
+signature; any other name is one plain file, whatever its bytes (a file of zeros is not an
+empty tar). The archive itself must be a regular file or directory on a disk: a fifo, a
+device or a kernel pseudo-file (/proc, /sys, /dev: its size says nothing of its bytes) is
+refused (:func:`file_problem`).
 """
 
 from __future__ import annotations
 
+import bz2
 import fnmatch
 import gzip
 import io
+import lzma
 import os
 import re
 import shutil
@@ -28,16 +37,64 @@ from typing import Protocol
 import zstandard
 
 from marin.errors import StageError
-from marin.fsutil import shown
+from marin.fsutil import SPECIAL, not_regular, shown
 
 MAX_MEMBER_BYTES = 4 << 30
 MAX_RATIO = 200  # deflate tops out near 1032:1; text compresses 3-10:1
 RATIO_MIN_BYTES = 1 << 20  # below this a high ratio cannot hurt
 ZSTD_MAX_WINDOW = 1 << 27  # zstd's default limit, spelled out: a frame cannot ask for more memory
+TAR_NAMES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
+ZIP_NAMES = (".zip",)
+_OPENERS = {".gz": gzip.open, ".tgz": gzip.open, ".bz2": bz2.open, ".tbz2": bz2.open, ".xz": lzma.open,
+            ".txz": lzma.open}
+_PSEUDO = ("/proc", "/sys", "/dev")  # kernel file systems: a file's size there says nothing of its bytes
 _DRIVE = re.compile(r"^[A-Za-z]:")
-_SPECIAL = ((stat.S_ISLNK, "is a symbolic link"), (stat.S_ISCHR, "is a character device"),
-            (stat.S_ISBLK, "is a block device"), (stat.S_ISFIFO, "is a fifo"),
-            (stat.S_ISSOCK, "is a socket"))
+
+
+def file_problem(path: Path) -> str | None:
+    """Why ``path`` (not followed, if a link) is not a regular file or directory on a disk: a
+    link, device, fifo or socket, or a kernel pseudo-file (under /proc, /sys, /dev); or None."""
+    mode = path.lstat().st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return not_regular(mode)
+    real = os.path.realpath(path)
+    if any(real == d or real.startswith(d + "/") for d in _PSEUDO):
+        return f"is a kernel pseudo-file ({real}), not data on a disk"
+    return None
+
+
+def kind(path: Path) -> str:
+    """``dir``, ``tar``, ``zip`` or ``file``: decided by the name (:data:`TAR_NAMES`,
+    :data:`ZIP_NAMES`), then checked against the bytes; a name that lies is refused."""
+    why = file_problem(path)
+    if why is not None:
+        raise StageError(f"{shown(path)} {why}; refusing it (nothing was read): use a regular file or directory")
+    if stat.S_ISDIR(path.stat().st_mode):
+        return "dir"
+    name = path.name.lower()
+    if name.endswith(TAR_NAMES):
+        opener = _OPENERS.get(Path(name).suffix, open)
+        try:
+            with opener(path, "rb") as f:
+                block = f.read(512)
+        except (OSError, EOFError, lzma.LZMAError) as e:
+            block = b""
+            detail = f" ({e})"
+        else:
+            detail = ""
+        if len(block) < 512 or block[257:262] != b"ustar":
+            raise StageError(f"{shown(path)}: named like a tar archive but its first block has no ustar header"
+                             f"{detail}; refusing it (a file of zeros is not an archive): fetch it again, or "
+                             "rename it if it is not a tar")
+        return "tar"
+    if name.endswith(ZIP_NAMES):
+        with open(path, "rb") as f:
+            head = f.read(4)
+        if head not in (b"PK\x03\x04", b"PK\x05\x06"):
+            raise StageError(f"{shown(path)}: named .zip but does not start with a zip signature; refusing it: "
+                             "fetch it again, or rename it if it is not a zip")
+        return "zip"
+    return "file"
 
 
 def name_problem(name: str) -> str | None:
@@ -75,7 +132,7 @@ def tar_problem(m: tarfile.TarInfo) -> str | None:
 def zip_problem(info: zipfile.ZipInfo) -> str | None:
     """Why a zip member must not be read (unsafe name, link or device, size, ratio), or None."""
     mode = info.external_attr >> 16  # the Unix mode, when the archive was made on Unix
-    for test, what in _SPECIAL:
+    for test, what in SPECIAL:
         if info.create_system == 3 and test(mode):
             return what
     problem = name_problem(info.filename) or _size_problem(info.file_size)
@@ -93,9 +150,8 @@ def tree_problem(root: Path) -> tuple[str, str] | None:
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         for name in sorted(dirnames + filenames):
             p = Path(dirpath) / name
-            mode = p.lstat().st_mode
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                what = next((w for test, w in _SPECIAL if test(mode)), "is not a regular file")
+            what = file_problem(p)
+            if what is not None:
                 return p.relative_to(root).as_posix(), what
     return None
 
@@ -144,11 +200,12 @@ def open_members(
     path order does not re-decompress from the start for each one."""
     if archive.is_symlink():
         raise _refuse(archive.parent, archive.name, "is a symbolic link")
-    if archive.is_dir():
+    what = kind(archive)
+    if what == "dir":
         yield from _dir_members(archive, include, exclude)
-    elif tarfile.is_tarfile(archive):
+    elif what == "tar":
         yield from _tar_members(archive, include, exclude, spool)
-    elif zipfile.is_zipfile(archive):
+    elif what == "zip":
         yield from _zip_members(archive, include, exclude)
     elif _selected(archive.name, include, exclude):
         with open(archive, "rb") as f:

@@ -29,12 +29,12 @@ from marin import hashing
 from marin.config import CurateParams, Source
 from marin.data import dedup, filters, manifest, parquet
 from marin.data.engine import Engine
-from marin.data.shards import Origin, Shard, read_records, shards
+from marin.data.shards import Origin, Oversize, Shard, oversize, read_records, shards
 from marin.errors import StageError
 from marin.progress import bar
 
 SPLITS = ("train", "validation")
-STEPS = ("utf8", "empty", *(n for n, _ in filters.RULES), "exact_dedup", "near_dedup")
+STEPS = ("oversize", "utf8", "empty", *(n for n, _ in filters.RULES), "exact_dedup", "near_dedup")
 SCHEMA = pa.schema([("doc_id", pa.string()), ("corpus", pa.string()), ("source", pa.string()),
                     ("name", pa.string()), ("license", pa.string()), ("n_bytes", pa.int64()),
                     ("text", pa.string())])
@@ -72,13 +72,22 @@ class Part:
     license: str | None  # the records' own, if any
     line: int
     texts: list[str] = field(default_factory=list)
+    size: int = 0  # UTF-8 bytes of the texts (past the cap: at least; they are no longer held)
+    over: bool = False
 
-    def add(self, text: str, license: str | None, line: int) -> None:
+    def add(self, text: str | Oversize, license: str | None, line: int, p: CurateParams) -> None:
+        """One more record of the group; past ``curate.max_document_bytes`` the group is refused or
+        dropped (its texts are let go)."""
         if license != self.license:
             raise StageError(f"{self.where} line {line}: license {license!r} differs from {self.license!r} of the "
                              f"records before it in group {self.key} (from line {self.line}); a document has one "
                              "license: give its records the same one")
-        self.texts.append(text)
+        self.size += text.bytes if isinstance(text, Oversize) else len(text.encode())
+        if not self.over and self.size > p.max_document_bytes:
+            oversize(f"{self.where} group {self.key} (from line {self.line})", self.size, p)
+            self.over, self.texts = True, []
+        if not self.over:
+            self.texts.append(text)
 
 
 def _decode(data: bytes) -> str:
@@ -97,9 +106,14 @@ def split_of(doc_id: str, salt: str, validation_fraction: float) -> str:
     return "validation" if int.from_bytes(h[:8], "big") / 2**64 < validation_fraction else "train"
 
 
-def judge(origin: Origin, name: str, license: str, text: str, p: CurateParams,
+def judge(origin: Origin, name: str, license: str, text: str | Oversize, p: CurateParams,
           group: tuple[int, str, int] | None = None) -> Outcome:
-    """Normalize, check emptiness and the filters, digest, and sign (MinHash) one document."""
+    """Normalize, check emptiness and the filters, digest, and sign (MinHash) one document;
+    one over ``curate.max_document_bytes`` (an :class:`Oversize`, never read) is removed."""
+    if isinstance(text, Oversize):
+        return Outcome(origin, name, license, text.bytes, "oversize",
+                       f"{text.bytes:,} bytes or more, over curate.max_document_bytes ({p.max_document_bytes:,})",
+                       None, group=group)
     raw = len(text.encode())
     norm = normalize(text, p.normalization)
     data = norm.encode()
@@ -114,7 +128,8 @@ def judge(origin: Origin, name: str, license: str, text: str, p: CurateParams,
 def finish(part: Part, p: CurateParams) -> Outcome:
     """The document of a complete group of records."""
     name = f"{part.member}#{' '.join(str(k) for k in part.key)}"
-    return judge(part.origin, name, part.license or part.origin.license, "\n".join(part.texts), p,
+    text = Oversize(part.size) if part.over else "\n".join(part.texts)
+    return judge(part.origin, name, part.license or part.origin.license, text, p,
                  (part.stream, repr(part.key), part.line))
 
 
@@ -126,22 +141,22 @@ def process_shard(sh: Shard) -> list[Outcome | Part]:
     if sh.ex.format == "text":
         return [_text_doc(sh.origin, name, data, sh.p) for name, data in sh.data]
     records = read_records(sh)
-    if not sh.ex.group_by:
+    if not sh.ex.group_by or isinstance(sh.data, Oversize):  # a line skipped unread: a document of its own
         return [judge(sh.origin, f"{sh.member}#{n}", lic or sh.origin.license, text, sh.p)
                 for n, _, text, lic in records]
     parts: list[Part] = []
     for n, key, text, lic in records:
-        if parts and parts[-1].key == key:
-            parts[-1].add(text, lic, n)
-        else:
-            parts.append(Part(f"{sh.archive}: member {sh.member!r}", sh.origin, sh.stream, sh.member, key, lic, n,
-                              [text]))
+        if not (parts and parts[-1].key == key):
+            parts.append(Part(f"{sh.archive}: member {sh.member!r}", sh.origin, sh.stream, sh.member, key, lic, n))
+        parts[-1].add(text, lic, n, sh.p)
     if len(parts) <= 2:
         return list(parts)
     return [parts[0], *(finish(x, sh.p) for x in parts[1:-1]), parts[-1]]
 
 
-def _text_doc(origin: Origin, name: str, data: bytes, p: CurateParams) -> Outcome:
+def _text_doc(origin: Origin, name: str, data: bytes | Oversize, p: CurateParams) -> Outcome:
+    if isinstance(data, Oversize):
+        return judge(origin, name, origin.license, data, p)
     try:
         text = _decode(data)
     except UnicodeDecodeError as e:
@@ -155,8 +170,8 @@ def stitched(results: Iterable[list[Outcome | Part]], p: CurateParams) -> Iterat
     for items in results:
         for x in items:
             if isinstance(x, Part) and carry is not None and (carry.stream, carry.key) == (x.stream, x.key):
-                for t in x.texts:
-                    carry.add(t, x.license, x.line)
+                for t in x.texts if not x.over else [Oversize(x.size)]:
+                    carry.add(t, x.license, x.line, p)
                 continue
             if carry is not None:
                 yield finish(carry, p)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 from marin import fsutil, hashing
 from marin.config import Params
@@ -41,6 +42,7 @@ def run_stage(root: Path, params: Params) -> None:
             result = curate(archives, params.curate, engine, tmp, work)
             splits = result.close()
             funnel = result.funnel.as_dict()
+            refuse_empty(splits, funnel)
             manifest.write_streamed({
                 "kind": "curate",
                 "params": params.raw["curate"],
@@ -64,3 +66,15 @@ def run_stage(root: Path, params: Params) -> None:
         print(f"curate: kept {splits['train']['docs'] + splits['validation']['docs']} documents: "
               f"{splits['train']['docs']} train, {splits['validation']['docs']} validation")
 
+
+def refuse_empty(splits: dict[str, dict[str, Any]], funnel: dict[str, Any]) -> None:
+    """No document in the train split is refused here, the first stage that can know: tokenize and
+    train would have nothing to learn from. (An empty validation split is train's to refuse: it
+    measures the validation loss, and a small corpus may still be tokenized.)"""
+    if splits["train"]["docs"]:
+        return
+    steps = [s for s in funnel["steps"] if s["removed"]["docs"]]
+    why = ", ".join(f"{s['step']} removed {s['removed']['docs']}" for s in steps) or "no step removed any"
+    n_in = funnel["steps"][0]["in"]["docs"] if funnel["steps"] else 0
+    raise StageError(f"curate: no document is left for the train split ({n_in} document(s) in; {why}; "
+                     f"{splits['validation']['docs']} in validation); add data, or loosen curate.filters")

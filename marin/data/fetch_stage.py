@@ -29,7 +29,8 @@ def run_stage(root: Path, params: Params) -> None:
         for src in params.fetch.sources:
             (tmp / src.name).mkdir()
             try:
-                got = sources.fetch(src, tmp / src.name, root, cached=sources.archive_path(raw, src))
+                got = sources.fetch(src, tmp / src.name, root, cached=sources.archive_path(raw, src),
+                                    bounds=params.network)
             except FetchError as e:  # go on: one run names every source that fails
                 failures.append(e)
                 continue

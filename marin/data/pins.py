@@ -13,8 +13,9 @@ import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from marin import hashing
-from marin.config import Source
+from marin import hashing, net
+from marin.config import NetworkParams, Source
+from marin.data import archive
 from marin.data.sources import (
     KINDS,
     MAGIC,
@@ -78,21 +79,22 @@ class Pin:
 
 def _members(path: Path) -> tuple[tuple[str, ...], bool]:
     """(member names, container?) of a fetched file: a tar or zip archive's files, else its own name."""
-    if tarfile.is_tarfile(path):
+    what = archive.kind(path)
+    if what == "tar":
         with tarfile.open(path) as tf:
             return tuple(sorted(m.name for m in tf if m.isfile())), True
-    if zipfile.is_zipfile(path):
+    if what == "zip":
         with zipfile.ZipFile(path) as zf:
             return tuple(sorted(n for n in zf.namelist() if not n.endswith("/"))), True
     return (path.name,), False
 
 
-def _pip_digest(source: Source, tmp: Path) -> str:
+def _pip_digest(source: Source, tmp: Path, bounds: NetworkParams) -> str:
     """The sha256 hex of the sdist pip downloads for ``source``, asked with a placeholder hash."""
     probe = tmp / "probe"
     probe.mkdir()
     try:
-        pip_download(source, probe)
+        pip_download(source, probe, bounds)
     except Mismatch as e:  # pip compares hashes before it runs any of the package's code
         return e.got.removeprefix(hashing.PREFIX)
     raise FetchError(f"pypi:{source.locator}: pip accepted a placeholder hash; cannot pin it")
@@ -122,13 +124,15 @@ def pin(locator: str, kind: str, root: Path, name: str) -> Pin:
         return Pin(kind, locator, hashing.json_digest(entries), sum(e["size"] for e in entries), tuple(files), True)
     if kind == "file":
         src = local_file(source, root)
-        return Pin(kind, locator, hashing.file_digest(src), src.stat().st_size, *_members(src))
+        members = _members(src)  # first: a file that lies about its type is refused before it is read whole
+        return Pin(kind, locator, hashing.file_digest(src), src.stat().st_size, *members)
+    bounds = net.settings(root)
     with tempfile.TemporaryDirectory() as tmp:
         dest = Path(tmp) / "dl"
         dest.mkdir()
         if kind == "pypi":
-            source = replace(source, sha256=_pip_digest(source, Path(tmp)))
-        got = obtain(source, dest, root)
+            source = replace(source, sha256=_pip_digest(source, Path(tmp), bounds))
+        got = obtain(source, dest, root, bounds)
         return Pin(kind, locator, digest_of(got), hashing.path_size(got), *_members(got))
 
 

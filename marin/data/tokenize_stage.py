@@ -16,6 +16,7 @@ from marin.config import Params
 from marin.data import chat, manifest
 from marin.data import tokenize as tk
 from marin.data.engine import Engine
+from marin.errors import StageError
 from marin.ledger import Input, Run
 from marin.progress import meter
 
@@ -63,8 +64,18 @@ def tokenizer_file(root: Path, params: Params, pinned: tk.Pinned | None) -> tupl
     return tok.to_str(pretty=True).encode(), tok, tk.describe(tok, tk.EOS)
 
 
+def refuse_empty(root: Path) -> None:
+    """A curated train split with no document is refused before the run starts (from its Parquet
+    footer): there is nothing to train a tokenizer or a model on."""
+    path = root / CURATED / "train.parquet"
+    if path.is_file() and pq.ParquetFile(path).metadata.num_rows == 0:
+        raise StageError(f"{CURATED / path.name}: the train split has no document; add data or loosen curate's "
+                         "filters, then `dvc repro curate`")
+
+
 def run_stage(root: Path, params: Params) -> None:
     """The tokenize stage: data/curated into data/tokens, recorded as a ledger run."""
+    refuse_empty(root)
     engine = Engine.from_params(params)
     inputs = [Input(s, (CURATED / f"{s}.parquet").as_posix()) for s in SPLITS]
     pretrained = params.tokenize.pretrained

@@ -13,7 +13,7 @@ from marin.ledger import Input
 
 INSTRUCT = Target("export_instruct", Path("models/instruct"), Path("models/hf-instruct"), chat=True,
                   inputs=(Input("instructions_manifest", instruct_card.MANIFEST.as_posix()),),
-                  extra=instruct_card.card, recorded=instruct_card.recorded)
+                  card=instruct_card.card, recorded=instruct_card.recorded)
 
 
 def run_stage(root: Path, params: Params) -> None:

@@ -1,9 +1,11 @@
 """Stage export: the trained model as a Hugging Face checkpoint (models/hf/) that
 ``transformers`` loads with ``AutoModelForCausalLM`` and ``AutoTokenizer``: ``models/final``
-mapped by :mod:`marin.export.hf`, the tokenizer beside it, recorded as a ledger run.
+mapped by :mod:`marin.export.hf`, the tokenizer beside it and the model card as README.md
+(:mod:`marin.export.card`), recorded as a ledger run. The folder is what the Hub's
+``upload_folder`` sends, nothing more.
 
-The same code exports the instruct model (stage export_instruct, :data:`INSTRUCT`): models/instruct
-into models/hf-instruct, with the chat template in ``tokenizer_config.json``."""
+The same code exports the instruct model (stage export_instruct, ``export_instruct_stage.INSTRUCT``):
+models/instruct into models/hf-instruct, with the chat template in ``tokenizer_config.json``."""
 
 from __future__ import annotations
 
@@ -20,28 +22,28 @@ from marin.config import Params
 from marin.data import chat
 from marin.data.tokenize import EOS
 from marin.errors import IntegrityError
-from marin.export import hf
+from marin.export import card, hf
 from marin.ledger import Input, Run
 
 MODEL, TOKENIZER, OUT = Path("models/final"), Path("data/tokens/tokenizer.json"), Path("models/hf")
 TEMPLATE = Path("data/tokens") / chat.TEMPLATE_FILE
+EVAL = Path("metrics/eval.json")
+CARD_PARAMS = ("report", "fetch", "evaluate")  # what the base card states: recorded as the run's params
 
 
 @dataclass(frozen=True)
 class Target:
-    """One export: its stage, the marin model it reads, the folder it writes, whether the chat
-    template goes into the tokenizer config, and extra files (a model card) from the run's inputs."""
+    """One export: its stage, the marin model it reads, the folder it writes, whether the chat template
+    goes into the tokenizer config, the inputs its card reads besides the model and the tokenizer, the
+    card (README.md) from those, and the params the card reads (recorded as the run's params)."""
 
     stage: str
     model: Path
     out: Path
+    card: Callable[[Path, dict[str, Any], dict[str, Any], bytes], str]  # (root, recorded params, config, tokenizer)
+    recorded: Callable[[Params], dict[str, Any]]
     chat: bool = False
-    inputs: tuple[Input, ...] = ()  # read by ``extra`` besides the model and the tokenizer
-    extra: Callable[[Path, Params, dict[str, Any]], dict[str, bytes]] | None = None
-    recorded: Callable[[Params], dict[str, Any]] = lambda params: {}  # the params ``extra`` reads
-
-
-BASE = Target("export", MODEL, OUT)
+    inputs: tuple[Input, ...] = ()
 
 
 def read_model(directory: Path) -> tuple[hf.Tensors, dict]:
@@ -55,28 +57,58 @@ def read_model(directory: Path) -> tuple[hf.Tensors, dict]:
     return tensors, config
 
 
+def card_sample(params: dict, config: dict, tokenizer_json: bytes) -> card.Sample:
+    """The card's example: the first evaluate prompt, and as many of the recorded greedy tokens as fit
+    the context after the end-of-text token and the prompt."""
+    from tokenizers import Tokenizer
+
+    prompt = params["evaluate"]["prompts"][0]
+    ids = Tokenizer.from_str(tokenizer_json.decode()).encode(prompt, add_special_tokens=False).ids
+    room = config["model"]["max_seq_len"] - 1 - len(ids)
+    return card.Sample(prompt, max(1, min(params["evaluate"]["sample_tokens"], room)))
+
+
+def model_card(params: dict, config: dict, tokenizer_json: bytes, eval_json: dict, folder: Path, **kw) -> str:
+    """README.md of the export at ``folder`` from the run's recorded params and inputs."""
+    meta = params.get("report") or {"model_name": "marin-model", "license": "unknown"}
+    return card.hub_card(meta, params["fetch"]["sources"], config, eval_json,
+                         card_sample(params, config, tokenizer_json), folder.as_posix(), **kw)
+
+
+def base_target(**card_kw: Any) -> Target:
+    """The export stage's target: models/final into models/hf; ``card_kw``: the card's ``base_model`` and
+    ``extra_results`` (``marin.export.card.hub_card``)."""
+    return Target("export", MODEL, OUT, inputs=(Input("eval", EVAL.as_posix()),),
+                  card=lambda root, recorded, config, tok: model_card(
+                      recorded, config, tok, json.loads((root / EVAL).read_text()), OUT, **card_kw),
+                  recorded=lambda params: params.section(*(n for n in CARD_PARAMS if n in params.raw)))
+
+
 def run_stage(root: Path, params: Params) -> None:
     """The export stage: models/final into models/hf, recorded as a ledger run."""
-    export(root, params, BASE)
+    export(root, params, base_target())
 
 
 def export(root: Path, params: Params, target: Target) -> None:
     """``target.model`` into ``target.out``, recorded as a ledger run of ``target.stage``."""
     inputs = [Input("model", target.model.as_posix()), Input("tokenizer", TOKENIZER.as_posix())]
     inputs += [Input("chat_template", TEMPLATE.as_posix())] if target.chat else []
-    with Run.start(root, target.stage, params=target.recorded(params), inputs=[*inputs, *target.inputs]) as run:
+    recorded = target.recorded(params)
+    with Run.start(root, target.stage, params=recorded, inputs=[*inputs, *target.inputs]) as run:
         tensors, config = read_model(root / target.model)
         tok = (root / TOKENIZER).read_bytes()
         if hashing.bytes_digest(tok) != config["tokenizer"]["digest"]:
             raise IntegrityError(f"{TOKENIZER}: is not the tokenizer the model was trained with "
                                  f"({config['tokenizer']['digest']}); rerun `dvc repro` from tokenize")
         template = (root / TEMPLATE).read_text(encoding="utf-8") if target.chat else None
-        out = hf.files(tensors, config, tok, EOS, {"marin_tensor_digest": config["tensor_digest"]}, template)
-        out.update(target.extra(root, params, config) if target.extra else {})
+        readme = target.card(root, recorded, config, tok)
+        files = hf.files(tensors, config, tok, EOS, {"marin_tensor_digest": config["tensor_digest"]}, readme,
+                         template)
         with fsutil.atomic_dir(root / target.out) as tmp:
-            for name, data in out.items():
+            for name, data in files.items():
                 fsutil.write_bytes(tmp / name, data)
             run.output("hf_model", target.out, source=tmp, tensor_digest=config["tensor_digest"],
                        meta={"format": "transformers LlamaForCausalLM", "model_folder_digest": next(
                            i["digest"] for i in run.started.body["inputs"] if i["name"] == "model")})
-        print(f"{target.stage}: wrote {target.out}/ (Hugging Face Llama; tensor digest {config['tensor_digest']})")
+        print(f"{target.stage}: wrote {target.out}/ (Hugging Face Llama and its model card; "
+              f"tensor digest {config['tensor_digest']})")

@@ -36,6 +36,10 @@ from marin.errors import StageError
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
 TOKENIZER = "tokenizer.json"
 RMS_EPS = 1e-6  # marin.model.transformer.RMSNorm's default
+README = "README.md"  # the model card, as the Hub shows it
+# The transformers release whose formats these files follow (the hf group's pin in uv.lock; a test checks
+# that the installed one matches). The Hub and from_pretrained read it from config.json.
+TRANSFORMERS_VERSION = "5.24.0"
 
 Tensors = dict[str, np.ndarray]
 
@@ -116,17 +120,24 @@ def llama_config(model: dict[str, Any], eos_id: int) -> dict[str, Any]:
             "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0,
             "tie_word_embeddings": bool(model["tie_embeddings"]), "torch_dtype": "float32", "dtype": "float32",
             "bos_token_id": eos_id, "eos_token_id": eos_id, "pad_token_id": eos_id, "use_cache": True,
-            "initializer_range": 0.02}
+            "initializer_range": 0.02, "transformers_version": TRANSFORMERS_VERSION}
 
 
 def tokenizer_config(eos: str, max_len: int, chat_template: str | None = None) -> dict[str, Any]:
     """tokenizer_config.json: the project's byte-level BPE as a fast tokenizer; no BOS is added
-    (marin's documents start after an EOS separator, which the loader adds, not the tokenizer).
+    (marin's documents start after an EOS separator, which the loader adds, not the tokenizer). Padding
+    is on the left, as batched generation of a decoder needs; ``model_max_length`` is the context.
     ``chat_template``: the Jinja template ``apply_chat_template`` renders (a chat model's)."""
     out = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos, "bos_token": eos, "pad_token": eos,
            "unk_token": None, "add_bos_token": False, "add_eos_token": False, "model_max_length": max_len,
-           "clean_up_tokenization_spaces": False}
+           "padding_side": "left", "truncation_side": "left", "clean_up_tokenization_spaces": False}
     return {**out, "chat_template": chat_template} if chat_template is not None else out
+
+
+def generation_config(eos_id: int, stop: int | list[int]) -> dict[str, Any]:
+    """generation_config.json: greedy decoding, as the evaluate stage samples, stopping at ``stop``."""
+    return {"bos_token_id": eos_id, "eos_token_id": stop, "pad_token_id": eos_id, "do_sample": False,
+            "transformers_version": TRANSFORMERS_VERSION}
 
 
 def _json(obj: Any) -> bytes:
@@ -134,9 +145,10 @@ def _json(obj: Any) -> bytes:
 
 
 def files(src: Tensors, marin_config: dict[str, Any], tokenizer_json: bytes, eos: str,
-          meta: dict[str, str], chat_template: str | None = None) -> dict[str, bytes]:
-    """Every file of the export, as bytes (deterministic for the same model and tokenizer). With a
-    ``chat_template``, generation also stops at the chat's ``<|end|>`` token."""
+          meta: dict[str, str], card: str, chat_template: str | None = None) -> dict[str, bytes]:
+    """Every file of the export, as bytes (deterministic for the same model, tokenizer and card): exactly
+    the files ``huggingface_hub.upload_folder`` sends, the card as README.md. With a ``chat_template``,
+    generation also stops at the chat's ``<|end|>`` token."""
     model = marin_config["model"]
     eos_id = marin_config["tokenizer"]["eos_id"]
     tensors = llama_tensors(src, model)
@@ -146,9 +158,9 @@ def files(src: Tensors, marin_config: dict[str, Any], tokenizer_json: bytes, eos
     return {
         WEIGHTS: save(tensors, metadata={"format": "pt", **meta}),
         CONFIG: _json(llama_config(model, eos_id)),
-        "generation_config.json": _json({"bos_token_id": eos_id, "eos_token_id": stop, "pad_token_id": eos_id,
-                                         "do_sample": False}),
+        "generation_config.json": _json(generation_config(eos_id, stop)),
         TOKENIZER: tokenizer_json,
         "tokenizer_config.json": _json(tokenizer_config(eos, model["max_seq_len"], chat_template)),
         "special_tokens_map.json": _json({"bos_token": eos, "eos_token": eos, "pad_token": eos}),
+        README: card.encode(),
     }

@@ -14,21 +14,16 @@ from huggingface_hub import ModelCard, ModelCardData
 
 from marin.config import Params
 from marin.data import chat
-from marin.hub import hf_license
+from marin.export.card import hf_license
 
 MANIFEST = Path("data/instructions/manifest.json")
 
 
-def names(params: Params) -> tuple[str, str, str]:
-    """(base model name, instruct model name, licence of the weights), from ``report`` or defaults."""
-    base = params.report.model_name if params.report else "marin-tiny"
-    return base, f"{base}-instruct", params.report.license if params.report else "Apache-2.0"
-
-
 def recorded(params: Params) -> dict[str, Any]:
-    """The params the card reads, as the export run records them."""
-    base, _, lic = names(params)
-    return {"report": {"model_name": base, "license": lic}}
+    """The params the card reads (the base model's name, the weights' licence), as the export run
+    records them: ``report``'s, or defaults."""
+    base = params.report.model_name if params.report else "marin-tiny"
+    return {"report": {"model_name": base, "license": params.report.license if params.report else "Apache-2.0"}}
 
 
 def _data(m: dict[str, Any]) -> list[str]:
@@ -44,9 +39,10 @@ def _data(m: dict[str, Any]) -> list[str]:
             f"(`{m['sets']['heldout']['digest']}`)."]
 
 
-def card(root: Path, params: Params, config: dict[str, Any]) -> dict[str, bytes]:
-    """README.md of models/hf-instruct."""
-    base, name, lic = names(params)
+def card(root: Path, recorded: dict[str, Any], config: dict[str, Any], tokenizer_json: bytes) -> str:
+    """README.md of models/hf-instruct, from the params the export run records (:func:`recorded`)."""
+    base, lic = recorded["report"]["model_name"], recorded["report"]["license"]
+    name = f"{base}-instruct"
     m = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
     hf_lic = hf_license(lic)
     data = ModelCardData(license=hf_lic, license_name=lic if hf_lic == "other" else None, base_model=base,
@@ -75,4 +71,4 @@ def card(root: Path, params: Params, config: dict[str, Any]) -> dict[str, bytes]
              "## Instruction data", "", *_data(m), "",
              "## SFT recipe", "", f"- Loss: {config['packing']}.",
              *[f"- `{k}`: {v}" for k, v in recipe.items()], ""]
-    return {"README.md": str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))).encode()}
+    return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)))

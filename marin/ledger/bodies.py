@@ -155,8 +155,39 @@ class VerificationBody(TypedDict):
     time: dict[str, float]
 
 
+class TrialRun(TypedDict):
+    run_id: str
+    stage: str
+    status: Literal["succeeded", "failed", "unfinished"]
+
+
+class TrialBody(TypedDict):
+    index: int
+    params: dict[str, float | int | str | bool]
+    status: Literal["succeeded", "failed"]
+    experiment: str
+    commit: NotRequired[str]
+    runs: list[TrialRun]
+    metrics: dict[str, float]
+    error: NotRequired[str]
+
+
+class SelectionRule(TypedDict):
+    metric: str
+    goal: Literal["min", "max"]
+
+
+class SelectionBody(TypedDict):
+    rule: SelectionRule
+    trial: int | None
+    experiment: NotRequired[str]
+    value: NotRequired[float]
+    reason: str
+
+
 BODIES: dict[str, type] = {
     "run.started": RunStarted, "run.resumed": RunResumed, "run.finished": RunFinished, "input": InputBody,
     "output": OutputBody, "checkpoint": CheckpointBody, "metric": MetricBody, "eval": EvalBody,
-    "publication": PublicationBody, "verification": VerificationBody,
+    "publication": PublicationBody, "verification": VerificationBody, "trial": TrialBody,
+    "selection": SelectionBody,
 }  # by record kind (record.schema.json's ``kind``)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from marin import hashing
 from marin.errors import LedgerError
 from marin.ledger import merkle
+from marin.ledger.store import open_run
 
 if TYPE_CHECKING:
     from marin.ledger.index import Index
@@ -72,10 +73,12 @@ def locate(ledger_dir: Path, snapshot: Head) -> dict[str, tuple[int | None, str 
     found: dict[str, tuple[int | None, str | None]] = {}
     for leaf in snapshot.leaves:
         path = ledger_dir / f"{leaf.run_id}.jsonl"
-        if not path.is_file():
+        try:
+            f = open_run(path)
+        except (FileNotFoundError, LedgerError):  # gone, or not a run file (`ledger check` names it)
             continue
         digest, last = None, None
-        with open(path, "rb") as f:
+        with f:
             for line in f:
                 if not line.endswith(b"\n"):
                     break

@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import sqlite3
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from typing import Any, TypeVar
 from marin import hashing
 from marin.ledger import merkle
 from marin.ledger.records import AFTER_FINISH
+from marin.ledger.store import open_run
 from marin.paths import ledger_dir
 
 VERSION = 1
@@ -151,14 +153,16 @@ class Index:
             out = {}
             for rid in run_ids:
                 with suppress(FileNotFoundError):
-                    out[rid] = os.stat(self.ledger / f"{rid}.jsonl")
+                    st = os.lstat(self.ledger / f"{rid}.jsonl")
+                    if stat.S_ISREG(st.st_mode):  # a fifo, a directory or a link is no run file
+                        out[rid] = st
             return out
         try:
             entries = list(os.scandir(self.ledger))
         except FileNotFoundError:
             return {}
         return {e.name.removesuffix(".jsonl"): e.stat() for e in entries
-                if e.name.endswith(".jsonl") and e.is_file()}
+                if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False)}
 
     def _forget(self, run_id: str) -> None:
         self.db.execute("DELETE FROM files WHERE run_id=?", (run_id,))
@@ -171,7 +175,7 @@ class Index:
         path = self.ledger / f"{run_id}.jsonl"
         grew = row is not None and row[3] == st.st_ino and st.st_size > row[0]  # else: re-read it all
         state = _FileState.resume(row) if grew else None
-        with open(path, "rb") as f:
+        with open_run(path) as f:
             if state is not None and not state.tail_intact(f):
                 state = None
             if state is None:

@@ -18,7 +18,7 @@ from marin import hashing, schemas
 from marin.errors import SchemaError
 
 KINDS = ("run.started", "run.resumed", "input", "output", "checkpoint", "metric", "eval", "run.finished",
-         "verification", "publication")
+         "verification", "publication", "trial", "selection")
 # Kinds that may follow run.finished: claims about the finished run, outside its Merkle root.
 AFTER_FINISH = ("verification",)
 SCHEMA_VERSION = 1

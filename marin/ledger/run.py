@@ -32,6 +32,8 @@ from marin.ledger.store import RunFile, read_run
 from marin.paths import ledger_dir, relpath
 
 MAX_ENTRIES = 10_000
+# "<sweep run id>:<trial index>": set by `marin sweep` for the stages of one trial (run.started.execution.sweep).
+SWEEP_VAR = "MARIN_SWEEP_TRIAL"
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,17 @@ def recipe_digest(
         "stage": stage, "command": command, "params": params, "code_digest": code_digest,
         "inputs": sorted(inputs, key=lambda i: i["name"]), "determinism_class": det_class,
     })
+
+
+def sweep_tag(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``{"sweep": {"run_id", "trial"}}`` when this process runs a trial of a sweep, else ``{}``."""
+    value = (os.environ if environ is None else environ).get(SWEEP_VAR, "")
+    run_id, _, trial = value.rpartition(":")
+    if not run_id or not trial.isdigit():
+        if value:
+            raise LedgerError(f"{SWEEP_VAR}={value!r} is not '<sweep run id>:<trial index>'; unset it")
+        return {}
+    return {"sweep": {"run_id": run_id, "trial": int(trial)}}
 
 
 @dataclass
@@ -108,6 +121,7 @@ class Plan:
             "inputs": recipe_inputs, "code": code, "env": fp, "determinism_class": det,
             "determinism_digest": env.class_digest(det), "seeds": seeds or {},
         }
+        execution = {**(execution or {}), **sweep_tag()}
         if execution:
             body["execution"] = execution
         records = []

@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from marin import hashing
 from marin.errors import LedgerError, SchemaError
-from marin.fsutil import disk_cause, shown, write_all
+from marin.fsutil import disk_cause, not_regular, open_regular, shown, write_all
 from marin.ledger import merkle
 from marin.ledger.records import AFTER_FINISH, Record
 from marin.paths import ledger_dir
@@ -83,7 +83,7 @@ def read_run(path: str | os.PathLike[str], validate: bool = True, skip: tuple[st
     path = Path(path)
     log = RunLog(path)
     marks = tuple(f'"kind":"{k}"'.encode() for k in skip)
-    with open(path, "rb") as f:
+    with open_run(path) as f:
         for i, line in enumerate(f, start=1):
             if not line.endswith(b"\n"):
                 log.truncated = line
@@ -113,7 +113,7 @@ class NoSuchRun(LedgerError):
 def run_path(root: Path, run_id: str) -> Path:
     """The file of run ``run_id`` under ``root``; NoSuchRun when there is none."""
     path = ledger_dir(root) / f"{run_id}.jsonl"
-    if _RUN_ID.fullmatch(run_id) is None or not path.is_file():
+    if _RUN_ID.fullmatch(run_id) is None or _why_odd(path) != "":
         raise NoSuchRun(f"{run_id}: no such run in {ledger_dir(root)}; see `marin ledger log`")
     return path
 
@@ -126,7 +126,7 @@ def load_run(root: Path, run_id: str, validate: bool = True, skip: tuple[str, ..
 def read_started(root: Path, run_id: str) -> Record:
     """The first record of run ``run_id`` (``run.started``), read without the rest of the file."""
     path = run_path(root, run_id)
-    with open(path, "rb") as f:
+    with open_run(path) as f:
         line = f.readline()
     if not line.endswith(b"\n"):
         raise LedgerError(f"{path}: no complete first record; see `marin ledger check`")
@@ -298,9 +298,37 @@ def _seed(path: Path, run_id: str, index: Index | None) -> tuple[int, merkle.Bui
     return found if found is not None else (0, merkle.Builder())
 
 
+def open_run(path: Path) -> BinaryIO:
+    """A run file opened for reading: a regular file only, never a fifo (it would block) or a link."""
+    try:
+        return open_regular(path)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise LedgerError(f"{shown(path)}: {e.strerror}, not a run file; move it out of ledger/runs/ "
+                          "(a run file is a regular file)") from None
+
+
+def _why_odd(path: Path) -> str | None:
+    """Why ``path`` (not followed) is not a regular file ("is a fifo", ...); "" if it is; None if gone."""
+    try:
+        return not_regular(path.lstat().st_mode) or ""
+    except FileNotFoundError:
+        return None
+
+
 def run_files(ledger_dir: str | os.PathLike[str]) -> list[Path]:
+    """The run files of the ledger: regular files named ``*.jsonl`` (:func:`odd_files` names the rest)."""
     d = Path(ledger_dir)
-    return sorted(d.glob("*.jsonl")) if d.is_dir() else []
+    return [p for p in sorted(d.glob("*.jsonl")) if _why_odd(p) == ""] if d.is_dir() else []
+
+
+def odd_files(ledger_dir: str | os.PathLike[str]) -> list[tuple[Path, str]]:
+    """(path, what it is) of every ``*.jsonl`` entry in the ledger that is not a regular file: a fifo,
+    a directory, a link, a device. No reader opens them."""
+    d = Path(ledger_dir)
+    found = [(p, _why_odd(p)) for p in sorted(d.glob("*.jsonl"))] if d.is_dir() else []
+    return [(p, why) for p, why in found if why]
 
 
 def read_all(ledger_dir: str | os.PathLike[str]) -> list[RunLog]:

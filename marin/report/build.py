@@ -34,7 +34,7 @@ from marin.ledger.query import Ledger
 from marin.ledger.run import Plan, Run, recipe_code, recipe_digest
 from marin.ledger.store import run_files
 from marin.paths import ledger_dir, relpath
-from marin.report import attest, cards, fmti, instruct, mof, reference, render, verifications
+from marin.report import attest, cards, experiments, fmti, instruct, mof, reference, render, verifications
 from marin.report.facts import ReportError, gather
 from marin.report.reference import References
 
@@ -49,6 +49,7 @@ def meta_for(p: ReportParams, model_digest: str) -> dict[str, Any]:
     return {"model_name": p.model_name, "version": p.version, "license": p.license, "model_license": p.license,
             "code_license": p.code_license, "model": model_digest, "report_dir": f"reports/{p.model_name}",
             "authors": list(p.authors), "contact": p.contact, "funding": p.funding, "url": p.url,
+            "language": list(p.language), "datasheet": dict(p.datasheet or {}),
             "energy": dataclasses.asdict(p.energy) if p.energy else None}
 
 
@@ -61,10 +62,14 @@ def render_files(ledger: Ledger, meta: dict[str, Any], refs: References,
     doc["independent_verification"] = verifications.section(
         facts, vsas or {}, {r["run_id"]: ledger.runs[r["run_id"]] for r in doc["lineage"]})
     doc["instruct"] = instruct.section(facts, ledger, doc)
-    meta = {**meta, "date": (doc["lineage"][-1]["finished"] or doc["lineage"][-1]["started"])[:10]}
+    doc["experiments"] = experiments.section(facts, ledger, next(
+        (r["run_id"] for r in doc["lineage"] if r["stage"] == "train"), None))
+    meta = {**meta, "date": (doc["lineage"][-1]["finished"] or doc["lineage"][-1]["started"])[:10],
+            "model_tensor_digest": facts.items[doc["model"]["tensor_digest"]].value}  # the BibTeX note (CITATION.cff)
     md = render.markdown(facts.items, doc, meta)
     curve = doc["training"]["curve"]
     figures = {key: render.figure_svg(curve, key, title) for key, title in render.CURVES}
+    figures.update(experiments.figures(doc))
     fd = facts.to_dict()
     report_json = {"schema": "marin.report@1", "meta": meta, "facts": fd, "doc": doc,
                    "references": {k: r.to_dict() for k, r in sorted(refs.items())}}

@@ -2,8 +2,10 @@
 al. 2021); the FMTI disclosure CSV and the Model Openness Framework file are in
 ``marin.report.fmti`` and ``marin.report.mof``.
 
-Every value comes from ``facts`` (see ``marin.report.facts``); Markdown cites a fact as a
-link ``[text](report.md#F<n>)``. What the records do not hold is written "not recorded".
+Every value comes from ``facts`` (see ``marin.report.facts``); Markdown cites a fact as a link
+``[text](report.md#appendix-sources "fact F<n>")``: to the report's Sources heading, an anchor that
+the Hub and GitHub render (they drop the ``<a id>`` of each row), the fact's id in the title. What
+the records do not hold is written "not recorded".
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from typing import Any
 
 from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
 
-from marin.hub import hf_license
-from marin.report import render
+from marin.export.card import METRICS, Measure, hf_license, metadata, model_index
+from marin.report import budget, harness_section, render
 from marin.report.facts import md_escape
 
 NR = "not recorded"
+SOURCES = "report.md#appendix-sources"  # the heading `## Appendix: Sources` of report.md, as Markdown anchors it
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ class Ctx:
         text = self.facts[fid]["text"]
         if "\n" in text:  # a link cannot hold a line break; the report shows the value
             return f"(a multi-line value: fact {fid} of report.md)"
-        return "[" + md_escape(text) + f"](report.md#{fid})"
+        return f'[{md_escape(text)}]({SOURCES} "fact {fid}")'
 
     def refs(self, *fids: str) -> list[str]:
         """Ledger references ``run_id#seq`` behind facts; derived facts give their inputs'."""
@@ -74,21 +77,14 @@ def verification(c: Ctx, stage: str) -> str | None:
 # ---------------------------------------------------------------- model card
 
 
-def card_data(c: Ctx) -> ModelCardData:
-    """The card's metadata, built with huggingface_hub: licence, library, eval results (model-index)."""
-    lic = hf_license(c.meta["license"])
+def card_data(c: Ctx, extra_results: Iterable[EvalResult] = (), base_model: str | None = None) -> ModelCardData:
+    """The card's metadata (``marin.export.card.metadata``, as the export's card): licence, language,
+    datasets (the sources), library, ``model-index``: the evaluate run's validation bits per byte and
+    perplexity of the model per corpus, then ``extra_results`` (a benchmark harness's, say)."""
     rows = [r for r in (c.evaluation or {}).get("rows", []) if r["name"] == "model"]
-    src = "+".join(_sources(c))
-    results = [EvalResult(task_type="text-generation", task_name="Causal language modeling",
-                          dataset_type=src, dataset_name=f"{src} {r['split']} split ({r['corpus']})",
-                          dataset_config=r["corpus"], dataset_split=r["split"], metric_type=k,
-                          metric_value=c.facts[r[k]]["value"], metric_name=f"{r['split']} {label}")
-               for r in rows for k, label in (("bits_per_byte", "bits per byte"), ("perplexity", "perplexity"))]
-    return ModelCardData(license=lic, license_name=str(c.meta["license"]) if lic == "other" else None,
-                         library_name="transformers" if c.doc.get("export") else None,
-                         pipeline_tag="text-generation", model_name=c.meta["model_name"],
-                         tags=["marin", "llama", "jax", "flax", "causal-lm", "reproducible"],
-                         eval_results=results or None)
+    measures = [Measure(r["split"], r["corpus"], k, c.facts[r[k]]["value"]) for r in rows for k in METRICS]
+    results = model_index(_sources(c), measures, [*extra_results, *harness_section.eval_results(c.doc, c.facts)])
+    return metadata(c.meta, _sources(c), results, library=bool(c.doc.get("export")), base_model=base_model)
 
 
 def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
@@ -156,7 +152,7 @@ def _card_body(c: Ctx) -> str:
             f"on {md(env['determinism_class'].get('device_count'))} {md(env['determinism_class'].get('backend'))} "
             f"device(s), CPU {md(env['env']['cpu_model'])}, cores {md(env['env']['cores_used'])}; "
             f"{md(cp['cpu_hours'])} CPU-hours over the runs behind the model (energy and CO2 "
-            "estimate: Compute in the [technical report](report.md)).", ""]
+            "estimate: Compute in the [technical report](report.md)).", "", budget.compute_line(md, doc), ""]
     if "final_loss" in tr:
         out += [f"Final training loss {md(tr['final_loss'])} at step {md(tr['final_step'])}.", ""]
     out += _evaluation(c)
@@ -229,6 +225,33 @@ def _dataset_data(c: Ctx) -> DatasetCardData:
                            task_categories=["text-generation"], tags=["marin"])
 
 
+def _missing(key: str, why: str = "") -> str:
+    """What a question's answer lacks, and the params.yaml key that supplies it."""
+    return f"{NR}{' (' + why + ')' if why else ''}: state it in params.yaml as `report.{key}`."
+
+
+def _answer(c: Ctx, key: str, why: str = "") -> str:
+    """The answer to a question the ledger holds no fact for: the lab's, from params.yaml
+    (``report.datasheet.<key>``, recorded in the report run's params), else what to add where."""
+    answer = (c.meta.get("datasheet") or {}).get(key)
+    return f"{answer} (params.yaml `report.datasheet.{key}`)" if answer else _missing("datasheet." + key, why)
+
+
+def _stated(c: Ctx, key: str, question: str, why: str = "") -> str:
+    return f"- {question}: {_answer(c, key, why)}"
+
+
+def _redundancies(c: Ctx) -> str:
+    """Redundancies and errors, from the curation funnel: documents each deduplication step and each
+    filter removed; missing information is the lab's to state."""
+    removed = [(f["corpus"], step, r) for f in c.doc["data"]["funnel"] for step, r in f["removed"].items()]
+    dups = [f"{c.md(r['docs'])} in `{corpus}` by `{step}`" for corpus, step, r in removed if "dedup" in step]
+    bad = [f"{c.md(r['docs'])} in `{corpus}` by `{step}`" for corpus, step, r in removed if "dedup" not in step]
+    return ("- Missing information, errors or redundancies: duplicates removed: " + ("; ".join(dups) or "none found")
+            + "; documents failing a quality filter removed: " + ("; ".join(bad) or "none") + "; what remains "
+            "missing or wrong: " + _answer(c, "missing"))
+
+
 def datasheet(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) -> str:
     """A datasheet for the training data, with the seven sections of Gebru et al. (2021)."""
     c = Ctx(facts, doc, meta)
@@ -238,30 +261,32 @@ def datasheet(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) 
     out = ["---", _dataset_data(c).to_yaml(), "---", "", f"# Datasheet: training data of {name}", "",
            "Answers to the questions of *Datasheets for Datasets* (Gebru et al., 2021). Every value links to "
            "its ledger record in the [technical report](report.md); what the records do not hold is marked "
-           f"\"{NR}\".", "",
+           f"\"{NR}\", naming the params.yaml key (`report.datasheet.*`) where the lab states it.", "",
            "## Motivation", "",
            f"- Purpose: to pre-train and evaluate the language model {name} with the marin pipeline.",
            "- Who created the dataset, on whose behalf: "
            + (f"{', '.join(meta['authors'])}, curating the sources below with the marin pipeline."
-              if meta.get("authors") else f"{NR}."),
-           f"- Funding: {meta.get('funding') or NR}", "",
+              if meta.get("authors") else _missing("authors")),
+           f"- Funding: {meta.get('funding') or _missing('funding')}", "",
            "## Composition", "",
            "- Instances: text documents, each from one corpus of a source; no labels or targets.",
            "- Sources (the data is a curated subset of them):", ""]
     out += _sources_table(c)
     out += ["- Splits, recommended as they are (validation is held out from training):", ""]
     out += _splits_table(c)
-    out += [f"- Missing information, errors or redundancies: beyond the filters below, {NR}.",
-            f"- Confidential data, personal information, offensive content: {NR}.",
-            f"- Sub-populations or individuals identifiable: {NR}.", "",
+    out += [_redundancies(c),
+            _stated(c, "sensitive_content", "Confidential data, personal information, offensive content",
+                    "no filter of the pipeline looks for them"),
+            _stated(c, "identifiable_people", "Sub-populations or individuals identifiable"), "",
             "## Collection process", "",
             "- Acquisition: each source archive was fetched from its locator and checked against its pinned "
             f"digest by the fetch run `{doc['lineage'][0]['run_id']}` (table above).",
             f"- Sampling strategy: whole sources were taken; the validation split is a salted hash split "
             f"(configured in the curate run's parameters, `{fs}` at `/body/params/curate/split`).",
-            f"- Who collected the data and how they were compensated: {NR}.",
-            f"- Time frame of the data's creation: {NR}.",
-            f"- Ethical review, notice and consent of the people in the data: {NR}.", "",
+            _stated(c, "collectors", "Who collected the data and how they were compensated"),
+            _stated(c, "time_frame", "Time frame of the data's creation", "the ledger records when it was "
+                    "fetched, not when its documents were written"),
+            _stated(c, "ethical_review", "Ethical review, notice and consent of the people in the data"), "",
             "## Preprocessing/cleaning/labeling", "",
             "Curation funnel per corpus (documents and bytes in, removed by each filter, kept):", ""]
     for f in d["funnel"]:
@@ -280,16 +305,18 @@ def datasheet(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) 
             "## Uses", "",
             f"- Used for: training {name}"
             + (f"; its validation split for the evaluation in run `{ev['run_id']}`." if ev else "."),
-            f"- Other tasks it could be used for, and tasks it should not be used for: {NR}.",
-            f"- Impacts of its composition on future uses: {NR}.", "",
+            _stated(c, "other_uses", "Other tasks it could be used for, and tasks it should not be used for"),
+            _stated(c, "impacts", "Impacts of its composition on future uses"), "",
             "## Distribution", "",
             _distribution(meta.get("data_remote"))
             + ", ".join(f"`{s['name']}` {md(s['license'])}" for s in d["sources"]) + ".",
-            f"- Third-party IP restrictions or export controls: beyond the licences, {NR}.", "",
+            _stated(c, "ip_restrictions", "Third-party IP restrictions or export controls", "beyond the licences "
+                    "above"), "",
             "## Maintenance", "",
-            f"- Maintainer and contact: {meta.get('contact') or NR}", f"- Erratum: {NR}.",
+            f"- Maintainer and contact: {meta.get('contact') or _missing('contact')}",
+            _stated(c, "erratum", "Erratum"),
             "- Updates: a change is a new ledger run of the pipeline; every run is kept in `ledger/runs`.",
-            f"- Retention limits, and how others may contribute: {NR}.", ""]
+            _stated(c, "retention", "Retention limits, and how others may contribute"), ""]
     text = "\n".join(out)
     DatasetCard(text)  # the Hub's parser reads it back (a malformed header raises here, not on the Hub)
     return text

@@ -49,10 +49,15 @@ class Verdict:
 
 
 def verify(root: Path, directory: Path, public_key: Path | None = None,
-           require_signature: bool = False) -> Verdict:
-    """Steps 1-6 (see the module docstring) for the report in ``directory``."""
+           require_signature: bool = False, release: bool = False) -> Verdict:
+    """Steps 1-6 (see the module docstring) for the report in ``directory``; ``release``: also refuse
+    params.yaml's placeholders in what the report says about its makers."""
+    from marin.report.placeholders import placeholders
+
     v = Verdict(directory)
     envelope, old = _load(directory)
+    if release and old is not None:
+        v.problems += [f"report.json: {p}" for p in placeholders(old.get("meta") or {})]
     stmt = _signature(root, envelope, public_key, require_signature, v)  # 1
     try:
         signed = {s["name"]: "sha256:" + s["digest"]["sha256"] for s in stmt["subject"]}

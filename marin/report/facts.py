@@ -22,6 +22,7 @@ from marin.errors import MarinError
 from marin.ledger.query import Ledger, Step, upstream
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
+from marin.report import harness_section
 
 
 class ReportError(MarinError):
@@ -46,6 +47,8 @@ FORMULAS: dict[str, Callable[[list[Any]], Any]] = {
     "6 × parameters × tokens seen": lambda xs: 6 * math.prod(xs),
     # inputs in pairs (wall time in s, cores or devices) of each run: the hours of compute they took
     "Σ wall_s × cores / 3600": lambda xs: _hours(xs),
+    "tokens seen / training tokens": lambda xs: xs[0] / xs[1],  # epochs (marin/report/budget.py)
+    "tokens seen / parameters": lambda xs: xs[0] / xs[1],
 }
 
 
@@ -190,7 +193,11 @@ def gather(root: Path, model: str = "models/final", ledger: Ledger | None = None
     doc["model"] = _model(f, logs["train"])
     doc["data"] = _data(f, root, logs)
     doc["training"] = _training(f, logs["train"], doc["model"])
+    from marin.report import budget  # epochs and tokens per parameter, derived from the facts above
+
+    doc["budget"] = budget.section(f, doc)
     doc["evaluation"] = _evaluation(f, logs["evaluate"]) if "evaluate" in logs else None
+    doc["harness"] = harness_section.facts(f, logs["evaluate"]) if "evaluate" in logs else None
     doc["export"] = _export(f, logs["export"]) if "export" in logs else None
     doc["environment"] = _environment(f, logs["train"])
     doc["compute"] = _compute(f, [ledger.runs[r["run_id"]] for r in doc["lineage"]])
@@ -331,6 +338,8 @@ def _environment(f: Facts, log: RunLog) -> dict[str, Any]:
 def _evaluation(f: Facts, log: RunLog) -> dict[str, Any]:
     rows, samples = [], []
     for r in log.of_kind("eval"):
+        if harness_section.from_harness(r.body):  # the harness's own table: marin.report.harness_section
+            continue
         if r.body.get("samples"):
             samples = [{"prompt": f.cite("sample prompt", log, r, f"/body/samples/{i}/prompt").id,
                         "completion": f.cite("sample completion", log, r, f"/body/samples/{i}/completion").id}

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from marin.data.sources import LOCAL_KINDS
+from marin.report import render
 from marin.report.cards import NR, Ctx, verification
 from marin.report.facts import ReportError
 
@@ -84,6 +86,40 @@ def _compute(c: Ctx) -> tuple[str, list[str]]:
     tr, n = c.doc["training"], c.doc["model"]["n_params"]
     return (f"{c.t(tr['flops'])} FLOPs for the single training run (estimate 6 x {c.t(n)} parameters x "
             f"{c.t(tr['tokens_seen'])} tokens seen)"), [tr["flops"]]
+
+
+def _energy(c: Ctx, which: int) -> tuple[str, list[str]] | None:
+    """The report's energy (``which`` 0) or carbon (1) estimate, from the same facts and assumptions."""
+    cp = c.doc["compute"]
+    estimate = render.compute_energy(lambda fid: c.facts[fid]["value"], cp, c.meta.get("energy"))
+    if estimate is None:
+        return None
+    value = (render.kwh_text, render.co2_text)[which](estimate[which])
+    return (f"estimate (not a measurement): {value} for the {cp['runs']} runs behind the model, from their "
+            f"CPU-hours {c.t(cp['cpu_hours'])} and the power and grid assumptions of params.yaml: report.energy"), \
+        [cp["cpu_hours"], *([cp["gpu_hours"]] if cp["gpu_hours"] else [])]
+
+
+def _public(c: Ctx) -> tuple[str, list[str]] | None:
+    """The sources others can fetch (a package index or a URL, not a path on this machine)."""
+    local = tuple(f"{k}:" for k in LOCAL_KINDS)  # a locator is <kind>:<where>
+    ss = [s for s in c.doc["data"]["sources"] if not str(c.facts[s["locator"]]["value"]).startswith(local)]
+    if not ss:
+        return None
+    return "public sources: " + "; ".join(f"{s['name']} ({c.t(s['locator'])}, licence {c.t(s['license'])})"
+                                          for s in ss), [s[k] for s in ss for k in ("locator", "license")]
+
+
+def _language(c: Ctx) -> tuple[str, list[str]] | None:
+    langs, ss = c.meta.get("language"), c.doc["data"]["sources"]
+    return (f"{', '.join(langs)} (params.yaml: report.language): the text of the sources "
+            f"{', '.join(s['name'] for s in ss)}", [s["locator"] for s in ss]) if langs else None
+
+
+def _responsible_use(c: Ctx) -> tuple[str, list[str]]:
+    r = c.meta["report_dir"]
+    return (f"intended use, out-of-scope uses, limitations and risks: sections of {r}/model_card.md and "
+            f"{r}/report.md"), [c.doc["model"]["tensor_digest"]]
 
 
 def _duration(c: Ctx) -> tuple[str, list[str]]:
@@ -223,6 +259,12 @@ FMTI_MAP: dict[str, tuple[str, str, Disclose]] = {
     "Compute usage for final training run": ("Upstream", "Compute", _compute),
     "Development duration": ("Upstream", "Compute", _duration),
     "Development duration for final training run": ("Upstream", "Compute", _duration),
+    "Energy usage for final training run": ("Upstream", "Compute", lambda c: _energy(c, 0)),
+    "Carbon emissions for final training run": ("Upstream", "Compute", lambda c: _energy(c, 1)),
+    "Public datasets": ("Upstream", "Data", _public),
+    "Data language composition": ("Upstream", "Data", _language),
+    "Documentation for responsible use": ("Downstream", "Usage policy", _responsible_use),
+    "Permitted, restricted, and prohibited uses": ("Downstream", "Usage policy", _responsible_use),
     "Compute hardware": ("Upstream", "Compute", _hardware),
     "Compute hardware for final training run": ("Upstream", "Compute", _hardware),
     "Model stages": ("Upstream", "Methods", _stages),

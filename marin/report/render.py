@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marin import hashing
-from marin.report import instruct, verifications
+from marin.report import budget, experiments, harness_section, instruct, verifications
 from marin.report.facts import Fact, md_escape
 
 CURVES = (("loss", "Loss"), ("lr", "Learning rate"), ("grad_norm", "Gradient norm (before clipping)"))
@@ -104,6 +104,8 @@ def markdown(facts: dict[str, Fact], doc: dict[str, Any], meta: dict[str, Any]) 
     _training(d, doc)
     _compute(d, doc, meta)
     _evaluation(d, doc)
+    d.add(*harness_section.lines(d, doc))
+    d.add(*experiments.lines(d.v, doc))
     _environment(d, doc)
     d.add(*verifications.lines(d.v, doc, facts))
     d.add(*instruct.lines(d.v, doc))
@@ -129,9 +131,10 @@ def how_to_use(v: Callable[[str | None], str], doc: dict[str, Any], level: str =
             "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
             f'model = AutoModelForCausalLM.from_pretrained("{ex["path"]}")',
             f'tokenizer = AutoTokenizer.from_pretrained("{ex["path"]}")', "```", "",
-            "Then `model.generate(**tokenizer(\"ROMEO.\", return_tensors=\"pt\"), max_new_tokens=40)` continues a "
-            "text. Documents were separated by the end-of-text token in training, so a prompt may start with "
-            "`tokenizer.eos_token`.", ""]
+            "Then `model.generate(**tokenizer(tokenizer.eos_token + \"ROMEO.\", return_tensors=\"pt\"), "
+            "max_new_tokens=40, do_sample=False)` continues a text greedily, as the evaluate stage's samples do: "
+            "documents followed the end-of-text token in training, so a prompt starts with it. The export's "
+            "README.md (its model card) prints such a sample.", ""]
 
 
 def uses(v: Callable[[str | None], str], doc: dict[str, Any], level: str = "##") -> list[str]:
@@ -158,8 +161,7 @@ def uses(v: Callable[[str | None], str], doc: dict[str, Any], level: str = "##")
         "Nothing was filtered for harmful content.",
         "- A model this small produces fluent-looking but wrong or meaningless text; do not present its output "
         "as fact.",
-        "- Memorisation: the training set is small and was seen many times, so passages of the training texts "
-        "can be regenerated verbatim (their licences are listed under Data).", ""]
+        budget.memorisation_risk(v, doc), ""]
 
 
 def _how_to_use(d: Doc, doc: dict[str, Any]) -> None:
@@ -218,6 +220,24 @@ def _training(d: Doc, doc: dict[str, Any]) -> None:
         d.add(f"Final training loss {d.v(tr['final_loss'])} at step {d.v(tr['final_step'])}.", "")
 
 
+def compute_energy(value: Callable[[str], Any], compute: dict[str, Any],
+                   e: dict[str, Any] | None) -> tuple[float, float] | None:
+    """(kWh, kg CO2e) of the runs behind the report (``compute``: doc["compute"], its facts read by
+    ``value``), or None without ``report.energy`` assumptions: what the report's Compute section and
+    the FMTI energy and carbon indicators both state."""
+    if not e:
+        return None
+    return energy(value(compute["cpu_hours"]), value(compute["gpu_hours"]) if compute["gpu_hours"] else 0.0, e)
+
+
+def kwh_text(kwh: float) -> str:
+    return f"{kwh:.3g} kWh"
+
+
+def co2_text(kg: float) -> str:
+    return f"{kg * 1000:.3g} g CO2-equivalent"
+
+
 def energy(cpu_hours: float, gpu_hours: float, e: dict[str, Any]) -> tuple[float, float]:
     """(kWh, kg CO2e) of the compute under the assumptions ``e`` (params.yaml: report.energy)."""
     kwh = (cpu_hours * e["cpu_watts_per_core"] + gpu_hours * e["gpu_watts"]) * e["pue"] / 1000
@@ -237,14 +257,13 @@ def _compute(d: Doc, doc: dict[str, Any], meta: dict[str, Any]) -> None:
         ["hardware", f"{d.v(env['cpu_model'])}, {d.v(env['cpu_count'])} cores ({d.v(env['machine'])})"],
         ["cores usable by the train run", d.v(env["cores_used"])],
         ["XLA CPU threads, devices", f"{d.v(det.get('xla_cpu_threads'))}, {d.v(det.get('device_count'))}"]])
+    d.add(budget.compute_line(d.v, doc), "")
     e = meta.get("energy")
-    if not e:
+    estimate = compute_energy(lambda fid: d.facts[fid].value, cp, e)
+    if estimate is None:
         d.add("Energy and CO2: not estimated (no `report.energy` assumptions in params.yaml).", "")
         return
-    cpu_h = d.facts[cp["cpu_hours"]].value
-    gpu_h = d.facts[cp["gpu_hours"]].value if cp["gpu_hours"] else 0.0
-    kwh, co2 = energy(cpu_h, gpu_h, e)
-    d.add(f"**Estimate** (not a measurement): {kwh:.3g} kWh and {co2 * 1000:.3g} g CO2-equivalent, as "
+    d.add(f"**Estimate** (not a measurement): {kwh_text(estimate[0])} and {co2_text(estimate[1])}, as "
           f"(CPU-hours × {e['cpu_watts_per_core']:g} W per core + GPU-hours × {e['gpu_watts']:g} W per GPU) × PUE "
           f"{e['pue']:g} × {e['kg_co2e_per_kwh']:g} kg CO2e per kWh. The power draws, the data-centre overhead "
           "(PUE) and the grid's carbon intensity are assumptions from `params.yaml: report.energy`, not "
@@ -311,9 +330,11 @@ def _people(d: Doc, meta: dict[str, Any]) -> None:
 
 
 def _sources(d: Doc, facts: dict[str, Fact], c: dict[str, Any]) -> None:
-    d.add('## Sources <a id="sources"></a>', "", "Each fact: the ledger run and record (seq; the record's "
-          "digest, shortened: hover for all of it, report.json holds every digest in full) and the JSON pointer to "
-          "the value, in the record or in a recorded output file; derived values name their formula.", "")
+    # a plain heading: its anchor, #appendix-sources, is the one the Hub and GitHub make (cards link to it)
+    d.add('<a id="sources"></a>', "", "## Appendix: Sources", "",
+          "Each fact: the ledger run and record (seq; the record's digest, shortened: hover for all of it, "
+          "report.json holds every digest in full) and the JSON pointer to the value, in the record or in a "
+          "recorded output file; derived values name their formula.", "")
     rows = []
     for f in facts.values():
         src = f.source

@@ -15,12 +15,17 @@ MODEL = "models/final"
 def run_stage(root: Path, params: Params, model: str = MODEL) -> bool:
     """The report of ``model``, then the MLflow view, with one ledger index for both; False: the
     runtime has nothing left to mirror."""
+    import sys
+
     from marin.ledger.index import Index  # here, not above: params are checked before the report's imports
     from marin.report import build
+    from marin.report.placeholders import placeholders
     from marin.tracking import sync_quietly
 
     with Index.using(root, None, refresh=False) as idx:
         done = build.publish(root, params, model, index=idx)
         print(build.report_line(done, root))
+        for line in placeholders(build.meta_for(params.report, model)):
+            print(f"report: warning: params.yaml: {line} (`marin report verify --release` refuses it)", file=sys.stderr)
         sync_quietly(root, idx)  # the MLflow view, as after every stage
     return False

@@ -76,11 +76,11 @@ class Live:
 
     def _main(self) -> None:
         try:
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
             from marin.ledger.store import read_run
+            from marin.net import mlflow_env
             from marin.tracking.sync import _Syncer, default_uri
 
+            mlflow_env()  # before MLflow's client reads its environment
             self.syncer = _Syncer(self.root, default_uri(self.root))
             log = read_run(self.path, validate=False)  # run.started and the inputs are written by now
             self.mlflow_id = self.syncer.stage_run(log)[0].info.run_id

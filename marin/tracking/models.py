@@ -1,12 +1,13 @@
-"""The model outputs of a ledger as MLflow LoggedModels: one per output digest, carrying the
-model's files (weights, config, tokenizer), linked to the run that made it and to every run
-that read it. Stages syncing at the same moment may each make one; the earliest made stays
+"""The model outputs of a ledger as MLflow LoggedModels: one per output digest, linked to the
+run that made it and to every run that read it. The trained model (output ``model``) is a
+``pyfunc`` model that generates with JAX (``marin.tracking.pyfunc``); its Hugging Face export
+(output ``hf_model``) is logged beside it as the export's files, which ``from_pretrained`` loads
+once downloaded. Stages syncing at the same moment may each make one; the earliest made stays
 and the others delete theirs, so every stage links to the same one."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -54,8 +55,10 @@ class LoggedModels:
             return
         path = self.root / b["path"]
         config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
+        hf = b["name"] == "hf_model"
         model = self.client.create_logged_model(
-            self.exp, name=f"marin-{log.run_id}", source_run_id=mlflow_id, model_type="marin-decoder",
+            self.exp, name=f"marin-{'hf-' if hf else ''}{log.run_id}", source_run_id=mlflow_id,
+            model_type="transformers" if hf else "marin-decoder",
             params={k: str(v) for k, v in config.get("model", {}).items()},
             tags={"marin.run_id": log.run_id, "marin.output_digest": b["digest"], "marin.folder_digest": b["digest"],
                   "marin.tensor_digest": b.get("tensor_digest", ""), "marin.location": path.resolve().as_uri(),
@@ -67,25 +70,55 @@ class LoggedModels:
             self.client.delete_logged_model(model.model_id)
             self._ids[b["digest"]] = first.model_id
             return
-        self._files(model.model_id, path, b, config)
+        self._files(model.model_id, path, b, config, hf)
         self.client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
         self.client.log_outputs(mlflow_id, [LoggedModelOutput(model.model_id, b.get("meta", {}).get("step", 0))])
         self._ids[b["digest"]] = model.model_id
 
-    def _files(self, model_id: str, path: Path, b: dict[str, Any], config: dict[str, Any]) -> None:
+    def _files(self, model_id: str, path: Path, b: dict[str, Any], config: dict[str, Any], hf: bool) -> None:
         """The model's files as the LoggedModel's artifacts, when the copy on disk is the recorded
-        one (a later run may have replaced it: then a tag says so)."""
+        one (a later run may have replaced it: then a tag says so): the export's files as they are,
+        the trained model as a pyfunc model with the very tokenizer it was trained with."""
+        from marin.tracking import pyfunc
+
         tok = self.root / config.get("tokenizer", {}).get("path", "data/tokens/tokenizer.json")
-        if not path.is_dir() or hashing.path_digest(path) != b["digest"]:
-            self.client.set_logged_model_tags(model_id, {"marin.files": f"not uploaded: {b['path']} on disk is "
-                                                                      "not the recorded version"})
+        if not path.is_dir() or hashing.path_digest(path) != b["digest"] or not (
+                hf or (tok.is_file() and hashing.file_digest(tok) == config.get("tokenizer", {}).get("digest"))):
+            self.client.set_logged_model_tags(model_id, {"marin.files": f"not uploaded: {b['path']} or its "
+                                                                      "tokenizer on disk is not the recorded version"})
             return
         with tempfile.TemporaryDirectory(prefix="marin-model-") as tmp:
-            for f in sorted(path.iterdir()):
-                if f.is_file():
-                    shutil.copyfile(f, Path(tmp) / f.name)
-            if tok.is_file() and hashing.file_digest(tok) == config.get("tokenizer", {}).get("digest"):
-                shutil.copyfile(tok, Path(tmp) / "tokenizer.json")  # the very tokenizer the model was trained with
-            files = sorted(os.listdir(tmp))
-            self.client.log_model_artifacts(model_id, tmp)
+            src = Path(tmp) / "model"
+            if hf:
+                src.mkdir()
+                for f in sorted(path.iterdir()):
+                    if f.is_file():
+                        shutil.copyfile(f, src / f.name)
+            else:
+                pyfunc.save(src, path, tok)
+            files = sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file())
+            self.client.log_model_artifacts(model_id, str(src))
         self.client.set_logged_model_tags(model_id, {"marin.files": ", ".join(files)})
+
+    def register(self, mlflow_id: str, log: RunLog, report: dict[str, Any]) -> None:
+        """A report run releases its model: a new version of the registered model named after the report
+        (params.yaml: report.model_name), pointing at the model's LoggedModel and at the report run."""
+        from mlflow.exceptions import MlflowException
+
+        name = report["meta"]["model_name"]
+        train = next((s["run_id"] for s in report["doc"]["lineage"] if s["stage"] == "train"), None)
+        found = self.client.search_logged_models(
+            experiment_ids=[self.exp], filter_string=f"tags.`marin.run_id` = '{train}'", max_results=50)
+        model = next((m for m in found if m.model_type == "marin-decoder"), None)
+        if model is None:
+            return
+        if self.client.search_model_versions(f"name = '{name}' and tags.`marin.run_id` = '{log.run_id}'"):
+            return  # this release is registered
+        try:
+            self.client.create_registered_model(name, description=f"Releases of {name}: one version per report run")
+        except MlflowException as e:
+            if "RESOURCE_ALREADY_EXISTS" not in str(e.error_code):
+                raise
+        self.client.create_model_version(name, f"models:/{model.model_id}", run_id=mlflow_id, model_id=model.model_id,
+                                         tags={"marin.run_id": log.run_id, "marin.version": report["meta"]["version"],
+                                               "marin.tensor_digest": model.tags.get("marin.tensor_digest", "")})

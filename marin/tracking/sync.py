@@ -22,7 +22,9 @@ EXPERIMENT = "marin"
 # shown as GenAI "agent versions". Training runs belong in the model-training view.
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 CONTEXT = {"fetch": "training", "curate": "training", "tokenize": "training", "train": "training",
-           "instructions": "training", "sft": "training", "evaluate": "evaluation", "evaluate_instruct": "evaluation"}
+           "evalsets": "evaluation", "instructions": "training", "sft": "training", "evaluate": "evaluation",
+           "evaluate_instruct": "evaluation"}
+UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 BATCH = 900  # MLflow accepts up to 1000 metrics per log_batch
 CREATED = "marin.created_ns"  # when this MLflow run was made: of two made at once, the first stays
 
@@ -44,6 +46,7 @@ RUN_NOTE = """One marin ledger run (`ledger/<run id>.jsonl` under Artifacts). Ta
 | `marin.status` | succeeded, failed or unfinished, as the ledger says |
 | `marin.synced_seq`, `marin.synced_digest` | the last ledger record this MLflow run reflects |
 | `marin.verification.*` | the latest `marin verify` of the run: result, mode, record |
+| `stage`, `status`, `recipe`, `commit` | short copies for the run list (recipe: 12 hex, commit: 8) |
 """
 
 
@@ -68,6 +71,9 @@ class SyncReport:
                 f"{len(self.unchanged)} unchanged")
         if self.experiment and self.uri.startswith("http"):  # MLflow 3.17's UI opens GenAI unless told
             line += f"; open {self.uri.rstrip('/')}/#/experiments/{self.experiment}?workflowType=machine_learning"
+        elif self.experiment and self.uri.startswith("sqlite:"):
+            line += (f"; view it with `mlflow ui --backend-store-uri {self.uri}` at "
+                     f"{UI}/#/experiments/{self.experiment}?workflowType=machine_learning")
         return line
 
 
@@ -122,11 +128,17 @@ class _Syncer:
 
     def _experiment(self) -> str:
         exp = self.client.get_experiment_by_name(EXPERIMENT)
+        artifacts = (self.root / "mlartifacts").resolve().as_uri() if self.uri.startswith("sqlite:") else None
         if exp is not None:
+            if artifacts and exp.artifact_location.startswith("file:") and exp.artifact_location != artifacts:
+                raise TrackingError(
+                    f"{self.uri}: its experiment keeps artifacts in {exp.artifact_location}, not in this project's "
+                    "mlartifacts/ (the project was copied or moved with its mlflow.db, which MLflow stores absolute "
+                    "paths in): remove mlflow.db and mlartifacts/ and run `marin mlflow sync` to rebuild the view "
+                    "from the ledger")
             if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:  # made by an older marin
                 self.client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
             return exp.experiment_id
-        artifacts = (self.root / "mlartifacts").resolve().as_uri() if self.uri.startswith("sqlite:") else None
         try:
             return self.client.create_experiment(EXPERIMENT, artifact_location=artifacts, tags={
                 "marin.project": str(self.root.name), EXPERIMENT_KIND[0]: EXPERIMENT_KIND[1],
@@ -168,9 +180,7 @@ class _Syncer:
 
     def parent(self, log: RunLog) -> str:
         code = log.started.body["code"]
-        key = (code["git_commit"] or "no-commit")[:12]
-        if code["dirty"]:
-            key += "-dirty-" + code["diff_digest"].split(":")[1][:8]
+        key = pipeline_key(code)
         found = self.lookup("pipeline:" + key)
         if found is not None and found.info.status == "RUNNING" and self.known is None:
             time.sleep(1.0)  # just made by a stage syncing now: by then it has kept or deleted it
@@ -178,7 +188,7 @@ class _Syncer:
         if found is not None:
             return found.info.run_id
         run, created = self._create_once(
-            "marin.pipeline", key, run_name=f"pipeline {key}", start_time=_ms(log.started.time),
+            "marin.pipeline", key, run_name=pipeline_name(code), start_time=_ms(log.started.time),
             tags={"marin.kind": "pipeline", "marin.pipeline": key, "mlflow.source.git.commit": code["git_commit"] or "",
                   "mlflow.note.content": PIPELINE_NOTE})
         if created:
@@ -201,9 +211,11 @@ class _Syncer:
         s = log.started.body
         tags = {"marin.kind": "stage", "marin.run_id": log.run_id, "marin.recipe_digest": s["recipe_digest"],
                 "marin.stage": s["stage"], "mlflow.source.git.commit": s["code"]["git_commit"] or "",
+                "mlflow.source.name": " ".join(s["command"]), "mlflow.source.type": "LOCAL", "mlflow.user": _user(),
                 "marin.determinism_digest": s["determinism_digest"], "marin.code_digest": s["code"]["code_digest"],
-                "mlflow.parentRunId": self.parent(log), "mlflow.note.content": RUN_NOTE}
-        run, created = self._create_once("marin.run_id", log.run_id, run_name=f"{s['stage']} {log.run_id}",
+                "mlflow.parentRunId": self.parent(log), "mlflow.note.content": run_note(log),
+                **short_tags(log)}
+        run, created = self._create_once("marin.run_id", log.run_id, run_name=run_name(s['stage'], log.run_id),
                                          start_time=_ms(log.started.time), tags=tags)
         if created:
             params = _flat("", s["params"])
@@ -233,12 +245,15 @@ class _Syncer:
         metrics = [m for r in new for m in self._metrics(r, log)]
         for i in range(0, len(metrics), BATCH):
             self.client.log_batch(mlflow_id, metrics=metrics[i : i + BATCH])
+        counts = [p for r in new if r.kind == "eval" for p in _counts(r)]
+        for i in range(0, len(counts), 100):
+            self.client.log_batch(mlflow_id, params=counts[i : i + 100])
         for r in new:
             if r.kind == "output":
                 self._output(mlflow_id, log, r)
         self.client.log_artifact(mlflow_id, str(log.path), "ledger")
         tags = [RunTag("marin.synced_seq", str(last.seq)), RunTag("marin.synced_digest", last.digest),
-                RunTag("marin.status", log.status)]
+                RunTag("marin.status", log.status), RunTag("status", log.status)]
         # Outputs as tags, so lineage can be followed in MLflow alone: input digest -> producing run.
         tags += [RunTag("marin.output." + r.body["name"].replace(":", "/"), r.body["digest"])
                  for r in new if r.kind == "output"]
@@ -249,6 +264,11 @@ class _Syncer:
             RunTag("marin.verification.result", r.body["result"]), RunTag("marin.verification.mode", r.body["mode"]),
             RunTag("marin.verification.record", f"seq {r.seq} {r.digest}"))]
         self.client.log_batch(mlflow_id, tags=tags)
+        if s["stage"] == "sweep":  # a `marin sweep` run: the parent of one child run per trial
+            from marin.tracking.sweeps import sync_trials
+
+            sync_trials(self.client, self.exp, mlflow_id, log.run_id,
+                        [r for r in new if r.kind in ("trial", "selection")])
         if created and self._lost_late("marin.run_id", log.run_id, run):
             report.created.remove(log.run_id)
             report.updated.append(log.run_id)
@@ -256,6 +276,13 @@ class _Syncer:
         if log.finished is not None:
             status = "FINISHED" if log.status == "succeeded" else "FAILED"
             self.client.set_terminated(mlflow_id, status, end_time=_ms(log.finished.time))
+            self._extend_parent(run.data.tags.get("mlflow.parentRunId"), _ms(log.finished.time))
+
+    def _extend_parent(self, parent_id: str | None, end: int) -> None:
+        """A pipeline run lasts until its last stage run ends (it was made with no duration)."""
+        parent = self.client.get_run(parent_id) if parent_id else None
+        if parent is not None and (parent.info.end_time or 0) < end:
+            self.client.set_terminated(parent_id, "FINISHED", end_time=end)
 
     def _inputs(self, mlflow_id: str, stage: str, records: list[Record]) -> None:
         from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModelInput
@@ -290,17 +317,78 @@ class _Syncer:
         link = {"model_id": model_id} if model_id else {}
         if tokens:
             link.update(dataset_name="tokens", dataset_digest=_short(tokens))
-        scope = f"{r.body['split']}" + (f".{r.body['corpus']}" if "corpus" in r.body else "")
-        return [Metric(f"{r.body['name']}.{scope}.{k}", v["value"] if isinstance(v, dict) else float(v), t, 0, **link)
-                for k, v in r.body["values"].items() if not isinstance(v, str)]
+        return [Metric(f"{_scope(r)}.{k}", v["value"], t, 0, **link)
+                for k, v in r.body["values"].items() if isinstance(v, dict)]  # measurements; counts are params
 
     def _output(self, mlflow_id: str, log: RunLog, r: Record) -> None:
         b = r.body
         path = self.root / b["path"]
         if b["name"].endswith("manifest") and path.is_file():
             self.client.log_artifact(mlflow_id, str(path), "manifests")
-        if b["name"] == "model":
+        if b["name"] in ("model", "hf_model"):
             self.models.log_output(mlflow_id, log, r)
+        if log.started.body["stage"] == "report" and b["name"] == "report" and path.is_dir():
+            self.client.log_artifacts(mlflow_id, str(path), "report")  # the report itself, beside its ledger
+        if log.started.body["stage"] == "report" and b["name"] == "report_json" and path.is_file():
+            self.models.register(mlflow_id, log, json.loads(path.read_text()))
+
+
+def run_name(stage: str, run_id: str) -> str:
+    """A stage run's name in MLflow's run list, short enough not to be cut: the stage and the run id's
+    random tail (``train 1a2b3c4d``), distinct as run ids are (``<stage>-<time>-<8 hex>``)."""
+    return f"{stage} {run_id.rsplit('-', 1)[-1]}"
+
+
+def pipeline_key(code: dict[str, Any]) -> str:
+    """The pipeline a stage run belongs to: its git commit (12 hex), and the diff's digest if dirty."""
+    key = (code["git_commit"] or "no-commit")[:12]
+    if code["dirty"]:
+        key += "-dirty-" + code["diff_digest"].split(":")[1][:8]
+    return key
+
+
+def pipeline_name(code: dict[str, Any]) -> str:
+    """A pipeline run's name: ``pipeline 1a2b3c4d`` (commit), ``+5e6f7a`` for a dirty tree's diff."""
+    name = "pipeline " + (code["git_commit"] or "no-commit")[:8]
+    return name + ("+" + code["diff_digest"].split(":")[1][:6] if code["dirty"] else "")
+
+
+def short_tags(log: RunLog) -> dict[str, str]:
+    """Tags with short keys, so that the run list's tag column reads without hovering."""
+    s = log.started.body
+    return {"stage": s["stage"], "recipe": s["recipe_digest"].split(":")[-1][:12],
+            "commit": (s["code"]["git_commit"] or "none")[:8]}
+
+
+def run_note(log: RunLog) -> str:
+    """A stage run's description: its key facts on the first line (the run list shows it), then what
+    each tag holds."""
+    s = log.started.body
+    return (f"{s['stage']} run `{log.run_id}`: recipe {s['recipe_digest'][:19]}…, commit "
+            f"{(s['code']['git_commit'] or 'none')[:12]}, determinism {s['determinism_digest'][:19]}…\n\n" + RUN_NOTE)
+
+
+def _scope(r: Record) -> str:
+    """An eval record's name in MLflow: ``<name>.<split>[.<corpus>]``."""
+    return f"{r.body['name']}.{r.body['split']}" + (f".{r.body['corpus']}" if "corpus" in r.body else "")
+
+
+def _counts(r: Record) -> list[Any]:
+    """An eval record's counts (tokens, bytes, documents: plain numbers, not measurements) as params."""
+    from mlflow.entities import Param
+
+    return [Param(f"{_scope(r)}.{k}", str(v)) for k, v in r.body["values"].items()
+            if isinstance(v, int | float) and not isinstance(v, bool)]
+
+
+def _user() -> str:
+    """Who made the MLflow run (its "Created by"): the user syncing the ledger."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid (a container)
+        return f"uid {os.getuid()}"
 
 
 def _made(run: Any) -> tuple[int, str]:
@@ -346,6 +434,7 @@ def quiet_mlflow() -> None:
     """MLflow and its SQL migrations log INFO lines on every new store; a stage's output is its own."""
     import logging
 
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # the pyfunc model's copies
     import mlflow  # noqa: F401  (it sets its loggers' levels when imported: set ours after)
 
     for name in ("mlflow", "alembic"):
@@ -370,10 +459,11 @@ def sync_quietly(root: Path, index: Index | None = None) -> None:
     """After a stage: sync, but never fail the stage; say in one line if MLflow is down."""
     if os.environ.get("MARIN_MLFLOW", "on").lower() in ("0", "off", "false", "no"):
         return
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
     import sys
 
+    from marin.net import mlflow_env
+
+    mlflow_env()
     try:
         sync(root, full=False, index=index)
     except Exception as e:

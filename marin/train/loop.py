@@ -11,6 +11,7 @@ stage) or the instruction fine-tune (marin.instruct.sft), which reuses everythin
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from marin.ledger.store import RunLog, load_run, read_run
 from marin.model import ModelConfig, count_params
 from marin.tracking.live import Live
 from marin.train import checkpoint, distributed, runtime, seeds, step, weights
+from marin.train.budget import Budget
 from marin.train.loader import CACHE, Loader, open_stream
 
 TOKENS, CKPT = Path("data/tokens"), Path("checkpoints")
@@ -91,6 +93,7 @@ class Setup:
     val_loss: Any  # params -> mean NLL on a fixed batch of validation windows (the validation-loss curve)
     tp: TrainParams  # the optimization section: params.train, or params.sft for the fine-tune
     init: Callable[[Params], Any] | None = None  # the state at step 0, when not a fresh init (a fine-tune's)
+    train_tokens: int = 0  # tokens of the training split (the tokenize manifest): epochs = tokens seen / these
 
     def init_state(self, params: Params) -> Any:
         if self.init is not None:
@@ -168,7 +171,8 @@ def setup(root: Path, params: Params) -> Setup:
     val = validation_loss_fn(graphdef, [root / TOKENS / s["file"] for s in tok["splits"]["validation"]["shards"]],
                              tok["tokenizer"]["eos_id"], cfg.max_seq_len, tp.batch_size)
     return Setup(cfg, mesh, optimizer, step.lr_schedule(tp), graphdef, abstract, shardings, loader,
-                 step.make_train_step(graphdef, optimizer, shardings, mesh), tok["tokenizer"], val, tp)
+                 step.make_train_step(graphdef, optimizer, shardings, mesh), tok["tokenizer"], val, tp,
+                 train_tokens=tok["splits"]["train"]["tokens"])
 
 
 @dataclass(frozen=True)
@@ -270,6 +274,8 @@ def run(root: Path, params: Params, topo: distributed.Topology | None = None, jo
     with (run if run is not None else contextlib.nullcontext()), distributed.peer_guard(topo):
         n_params = count_params(state.params)
         tokens_per_step = tp.batch_size * cfg.max_seq_len
+        if topo.primary and su.train_tokens:  # pretraining; a fine-tune's data is not the token stream
+            _announce_budget(Budget(tp.steps * tokens_per_step, su.train_tokens, n_params), tp.max_epochs_warning)
         start = int(state.step)
         bar = progress.meter(job.stage, tp.steps, "step", initial=start, hide=not topo.primary)  # MARIN_PROGRESS
         t_last, steps_since = time.perf_counter(), 0
@@ -305,6 +311,12 @@ def run(root: Path, params: Params, topo: distributed.Topology | None = None, jo
         host_params = jax.tree.map(distributed.host_array, state.params)  # a collective for sharded params
         if run is not None:
             _publish(root, run, su, job, host_params, n_params, int(state.step))
+
+
+def _announce_budget(budget: Budget, max_epochs: float) -> None:
+    print(budget.line())
+    if (warning := budget.warning(max_epochs)) is not None:
+        print(warning, file=sys.stderr)
 
 
 def _publish(root: Path, run: Run, su: Setup, job: Job, params: Any, n_params: int, steps: int) -> None:

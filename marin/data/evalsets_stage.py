@@ -1,0 +1,46 @@
+"""Stage evalsets: the built-in harness tasks' data (data/evalsets), cut from the curated
+validation split (:mod:`marin.data.evalsets`). Each file is an output with its digest;
+manifest.json gives its items, corpora and licences (those of the documents it was cut from)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from marin import hashing
+from marin.config import Params
+from marin.data import evalsets as es
+from marin.data import manifest
+from marin.data.parquet import read
+from marin.fsutil import atomic_dir
+from marin.ledger import Input, Run
+
+CURATED, OUT = Path("data/curated"), Path("data/evalsets")
+
+
+def run_stage(root: Path, params: Params) -> None:
+    """The evalsets stage: data/curated's validation split into data/evalsets, as a ledger run."""
+    inputs = [Input("validation", (CURATED / "validation.parquet").as_posix()),
+              Input("train", (CURATED / "train.parquet").as_posix())]  # only its works' names are read
+    # no params: what is drawn, and how, is code (es.SALT and the sizes in marin.data.evalsets)
+    with Run.start(root, "evalsets", params={}, inputs=inputs) as run, \
+            atomic_dir(root / OUT) as tmp:
+        validation = [es.Doc(r["doc_id"], r["corpus"], r["name"], r["license"], r["text"])
+                      for r in read(root / CURATED / "validation.parquet").to_pylist()]
+        works: dict[str, str] = {}
+        for split in ("train", "validation"):
+            for r in read(root / CURATED / f"{split}.parquet", columns=["name", "corpus"]).to_pylist():
+                works.setdefault(es.work(r["name"]), r["corpus"])
+        files = {}
+        for name, items in es.build(validation, dict(sorted(works.items()))).items():
+            data = es.jsonl(items)
+            (tmp / f"{name}.jsonl").write_bytes(data)
+            files[name] = {"path": (OUT / f"{name}.jsonl").as_posix(), "items": len(items),
+                           "digest": hashing.bytes_digest(data),
+                           "corpora": sorted({it["corpus"] for it in items}),
+                           "licenses": sorted({it["license"] for it in items})}
+            run.output(f"evalset:{name}", OUT / f"{name}.jsonl", source=tmp / f"{name}.jsonl")
+            print(f"evalsets: {name}: {len(items)} items ({', '.join(files[name]['corpora']) or 'none'})")
+        manifest.write({"kind": "evalsets", "salt": es.SALT, "works": len(works), "files": files},
+                       tmp / "manifest.json")
+        run.output("evalsets_manifest", OUT / "manifest.json", source=tmp / "manifest.json")
+        run.output("evalsets", OUT, source=tmp)

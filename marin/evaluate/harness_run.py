@@ -1,0 +1,261 @@
+"""The evaluate stage's lm-evaluation-harness tasks: each run through ``lm_eval.simple_evaluate``
+on :class:`marin.evaluate.harness.MarinLM`, recorded as one ``eval`` record (name
+``harness:<task>``, split ``harness``) whose values are, per metric, the value and its stderr
+(exact floats), and the number of samples, the few-shot count and seed, the harness version, the
+task config's digest and a digest over the per-sample log-likelihoods. The same requests under
+the unigram baseline (:class:`marin.evaluate.harness.UnigramLM`) are recorded as ``unigram:<task>``.
+
+There is no dataset hub here: a task whose data is not a local file fails in one line that names
+it, is recorded with that line as its ``error``, and the other tasks go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from marin import hashing
+from marin.config import HarnessParams
+from marin.ledger import exact
+
+BUILTIN = Path(__file__).parent / "tasks"
+SPLIT = "harness"
+LOCAL_FORMATS = ("json", "csv", "parquet", "text", "arrow")
+BOOTSTRAP_ITERS = 1000  # perplexity's stderr is a bootstrap (seeded, in this process)
+
+
+def version() -> str:
+    return metadata.version("lm-eval")
+
+
+@contextlib.contextmanager
+def offline(root: Path) -> Iterator[None]:
+    """The harness's surroundings: no hub, a throwaway datasets cache, bootstraps in this process
+    (a forked pool would copy the JAX runtime), data paths relative to the project root. datasets
+    reads its settings when first imported: they are set on its config too, in case it was."""
+    env = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "DISABLE_MULTIPROC": "1",
+           "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+    keep = {k: os.environ.get(k) for k in (*env, "HF_DATASETS_CACHE")}
+    cwd = Path.cwd()
+    with tempfile.TemporaryDirectory(prefix="marin-harness-") as cache:
+        os.environ.update(env, HF_DATASETS_CACHE=cache)
+        import datasets.config as dc
+
+        settings = {"HF_DATASETS_OFFLINE": True, "HF_HUB_OFFLINE": True, "HF_DATASETS_CACHE": Path(cache)}
+        before = {k: getattr(dc, k) for k in settings if hasattr(dc, k)}
+        for k in before:
+            setattr(dc, k, settings[k])
+        os.chdir(root)
+        try:
+            yield
+        finally:
+            os.chdir(cwd)
+            for k, v in before.items():
+                setattr(dc, k, v)
+            for k, v in keep.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+def task_names(root: Path, hp: HarnessParams) -> tuple[list[str], list[Path]]:
+    """The task names to run, in order, and the folders to index: the built-in one, every
+    ``include`` folder and every folder named in ``tasks`` (standing for all its tasks)."""
+    folders = [BUILTIN, *(root / f for f in hp.include)]
+    names: list[str] = []
+    for t in hp.tasks:
+        if (root / t).is_dir():
+            folders.append(root / t)
+            names += sorted(_task_of(p) for p in (root / t).rglob("*.yaml") if _task_of(p))
+        else:
+            names.append(t)
+    return names, folders
+
+
+class _Lenient(yaml.SafeLoader):
+    """Reads lm-eval's ``!function`` tags as nothing: only the ``task`` name is wanted here."""
+
+
+_Lenient.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def _task_of(path: Path) -> str:
+    try:
+        cfg = yaml.load(path.read_text(encoding="utf-8"), Loader=_Lenient)
+    except yaml.YAMLError:
+        return ""
+    return cfg.get("task", "") if isinstance(cfg, dict) and isinstance(cfg.get("task"), str) else ""
+
+
+def missing_data(root: Path, name: str, cfg: dict[str, Any]) -> str | None:
+    """Why a task's data is not local (one line), or None."""
+    path = cfg.get("dataset_path")
+    files = (cfg.get("dataset_kwargs") or {}).get("data_files")
+    if path in LOCAL_FORMATS:
+        listed = [files] if isinstance(files, str) else list(files.values()) if isinstance(files, dict) else files
+        flat = [f for x in listed or [] for f in ([x] if isinstance(x, str) else x)]
+        if not flat:
+            return f"harness task {name!r}: dataset_path {path} without dataset_kwargs.data_files; name local files"
+        for f in flat:
+            if not (root / f).is_file():
+                return (f"harness task {name!r}: data file {f} is missing; run `dvc repro evalsets` for the "
+                        "built-in tasks, or fix dataset_kwargs.data_files")
+        return None
+    if path and not (root / str(path)).exists():
+        return (f"harness task {name!r}: dataset {path!r} is not local (there is no hub here); use "
+                "dataset_path: json with dataset_kwargs.data_files inside the project")
+    return None
+
+
+def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any,
+              prefix: str = "harness") -> dict[str, dict[str, Any]]:
+    """Run every task on ``lm`` in one ``simple_evaluate``; ``record(body)`` takes each task's eval
+    record body (``<prefix>:<task>``), in the order of ``tasks``. Returns the results by task
+    (metric -> value, or ``error`` for a task that could not run)."""
+    from lm_eval.tasks import TaskManager
+
+    errors = []
+    # the harness's progress bars and notes, and datasets', are not the stage's output
+    with offline(root), contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        names, folders = task_names(root, hp)
+        tm = TaskManager(include_path=[str(f) for f in folders], include_defaults=False)
+        loaded, bodies = {}, {}
+        for name in names:
+            task, error = _load(root, tm, name)
+            if error is not None:
+                errors.append(error)
+                bodies[name] = {"name": f"{prefix}:{name}", "split": SPLIT, "values": {"error": error}}
+            else:
+                loaded[name] = task
+        if not _runs(lm, hp, loaded, tm, bodies, prefix):  # a task raised: run them one by one to name it
+            for name in loaded:
+                try:
+                    _runs(lm, hp, {name: _load(root, tm, name)[0]}, tm, bodies, prefix)
+                except Exception as e:
+                    errors.append(f"harness task {name!r} failed: {type(e).__name__}: {_line(e)}")
+                    bodies[name] = {"name": f"{prefix}:{name}", "split": SPLIT, "values": {"error": errors[-1]}}
+    for error in errors:
+        print(f"marin: error: {error}", file=sys.stderr)
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        record(bodies[name])
+        out[name] = {k: v["value"] if isinstance(v, dict) else v for k, v in bodies[name]["values"].items()}
+    return out
+
+
+def _runs(lm: Any, hp: HarnessParams, loaded: dict[str, Any], tm: Any, bodies: dict[str, Any], prefix: str) -> bool:
+    """Run ``loaded`` tasks in one ``simple_evaluate`` and put their bodies in ``bodies``; False if
+    more than one task ran and one of them raised (the caller reruns them one by one)."""
+    from lm_eval import simple_evaluate
+
+    if not loaded:
+        return True
+    try:
+        res = simple_evaluate(
+            model=lm, tasks=list(loaded.values()), task_manager=tm, num_fewshot=hp.num_fewshot, limit=hp.limit,
+            random_seed=hp.seed, numpy_random_seed=hp.seed, torch_random_seed=None, fewshot_random_seed=hp.seed,
+            bootstrap_iters=BOOTSTRAP_ITERS, log_samples=True)
+    except Exception:
+        if len(loaded) == 1:
+            raise
+        return False
+    for name in loaded:
+        bodies[name] = {"name": f"{prefix}:{name}", "split": SPLIT, "values": values(res, name, hp)}
+    return True
+
+
+def _line(e: BaseException) -> str:
+    return (str(e).splitlines() or [""])[0][:300]
+
+
+def _load(root: Path, tm: Any, name: str) -> tuple[Any, str | None]:
+    """The task ``name`` (an lm-eval Task), or why it cannot run (one line)."""
+    entry = tm.task_index.get(name)
+    if entry is None:
+        return None, (f"harness task {name!r} is not a built-in task nor in evaluate.harness.include; "
+                      "name a task of a folder listed there")
+    error = missing_data(root, name, entry.cfg or {})
+    if error is not None:
+        return None, error
+    try:
+        (task,) = tm.load_task_or_group([name]).values()
+    except Exception as e:  # a lab's YAML or its data files: report, go on with the other tasks
+        return None, f"harness task {name!r} cannot be loaded: {type(e).__name__}: {_line(e)}"
+    return task, None
+
+
+def values(res: dict[str, Any], name: str, hp: HarnessParams) -> dict[str, Any]:
+    """The recorded values of one task's results: exact metric values and stderrs, then the facts
+    that make them comparable (samples, shots, seed, versions, digests)."""
+    out: dict[str, Any] = {}
+    for key, v in sorted(res["results"][name].items()):
+        if "," not in key:
+            continue  # alias, name
+        metric, filt = key.split(",", 1)
+        label = metric if filt == "none" else f"{metric}/{filt}"
+        out[label] = exact(v) if isinstance(v, int | float) else str(v)
+    config = json.loads(json.dumps(res["configs"][name], sort_keys=True, default=str))
+    for metric, level in sorted(((config.get("metadata") or {}).get("chance") or {}).items()):
+        out[f"chance/{metric}"] = exact(level)  # the task's own statement (metadata.chance in its YAML)
+    meta = config.get("metadata") or {}
+    if "config_source" in meta:  # where the YAML lies: project-relative, so a replay elsewhere agrees
+        src = Path(meta["config_source"])
+        meta["config_source"] = src.relative_to(Path.cwd()).as_posix() if src.is_relative_to(Path.cwd()) else src.name
+    return {**out, "samples": int(res["n-samples"][name]["effective"]), "num_fewshot": int(res["n-shot"][name]),
+            "fewshot_seed": hp.seed, "harness_version": version(), "task_config_digest": hashing.json_digest(config),
+            "loglikelihoods_digest": samples_digest(res["samples"][name])}
+
+
+def per_sample(samples: list[dict[str, Any]]) -> list[list[Any]]:
+    """[doc id, [each response: float.hex() of a log-likelihood, the greedy flag, or the text]]."""
+    def one(r: Any) -> Any:
+        r = r[0] if isinstance(r, list) and len(r) == 1 else r
+        if isinstance(r, list | tuple):
+            return [one(x) for x in r]
+        return float(r).hex() if isinstance(r, float) else r
+
+    return [[s["doc_id"], [one(r) for r in s["resps"]]] for s in sorted(samples, key=lambda s: s["doc_id"])]
+
+
+def samples_digest(samples: list[dict[str, Any]]) -> str:
+    return hashing.json_digest(per_sample(samples))
+
+
+def evaluate(root: Path, hp: HarnessParams, run: Any, model: tuple[Any, Any, dict[str, Any]],
+             tok_manifest: dict[str, Any], tokens: Path) -> dict[str, dict[str, Any]]:
+    """The evaluate stage's harness part: ``hp``'s tasks on the stage's model, one eval record each
+    in ``run`` (``harness:<task>``), then the tasks that ran under the unigram baseline of the train
+    tokens (``unigram:<task>``); the model's numeric results by task, for metrics/eval.json."""
+    from dataclasses import replace
+
+    from marin.data import tokenize as tk
+    from marin.data.documents import shard_tokens
+    from marin.evaluate import scoring
+    from marin.evaluate.harness import MarinLM, UnigramLM
+
+    graphdef, params, config = model
+    eos, seq_len, tokenizer = tok_manifest["tokenizer"]["eos_id"], config["model"]["max_seq_len"], tk.load(
+        tokens / "tokenizer.json")
+    lm = MarinLM(graphdef, params, tokenizer, eos, seq_len, batch_size=hp.batch_size)
+    results = run_tasks(root, hp, lm, lambda body: run.record("eval", body))
+    ran = tuple(name for name, vals in results.items() if "error" not in vals)
+    if ran:  # the same requests, same seed, under the unigram model: the baseline where a task has one
+        counts = scoring.token_counts(shard_tokens(tokens / s["file"] for s in tok_manifest["splits"]["train"]
+                                                   ["shards"]), config["model"]["vocab_size"])
+        folders = tuple(t for t in hp.tasks if (root / t).is_dir())
+        run_tasks(root, replace(hp, tasks=ran, include=(*hp.include, *folders)),
+                  UnigramLM(counts, tokenizer, eos, seq_len), lambda body: run.record("eval", body), prefix="unigram")
+    for name in ran:
+        vals = results[name]
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in vals.items()
+                          if isinstance(v, float) and "stderr" not in k and not k.startswith("chance/"))
+        print(f"evaluate: harness {name}: {shown} ({vals['samples']} samples, {vals['num_fewshot']}-shot)")
+    return {name: {k: v for k, v in results[name].items() if isinstance(v, int | float)} for name in ran}

@@ -1,0 +1,44 @@
+"""The training budget as facts: epochs (tokens seen over the training split's tokens) and tokens
+per parameter, derived from the train run and the tokenize manifest; the sentences of the report
+and the card that state them (Compute, and the memorisation risk)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from marin.report.facts import Facts
+
+EPOCHS = "tokens seen / training tokens"
+PER_PARAM = "tokens seen / parameters"
+
+
+def section(f: Facts, doc: dict[str, Any]) -> dict[str, Any]:
+    """Fact ids of the training tokens, the epochs and the tokens per parameter; whether the epochs
+    exceed one (the wording of the memorisation risk follows it)."""
+    items = f.items
+    seen, train = items[doc["training"]["tokens_seen"]], items[doc["data"]["splits"]["train"]["tokens"]]
+    epochs = f.derive("epochs (times the training tokens were read)", EPOCHS, [seen, train])
+    return {"train_tokens": train.id, "epochs": epochs.id, "several_epochs": epochs.value > 1,
+            "tokens_per_param": f.derive("tokens seen per parameter", PER_PARAM,
+                                         [seen, items[doc["model"]["n_params"]]]).id}
+
+
+def compute_line(v: Callable[[str | None], str], doc: dict[str, Any]) -> str:
+    b = doc["budget"]
+    return (f"Training read {v(b['epochs'])} epochs of its {v(b['train_tokens'])} training tokens (tokens seen over "
+            f"unique training tokens) and saw {v(b['tokens_per_param'])} tokens per parameter.")
+
+
+def memorisation_risk(v: Callable[[str | None], str], doc: dict[str, Any]) -> str:
+    """The memorisation risk, stated with the run's own number of epochs."""
+    b = doc.get("budget")
+    if b is None:
+        return "- Memorisation: passages of the training texts can be regenerated verbatim."
+    if b["several_epochs"]:
+        said = (f"training read its {v(b['train_tokens'])} training tokens {v(b['epochs'])} times over (epochs), so "
+                "passages of the training texts can be regenerated verbatim")
+    else:
+        said = (f"training read {v(b['epochs'])} of an epoch of its {v(b['train_tokens'])} training tokens; "
+                "repeated passages can still be regenerated verbatim")
+    return f"- Memorisation: {said} (their licences are listed under Data)."

@@ -1,0 +1,130 @@
+"""The report's Experiments section: every sweep in the ledger (``marin sweep``), every trial of
+each, failed ones included, with what it changed from the baseline, its final train and
+validation metrics, its status and its runs; the selected trial and the rule that chose it; and
+one figure (validation loss against the swept param). The report tells what was tried, not only
+what worked. Every value is a fact citing the sweep's ``trial`` or ``selection`` record."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Any
+
+from marin.ledger.query import Ledger
+from marin.report.facts import Facts, _esc
+
+FIGURE = "sweep"
+RUNS_LINK = "../../ledger/runs/{}.jsonl"  # from reports/<model_name>/ to the run file in the project
+METRICS = (("loss", "train loss"), ("val_loss", "validation loss"), ("bits_per_byte", "bits per byte"))
+
+
+def section(f: Facts, ledger: Ledger, released_train: str | None) -> dict[str, Any]:
+    """The sweeps, oldest first, as fact ids; ``released_train``: the train run of the report's model."""
+    sweeps = []
+    for row in ledger.index.runs(stage="sweep"):
+        log = ledger.runs[row.run_id]
+        started, trials = log.started, log.of_kind("trial")
+        base = started.body["params"].get("baseline", {})
+        out: dict[str, Any] = {"run_id": log.run_id, "status": log.status, "method": started.body["params"]["sweep"]
+                               ["method"], "trials": [], "selection": None,
+                               "baseline": {k: f.cite(f"sweep {log.run_id} baseline {k}", log, started,
+                                                      f"/body/params/baseline/{_esc(k)}").id for k in base}}
+        for rec in trials:
+            b, name = rec.body, f"sweep {log.run_id} trial {rec.body['index']}"
+            run_ids = [x["run_id"] for x in b["runs"]]
+            out["trials"].append({
+                "index": b["index"], "status": f.cite(f"{name} status", log, rec, "/body/status").id,
+                "params": {k: f.cite(f"{name} {k}", log, rec, f"/body/params/{_esc(k)}").id for k in b["params"]},
+                "metrics": {k: f.cite(f"{name} {label}", log, rec, f"/body/metrics/{k}").id
+                            for k, label in (("step", "last step"), *METRICS) if k in b["metrics"]},
+                "runs": run_ids, "released": released_train in run_ids,
+                "plot": {"x": next(iter(b["params"].values()), None), "y": b["metrics"].get("val_loss"),
+                         "failed": b["status"] != "succeeded"}})
+        for rec in log.of_kind("selection"):
+            out["selection"] = {"trial": rec.body["trial"], "reason": rec.body["reason"],
+                                "value": f.cite(f"sweep {log.run_id} selected value", log, rec, "/body/value").id
+                                if "value" in rec.body else None}
+        out["param"] = next(iter(trials[0].body["params"]), None) if trials else None
+        sweeps.append(out)
+    return {"sweeps": sweeps}
+
+
+def lines(v: Callable[[str | None], str], doc: dict[str, Any]) -> list[str]:
+    """The section's Markdown."""
+    sweeps = (doc.get("experiments") or {}).get("sweeps") or []
+    out = ["## Experiments", ""]
+    if not sweeps:
+        return [*out, "No sweep is recorded in the ledger (`marin sweep` records one, with every trial).", ""]
+    out += [f"{len(sweeps)} sweep(s) recorded in the ledger, with every trial, failed ones included. Each trial "
+            "is a DVC experiment whose stage runs are linked; the metrics are the last values its runs recorded.", ""]
+    for s in sweeps:
+        out += [f"### Sweep `{s['run_id']}` ({s['method']}, {len(s['trials'])} trial(s), run {s['status']})", ""]
+        if s["baseline"]:
+            out += ["Baseline: " + ", ".join(f"`{k}` = {v(fid)}" for k, fid in s["baseline"].items()) + ".", ""]
+        out += _table(v, s)
+        sel = s["selection"]
+        if sel is None:
+            out += ["No selection is recorded (the sweep did not finish).", ""]
+        elif sel["trial"] is None:
+            out += [f"No trial was selected: {sel['reason']}.", ""]
+        else:
+            out += [f"Selected: trial {sel['trial']}, by the rule {sel['reason']} ({v(sel['value'])}).", ""]
+        if s is _plotted(sweeps):
+            out += [f"![Validation loss against {s['param']}](figures/{FIGURE}.svg)", "",
+                    f"*Validation loss (last recorded) of each trial of sweep `{s['run_id']}` against `{s['param']}`; "
+                    "a cross marks a failed trial's last value.*", ""]
+    return out
+
+
+def _table(v: Callable[[str | None], str], s: dict[str, Any]) -> list[str]:
+    head = ["trial", "status", "changed from baseline", "last step", *(label for _, label in METRICS), "runs"]
+    rows = []
+    for t in s["trials"]:
+        note = " (selected)" if s["selection"] and s["selection"]["trial"] == t["index"] else ""
+        note += " (released model)" if t["released"] else ""
+        runs = ", ".join(f"[`{r}`]({RUNS_LINK.format(r)})" for r in t["runs"]) or "none"
+        rows.append([f"{t['index']}{note}", v(t["status"]),
+                     ", ".join(f"`{k}` = {v(fid)}" for k, fid in t["params"].items()) or "nothing",
+                     v(t["metrics"].get("step")), *(v(t["metrics"].get(k)) for k, _ in METRICS), runs])
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows), ""]
+
+
+def _plotted(sweeps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The sweep the figure shows: the latest whose first swept param is a number in some trial with a value."""
+    for s in reversed(sweeps):
+        pts = [t["plot"] for t in s["trials"]]
+        if any(isinstance(p["x"], int | float) and not isinstance(p["x"], bool) and p["y"] is not None for p in pts):
+            return s
+    return None
+
+
+def figures(doc: dict[str, Any]) -> dict[str, str]:
+    """``{"sweep": svg}`` for the plotted sweep, else nothing; deterministic like the training curves."""
+    s = _plotted((doc.get("experiments") or {}).get("sweeps") or [])
+    if s is None:
+        return {}
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = [t["plot"] for t in s["trials"] if isinstance(t["plot"]["x"], int | float) and t["plot"]["y"] is not None]
+    with matplotlib.rc_context({"svg.hashsalt": "marin-report", "svg.fonttype": "path", "font.size": 9}):
+        fig, ax = plt.subplots(figsize=(4.2, 2.6), dpi=100)
+        for failed, marker, color, label in ((False, "o", "#1f77b4", "succeeded"), (True, "x", "#d62728", "failed")):
+            xy = sorted((p["x"], p["y"]) for p in pts if p["failed"] is failed)
+            if xy:
+                ax.plot([x for x, _ in xy], [y for _, y in xy], marker=marker, linestyle="-" if not failed else "",
+                        color=color, label=label)
+        xs = [p["x"] for p in pts]
+        if min(xs) > 0 and max(xs) / min(xs) >= 10:
+            ax.set_xscale("log")
+        ax.set_xlabel(s["param"])
+        ax.set_ylabel("validation loss")
+        ax.legend(frameon=False)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": "marin report"})
+        plt.close(fig)
+    return {FIGURE: buf.getvalue()}

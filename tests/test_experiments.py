@@ -1,0 +1,393 @@
+"""DVC experiments on a marin project, with real DVC in a temporary git repository: metrics and
+plots versioned by git, so that `dvc exp show`, `dvc exp diff` and `dvc metrics diff` compare
+real numbers, and an applied or branched experiment carries the ledger runs that made it.
+
+One module-scoped project (a copy of the tiny trained one) runs two experiments; the tests
+read it and work on copies."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import csv
+import hashlib
+import io
+import json
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, Project, copy_project
+
+pytestmark = pytest.mark.slow
+
+LRS = (0.001, 0.01)
+WARN_ABOVE = 0.25  # the second experiment's train.max_epochs_warning: the tiny run reads ~0.29 epochs
+
+
+def exp_baseline(proj: Project) -> None:
+    """The trained project as a user commits it: dvc.lock for the stages that ran, the ledger and
+    metrics in git (the stages ran directly, so `dvc commit` records what they made)."""
+    proj.dvc("commit", "-f", "-d", "evaluate")
+    proj.git("add", "-A")
+    proj.git("commit", "-qm", "baseline: trained tiny model")
+
+
+@pytest.fixture(scope="module")
+def experiments(tmp_path_factory, _trained_project) -> tuple[Project, dict[float, str], dict[float, str]]:
+    """The baseline commit and two `dvc exp run -S train.lr=...` experiments; {lr: experiment name},
+    {lr: what its `dvc exp run` printed}."""
+    proj = copy_project(_trained_project, tmp_path_factory.mktemp("exp") / "proj")
+    exp_baseline(proj)
+    names, outputs = {}, {}
+    for i, lr in enumerate(LRS):
+        names[lr] = f"lr-{i}"
+        warn = ["-S", f"+train.max_epochs_warning={WARN_ABOVE}"] if i == 1 else []  # + : a key params.yaml lacks
+        out = proj.dvc("exp", "run", "-n", names[lr], "-S", f"train.lr={lr}", *warn, "evaluate")
+        outputs[lr] = out.stdout + out.stderr
+    return proj, names, outputs
+
+
+def exp_rows(proj: Project) -> dict[str, dict]:
+    """`dvc exp show --json` as {name or 'baseline': {"rev", "lr", "bpb"}}."""
+    rows = {}
+    for base in json.loads(proj.dvc("exp", "show", "--json").stdout):
+        if base["rev"] == "workspace":
+            continue
+        revs = [("baseline", base)] + [(r["name"], r) for e in base.get("experiments") or [] for r in e["revs"]]
+        for name, r in revs:
+            data = r["data"]
+            rows[name] = {"rev": r["rev"], "lr": data["params"]["params.yaml"]["data"]["train"]["lr"],
+                          "bpb": data["metrics"]["metrics/eval.json"]["data"]["bits_per_byte"]}
+    return rows
+
+
+def ledger_bpb(proj: Project) -> dict[float, float]:
+    """Bits per byte by train.lr, read from the ledger: each evaluate run's eval record, keyed by
+    the lr of the train run that made the model it read."""
+    lr_by_model = {}
+    for run in proj.runs("train"):
+        lr = run[0]["body"]["params"]["train"]["lr"]
+        for r in run:
+            if r["kind"] == "output" and r["body"]["name"] == "model":
+                lr_by_model[r["body"]["digest"]] = lr
+    out = {}
+    for run in proj.runs("evaluate"):
+        model = next(r["body"]["digest"] for r in run if r["kind"] == "input" and r["body"]["name"] == "model")
+        evals = [r["body"] for r in run if r["kind"] == "eval" and "corpus" not in r["body"]]
+        out[lr_by_model[model]] = evals[0]["values"]["bits_per_byte"]["value"]
+    return out
+
+
+def test_exp_show_holds_each_experiment_and_the_baseline_with_numbers(experiments) -> None:
+    proj, names, _ = experiments
+    rows = exp_rows(proj)
+    recorded = ledger_bpb(proj)
+    assert set(rows) == {"baseline", *names.values()}
+    assert rows["baseline"]["lr"] == 3.0e-3
+    for lr, name in names.items():
+        assert rows[name]["lr"] == lr
+        assert isinstance(rows[name]["bpb"], float) and rows[name]["bpb"] == recorded[lr]
+    assert isinstance(rows["baseline"]["bpb"], float) and rows["baseline"]["bpb"] == recorded[3.0e-3]
+    assert len({r["bpb"] for r in rows.values()}) == 3  # three trainings, three results
+
+
+def test_metrics_diff_and_exp_diff_print_the_numeric_change(experiments) -> None:
+    proj, names, _ = experiments
+    rows = exp_rows(proj)
+    a, b = rows[names[LRS[0]]], rows[names[LRS[1]]]
+    diff = json.loads(proj.dvc("metrics", "diff", "--json", a["rev"], b["rev"]).stdout)
+    change = diff["metrics/eval.json"]["bits_per_byte"]
+    assert change["old"] == a["bpb"] and change["new"] == b["bpb"]
+    assert change["diff"] == pytest.approx(b["bpb"] - a["bpb"])
+    text = proj.dvc("exp", "diff", names[LRS[0]], names[LRS[1]]).stdout
+    assert "bits_per_byte" in text and f"{b['bpb'] - a['bpb']:.5f}" in text
+    assert "train.lr" in text
+
+
+def test_train_states_its_epochs_and_warns_past_the_limit_in_one_line(experiments) -> None:
+    proj, _, outputs = experiments
+    manifest = json.loads((proj.root / "data/tokens/manifest.json").read_text())
+    train = proj.params["train"]
+    seen = train["steps"] * train["batch_size"] * proj.params["model"]["seq_len"]
+    epochs = seen / manifest["splits"]["train"]["tokens"]
+    assert 0.25 < epochs < 1
+    for lr in LRS:
+        assert f"train: {seen:,} tokens seen = {epochs:.3g} epochs of" in outputs[lr]
+    warnings = [x for x in outputs[LRS[1]].splitlines() if "max_epochs_warning" in x]
+    assert warnings == [f"marin: warning: train: {epochs:.3g} epochs ({seen:,} tokens seen, "
+                        f"{manifest['splits']['train']['tokens']:,} unique) is past train.max_epochs_warning (0.25): "
+                        "the model will memorise its training text; lower train.steps or add data"]
+    assert "max_epochs_warning" not in outputs[LRS[0]]  # the default, 4 epochs, is not reached
+
+
+def test_exp_apply_brings_the_runs_that_made_its_outputs(experiments, tmp_path) -> None:
+    """From a clean checkout of the baseline (the workspace's own copies of the experiments' run
+    files removed), `dvc exp apply` restores the experiment's outputs and its ledger runs, so that
+    `ledger check` passes; without the runs, dvc.lock would name a model no run produced."""
+    proj = copy_project(experiments[0], tmp_path / "proj")
+    name = experiments[1][LRS[0]]
+    proj.git("checkout", "-q", "--", ".")
+    proj.git("clean", "-qfd", "ledger")
+    shutil.rmtree(proj.root / ".marin" / "index", ignore_errors=True)
+    assert len(proj.runs("train")) == 1
+    applied = proj.dvc("exp", "apply", name, check=False)
+    # export and report never ran in this project: DVC says it has no copy of their outputs, only that
+    assert applied.returncode == 0 or set(applied.stderr.split()) >= {"models/hf", "reports/marin-tiny"}, applied
+    [run] = [r for r in proj.runs("train") if r[0]["body"]["params"]["train"]["lr"] == LRS[0]]
+    model = next(r["body"] for r in run if r["kind"] == "output" and r["body"]["name"] == "model")
+    lock = proj.root / "dvc.lock"
+    assert model["dvc_md5"] in lock.read_text()
+    check = proj.marin("ledger", "check", "--require-outputs")
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_exp_branch_is_a_commit_whose_ledger_checks(experiments, tmp_path) -> None:
+    proj = copy_project(experiments[0], tmp_path / "proj")
+    name = experiments[1][LRS[1]]
+    proj.dvc("exp", "branch", name, "tuned")
+    proj.git("checkout", "-q", "--", ".")
+    proj.git("clean", "-qfd", "ledger")
+    proj.git("checkout", "-q", "tuned")
+    proj.dvc("checkout", "evaluate")
+    tracked = proj.git("ls-files", "ledger/runs").split()
+    assert sum(p.startswith("ledger/runs/train-") for p in tracked) == 3  # baseline and both experiments
+    check = proj.marin("ledger", "check")
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+# -- plots drawn offline -------------------------------------------------------------------
+
+PLOTS_README = ".dvc/plots/README.md"
+
+
+def screenshot(page: Path, dest: Path) -> Path:
+    """Headless Chromium's picture of ``page`` with every host name unresolvable (no network)."""
+    from tests.browser import chromium
+
+    subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--host-resolver-rules=MAP * ~NOTFOUND", "--window-size=900,700", "--virtual-time-budget=10000",
+                    f"--user-data-dir={dest.parent / 'chromium-profile'}", f"--screenshot={dest}", page.as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    return dest
+
+
+def curves(png: Path) -> dict[tuple[int, int, int], dict[int, float]]:
+    """The lines drawn in a picture, read from its pixels alone: for each strongly coloured colour
+    (grey axes, grid and text are not) that covers a run of at least 100 adjacent columns, the mean
+    row of its pixels in each column of its longest run (legend swatches stand apart from it)."""
+    from PIL import Image
+
+    img = Image.open(png).convert("RGB")
+    w, h = img.size
+    px = img.load()
+    cols: dict[tuple[int, int, int], dict[int, list[int]]] = {}
+    for x in range(w):
+        for y in range(h):
+            c = px[x, y]
+            if max(c) - min(c) > 80:
+                cols.setdefault(c, {}).setdefault(x, []).append(y)
+    out = {}
+    for colour, by_x in cols.items():
+        runs: list[list[int]] = []
+        for x in sorted(by_x):
+            if runs and x == runs[-1][-1] + 1:
+                runs[-1].append(x)
+            else:
+                runs.append([x])
+        best = max(runs, key=len)
+        if len(best) >= 100:
+            out[colour] = {x: sum(by_x[x]) / len(by_x[x]) for x in best}
+    return out
+
+
+def falls(curve: dict[int, float]) -> bool:
+    """Whether a drawn curve ends lower on the chart than it starts (screen rows grow downwards)."""
+    xs = sorted(curve)
+    tenth = max(1, len(xs) // 10)
+    return sum(curve[x] for x in xs[-tenth:]) / tenth > sum(curve[x] for x in xs[:tenth]) / tenth
+
+
+def loss_falls(proj: Project, rev: str) -> bool:
+    rows = list(csv.DictReader(io.StringIO(proj.git("show", f"{rev}:metrics/train_curve.csv"))))
+    return float(rows[-1]["loss"]) < float(rows[0]["loss"])
+
+
+def test_the_shipped_plot_page_carries_the_pinned_vega_libraries() -> None:
+    page = (REPO / ".dvc/plots/offline.html").read_text(encoding="utf-8")
+    inline = [hashlib.sha256(code.encode()).hexdigest() for code in re.findall(r"<script>(.*?)</script>", page, re.S)]
+    pinned = re.findall(r"\| `([0-9a-f]{64})` \|", (REPO / PLOTS_README).read_text())
+    assert len(inline) == 3 and inline == pinned
+    assert "http" not in page.split("<script>")[0] and "{plot_divs}" in page and "{scripts}" not in page
+
+
+def test_plots_diff_draws_both_experiments_loss_curves_offline(experiments, tmp_path) -> None:
+    """`dvc plots diff` of the two experiments, rendered by Chromium with no network: two curves of
+    two colours are drawn, each falling where its train_curve.csv says the loss fell. DVC's own
+    page (CDN scripts) draws nothing here, which shows the screenshot can tell."""
+    proj, names, _ = experiments
+    revs = [names[lr] for lr in LRS]
+    proj.dvc("plots", "diff", "--targets", "loss", "-o", str(tmp_path / "ours"), *revs)
+    drawn = curves(screenshot(tmp_path / "ours" / "index.html", tmp_path / "ours.png"))
+    assert len(drawn) == 2, drawn.keys()
+    rows = exp_rows(proj)
+    want = {loss_falls(proj, rows[r]["rev"]) for r in revs}
+    assert {falls(c) for c in drawn.values()} == want
+    stock = tmp_path / "stock.html"
+    stock.write_text("<html><head>{scripts}</head><body>{plot_divs}</body></html>")
+    proj.dvc("plots", "diff", "--targets", "loss", "-o", str(tmp_path / "cdn"), "--html-template", str(stock), *revs)
+    assert "cdn.jsdelivr.net" in (tmp_path / "cdn" / "index.html").read_text()
+    assert curves(screenshot(tmp_path / "cdn" / "index.html", tmp_path / "cdn.png")) == {}
+
+
+# -- a sweep of three trials, one killed ------------------------------------------------------
+
+SWEPT_LRS = [0.001, 0.01, 0.003]
+KILLED = 1
+
+
+def kill_trial_once_it_logs(root: Path, trial: int, done: threading.Event) -> list[str]:
+    """SIGKILL the train process of sweep trial ``trial`` once its run has recorded a metric (found
+    by the tag each process carries and the run records); returns [run id] when it killed one."""
+    import psutil
+
+    killed: list[str] = []
+    while not done.is_set() and not killed:
+        for p in psutil.process_iter(["cmdline"]):
+            try:
+                if "pipeline.train" not in " ".join(p.info["cmdline"] or []) or \
+                        not p.environ().get("MARIN_SWEEP_TRIAL", "").endswith(f":{trial}"):
+                    continue
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            for f in (root / "ledger" / "runs").glob("train-*.jsonl"):
+                lines = f.read_text().splitlines()
+                first = json.loads(lines[0]) if lines else {}
+                tag = (first.get("body", {}).get("execution") or {}).get("sweep", {})
+                if tag.get("trial") == trial and any(json.loads(x)["kind"] == "metric" for x in lines[1:-1]):
+                    p.send_signal(signal.SIGKILL)
+                    killed.append(first["run_id"])
+        time.sleep(0.05)
+    return killed
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory, _trained_project) -> tuple[Project, subprocess.CompletedProcess[str], list[str]]:
+    """`marin sweep` over three learning rates on the committed tiny project; trial 1's training
+    is killed once it has logged. (project, the sweep's process, [the killed run id])."""
+    proj = copy_project(_trained_project, tmp_path_factory.mktemp("sweep") / "proj")
+    exp_baseline(proj)
+    params = proj.params
+    params["train"].update(steps=60, checkpoint_every=30, log_every=2)  # long enough to kill in the middle
+    params["sweep"] = {"method": "grid", "space": [{"param": "train.lr", "values": SWEPT_LRS}],
+                       "select": {"metric": "bits_per_byte", "goal": "min"}}
+    proj.write_params(params)
+    proj.git("commit", "-qam", "sweep the learning rate")
+    done = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        killer = pool.submit(kill_trial_once_it_logs, proj.root, KILLED, done)
+        result = proj.marin("sweep")
+        done.set()
+        killed = killer.result()
+    proj.marin("mlflow", "sync", check=True)
+    return proj, result, killed
+
+
+def sweep_records(proj: Project) -> tuple[dict, list[dict], dict]:
+    [run] = proj.runs("sweep")
+    trials = [r["body"] for r in run if r["kind"] == "trial"]
+    [selection] = [r["body"] for r in run if r["kind"] == "selection"]
+    return run[0]["body"], trials, selection
+
+
+def test_a_sweep_records_every_trial_the_killed_one_as_failed(swept) -> None:
+    proj, result, killed = swept
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(killed) == 1, "the trial ended before it could be killed"
+    started, trials, selection = sweep_records(proj)
+    assert started["params"]["sweep"]["space"] == [{"param": "train.lr", "values": SWEPT_LRS}]
+    assert started["params"]["baseline"] == {"train.lr": 3.0e-3}
+    assert [t["params"] for t in trials] == [{"train.lr": lr} for lr in SWEPT_LRS]
+    assert [t["status"] for t in trials] == ["succeeded", "failed", "succeeded"]
+    runs = {r[0]["run_id"]: r for r in proj.runs()}
+    sweep_id = proj.runs("sweep")[0][0]["run_id"]
+    for t in trials:  # each trial's runs are ledger runs tagged with the sweep and the trial, with its params
+        assert t["runs"] and all(runs[x["run_id"]][0]["body"]["execution"]["sweep"] ==
+                                 {"run_id": sweep_id, "trial": t["index"]}
+                                 for x in t["runs"])
+        train = runs[t["runs"][0]["run_id"]]
+        assert train[0]["body"]["params"]["train"]["lr"] == t["params"]["train.lr"]
+        last = [r["body"] for r in train if r["kind"] == "metric"][-1]  # the last metrics, from the run itself
+        assert t["metrics"]["step"] == last["step"] and t["metrics"]["loss"] == last["values"]["loss"]["value"]
+    failed = trials[KILLED]
+    assert [x["run_id"] for x in failed["runs"]] == killed and failed["runs"][0]["status"] == "unfinished"
+    assert 0 < failed["metrics"]["step"] < 60 and "bits_per_byte" not in failed["metrics"]
+    assert "train" in failed["error"]
+    recorded = ledger_bpb(proj)
+    best = min((0, 2), key=lambda i: recorded[SWEPT_LRS[i]])
+    assert selection["trial"] == best and selection["value"] == recorded[SWEPT_LRS[best]]
+    assert selection["rule"] == {"metric": "bits_per_byte", "goal": "min"}
+    assert proj.params["train"]["lr"] == SWEPT_LRS[best]  # the selected experiment is applied
+    check = proj.marin("ledger", "check")
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_mlflow_shows_the_sweep_as_a_parent_with_one_child_per_trial(swept) -> None:
+    from mlflow import MlflowClient
+
+    proj, _, _ = swept
+    _, trials, selection = sweep_records(proj)
+    client = MlflowClient(f"sqlite:///{proj.root / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("marin").experiment_id
+    sweep_id = proj.runs("sweep")[0][0]["run_id"]
+    [parent] = client.search_runs([exp], filter_string=f"tags.`marin.run_id` = '{sweep_id}'")
+    children = client.search_runs([exp], filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    children.sort(key=lambda r: int(r.data.tags["marin.trial"]))
+    assert len(children) == 3
+    assert [c.info.status for c in children] == ["FINISHED", "FAILED", "FINISHED"]
+    for c, t in zip(children, trials, strict=True):
+        assert float(c.data.params["train.lr"]) == t["params"]["train.lr"]
+        assert c.data.tags["marin.runs"].split() == [x["run_id"] for x in t["runs"]]
+        assert c.data.metrics["loss"] == t["metrics"]["loss"]
+    assert parent.data.tags["marin.selected_trial"] == str(selection["trial"])
+    assert children[selection["trial"]].data.tags.get("marin.selected") == "true"
+
+
+def test_the_report_lists_every_trial_its_status_runs_and_the_selection(swept) -> None:
+    proj, _, _ = swept
+    proj.stage("export")  # the selected experiment is in the workspace: the report describes its model
+    proj.stage("report")
+    out = proj.root / "reports" / "marin-tiny"
+    md = (out / "report.md").read_text()
+    section = md.split("## Experiments", 1)[1].split("\n## ", 1)[0]
+    _, trials, selection = sweep_records(proj)
+    rows = [line for line in section.splitlines() if re.match(r"\| \d", line)]
+    assert len(rows) == 3
+    for row, t in zip(rows, trials, strict=True):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[0].startswith(str(t["index"])) and cells[1].startswith(f"[{t['status']}]")
+        assert f"`train.lr` = [{t['params']['train.lr']:g}" in cells[2].replace("0.0100", "0.01")
+        links = re.findall(r"\]\(([^)]+\.jsonl)\)", cells[-1])
+        assert [Path(x).stem for x in links] == [r["run_id"] for r in t["runs"]]
+        assert all((out / x).resolve().is_file() for x in links)  # each link opens the run's ledger file
+        assert ("(selected)" in cells[0]) == (t["index"] == selection["trial"])
+    assert "failed" in rows[KILLED] and "not recorded" in rows[KILLED]  # no bits per byte: killed in training
+    assert f"Selected: trial {selection['trial']}, by the rule lowest bits_per_byte of 2 succeeded trial(s) of 3" \
+        in section
+    assert "(released model)" in rows[selection["trial"]]
+    assert (out / "figures" / "sweep.svg").is_file() and "figures/sweep.svg" in section
+    tokens = json.loads((proj.root / "data/tokens/manifest.json").read_text())["splits"]["train"]["tokens"]
+    epochs = 60 * proj.params["train"]["batch_size"] * proj.params["model"]["seq_len"] / tokens
+    said = f"training tokens [{epochs:,.4f}](#"
+    assert epochs > 1 and said in md.split("- Memorisation:")[1].splitlines()[0]  # the risk states the real number
+    assert f"Training read [{epochs:,.4f}](#" in md and "seen many times" not in md
+    assert f"[{epochs:,.4f}](report.md#" in (out / "model_card.md").read_text()
+    html = (out / "report.html").read_text()
+    assert html.count("<svg") == 4  # the three training curves and the sweep, inline
+    r = proj.marin("report", "verify", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
