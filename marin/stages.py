@@ -68,7 +68,7 @@ STAGES: tuple[Stage, ...] = (
           dep_notes={"data/evalsets": "the built-in harness tasks' data; their YAMLs are package data, code"}),
     Stage("evaluate_instruct", deps=("models/final", "models/instruct", "data/tokens/tokenizer.json",
                                      "data/tokens/chat_template.jinja", "data/instructions"),
-          params=("instructions", "runtime.xla_cpu_threads", "runtime.determinism"),
+          params=("instructions.eval_tokens", "runtime.xla_cpu_threads", "runtime.determinism"),
           outs=(Out("metrics/instruct_eval.json", "metrics"),),
           note="base and instruct answer the held-out instructions: exact match, containment"),
     Stage("export", deps=("models/final", "data/tokens/tokenizer.json", "metrics/eval.json"),

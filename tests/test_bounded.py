@@ -241,9 +241,9 @@ def test_pin_refuses_zeros_named_tar_and_pins_zeros_named_bin_as_one_file(tmp_pa
         with open(tmp_path / name, "wb") as f:
             f.truncate(size)  # zeros, sparse (the audit: 1 GiB took 117 s and pinned "0 files" as a tar)
     for name in ("zeros.tar", "zeros.tar.gz"):
-        refused(run(project, "-m", "marin.cli", "pin", name, cwd=tmp_path), 1,
+        refused(run(project, "-m", "marin.cli", "--root", str(project.root), "pin", name, cwd=tmp_path), 1,
                 f"{name}: named like a tar archive but its first block has no ustar header")
-    child = run(project, "-m", "marin.cli", "pin", "zeros.bin", cwd=tmp_path)
+    child = run(project, "-m", "marin.cli", "--root", str(project.root), "pin", "zeros.bin", cwd=tmp_path)
     assert child.code == 0 and "(1 file, 268435456 bytes)" in child.stdout, child.stderr
     bounded(child)
 
@@ -254,7 +254,8 @@ def test_pin_refuses_zeros_named_tar_and_pins_zeros_named_bin_as_one_file(tmp_pa
 def test_pin_refuses_special_files_without_reading_them(tmp_path: Path, project: Project, target: str,
                                                         why: str) -> None:
     os.mkfifo(tmp_path / "fifo.jsonl")  # opening it would block forever
-    refused(run(project, "-m", "marin.cli", "pin", target, cwd=tmp_path), 1, why, "refusing")
+    refused(run(project, "-m", "marin.cli", "--root", str(project.root), "pin", target, cwd=tmp_path), 1, why,
+            "refusing")
 
 
 def test_archive_kind_is_the_name_checked_against_the_bytes(tmp_path: Path) -> None:
@@ -294,7 +295,7 @@ def test_pin_of_a_url_on_a_silent_server_gives_up_in_one_line(project: Project) 
     _bounded_network(project)
     with Silent() as server:
         url = f"{server.url}/corpus.tar.gz"
-        refused(run(project, "-m", "marin.cli", "pin", url), 1, f"{url}: no answer (",
+        refused(run(project, "-m", "marin.cli", "--root", str(project.root), "pin", url), 1, f"{url}: no answer (",
                 "read timeout 1 s, 2 tries (network.* in params.yaml)")
         assert len(server.held) == 2  # it connected, waited, and tried once more
 

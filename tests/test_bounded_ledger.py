@@ -69,12 +69,12 @@ def test_pin_refuses_a_file_that_changes_while_it_is_read(tmp_path: Path, projec
         f.truncate(512 << 20)  # sparse: reading and hashing it takes a few hundred ms
     writer, _ = _started([sys.executable, "-c", WRITER, str(path)], tmp_path)
     try:
-        refused(run(project, "-m", "marin.cli", "pin", "moving.bin", cwd=tmp_path), 1,
+        refused(run(project, "-m", "marin.cli", "--root", str(project.root), "pin", "moving.bin", cwd=tmp_path), 1,
                 "moving.bin: changed while it was read", "its digest would not be the file's", "run again")
     finally:
         writer.kill()
         writer.wait()
-    child = run(project, "-m", "marin.cli", "pin", "moving.bin", cwd=tmp_path)  # still now: pinned
+    child = run(project, "-m", "marin.cli", "--root", str(project.root), "pin", "moving.bin", cwd=tmp_path)  # pinned
     assert child.code == 0, child.stderr
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -315,7 +315,8 @@ def test_the_instruct_card_names_the_base_model_the_data_and_the_recipe(_sft_pro
     m = json.loads((proj.root / "data/instructions/manifest.json").read_text())
     assert base["tensor_digest"] in body and cfg["tensor_digest"] in body
     assert m["sets"]["train"]["digest"] in body and m["inputs"]["train"] in body
-    assert cfg["sft"] == SFT and f"- `lr`: {SFT['lr']}" in body
+    assert cfg["sft"] == {**SFT, "max_epochs_warning": 4.0}  # the train section's fields, defaults filled
+    assert f"- `lr`: {SFT['lr']}" in body
 
 
 def test_the_report_compares_base_and_instruct_side_by_side_from_the_ledger(sft_project: Project) -> None:

@@ -66,6 +66,9 @@ def test_streamed_outputs_are_the_in_memory_stage_bytes(data_project: Project, t
     ref.mkdir()
     _in_memory(data_project.root, ref)
     tokens = data_project.tree("data/tokens")
+    from marin.data import chat
+
+    assert tokens.pop(chat.TEMPLATE_FILE) == chat.TEMPLATE.encode()  # the chat template, beside the tokenizer
     assert {k: v for k, v in tokens.items() if k != "manifest.json"} == {p.name: p.read_bytes() for p in ref.iterdir()}
     m = json.loads(tokens["manifest.json"])
     assert sum(s["tokens"] for s in m["splits"]["train"]["shards"]) == m["splits"]["train"]["tokens"]
@@ -131,7 +134,7 @@ def test_a_pinned_pretrained_tokenizer_is_used_recorded_and_its_pin_checked(data
     data_project.stage("tokenize")
     assert (root / "data/tokens/tokenizer.json").read_bytes() == data  # its own bytes, not re-serialized
     m = json.loads((root / "data/tokens/manifest.json").read_text())
-    assert m["tokenizer"]["pretrained"] == {"path": rel, "digest": f"sha256:{sha}"}
+    assert m["tokenizer"]["pretrained"] == {"path": rel, "digest": f"sha256:{sha}", "added_tokens": []}
     assert m["tokenizer"]["vocab_size"] == 300 and m["inputs"]["pretrained_tokenizer"] == f"sha256:{sha}"
     run = data_project.runs("tokenize")[-1]
     inputs = {r["body"]["name"]: r["body"] for r in run if r["kind"] == "input"}

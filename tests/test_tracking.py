@@ -102,9 +102,11 @@ def assert_mirrors_the_ledger(trained: Project, uri: str | None = None) -> None:
 
     train = next(recs for recs in ledger if recs[0]["body"]["stage"] == "train")
     out = next(x["body"] for x in train if x["kind"] == "output" and x["body"]["name"] == "model")
-    models = client.search_logged_models(experiment_ids=[exp])  # one per model output: train's (and sft's)
-    assert len(models) == sum(x["kind"] == "output" and x["body"]["name"] == "model" for recs in ledger for x in recs)
-    [model] = [m for m in models if m.tags["marin.tensor_digest"] == out["tensor_digest"]]
+    models = client.search_logged_models(experiment_ids=[exp])  # one per model output (train's, sft's) and export
+    assert len(models) == sum(x["kind"] == "output" and x["body"]["name"] in ("model", "hf_model")
+                              for recs in ledger for x in recs)
+    [model] = [m for m in models if m.tags["marin.tensor_digest"] == out["tensor_digest"]
+               and m.model_type == "marin-decoder"]
     assert model.tags["marin.location"] == (trained.root / "models/final").resolve().as_uri()
     evaluate = next(recs for recs in ledger if recs[0]["body"]["stage"] == "evaluate")
     bpb = next(x["body"]["values"]["bits_per_byte"]["value"] for x in evaluate
