@@ -17,6 +17,9 @@ pytestmark = pytest.mark.slow
 BUCKET = "marin-lab"
 
 
+RAN = ("fetch", "curate", "evalsets", "tokenize", "train", "evaluate", "export")  # the stages the lab ran
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, _trained_project, s3) -> Project:
     """The trained tiny project as a lab publishes it: a DVC remote on S3, dvc.lock, `marin publish`,
@@ -30,7 +33,7 @@ def lab(tmp_path_factory, _trained_project, s3) -> Project:
     proj.stage("export")
     proj.marin("report", check=True)  # unsigned: the lab's key is not the point here
     # the stages ran as scripts: record their outputs in dvc.lock (the instruct stages did not run here)
-    proj.dvc("commit", "-f", "-q", "fetch", "curate", "evalsets", "tokenize", "train", "evaluate", "export")
+    proj.dvc("commit", "-f", "-q", *RAN)
     r = proj.marin("publish", check=True)
     assert "now commit and push the ledger" in r.stdout, r.stdout
     proj.git("add", "-A")
@@ -102,7 +105,7 @@ def test_a_stranger_checks_the_run_from_a_fresh_clone(lab, tmp_path) -> None:
     hidden = lab.root.with_name("lab-hidden")
     lab.root.rename(hidden)  # no access to the lab's folders during the check
     try:
-        clone.dvc("pull", "-q")
+        clone.dvc("pull", "-q", *RAN)
         # Every stage behind the model replayed bit for bit, train from its first step to its last.
         r = clone.marin("verify", "--upstream", "models/final")
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
