@@ -8,6 +8,7 @@ read it and work on copies."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import csv
 import hashlib
 import io
@@ -256,24 +257,26 @@ def kill_trial_once_it_logs(root: Path, trial: int, done: threading.Event) -> li
     by the tag each process carries and the run records); returns [run id] when it killed one."""
     import psutil
 
-    killed: list[str] = []
-    while not done.is_set() and not killed:
+    while not done.is_set():
+        procs = []  # the trial's train processes (a wrapper and its python may both match)
         for p in psutil.process_iter(["cmdline"]):
             try:
-                if "pipeline.train" not in " ".join(p.info["cmdline"] or []) or \
-                        not p.environ().get("MARIN_SWEEP_TRIAL", "").endswith(f":{trial}"):
-                    continue
+                if "pipeline.train" in " ".join(p.info["cmdline"] or []) and \
+                        p.environ().get("MARIN_SWEEP_TRIAL", "").endswith(f":{trial}"):
+                    procs.append(p)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-            for f in (root / "ledger" / "runs").glob("train-*.jsonl"):
-                lines = f.read_text().splitlines()
-                first = json.loads(lines[0]) if lines else {}
-                tag = (first.get("body", {}).get("execution") or {}).get("sweep", {})
-                if tag.get("trial") == trial and any(json.loads(x)["kind"] == "metric" for x in lines[1:-1]):
-                    p.send_signal(signal.SIGKILL)
-                    killed.append(first["run_id"])
+        for f in (root / "ledger" / "runs").glob("train-*.jsonl") if procs else ():
+            lines = f.read_text().splitlines()
+            first = json.loads(lines[0]) if lines else {}
+            tag = (first.get("body", {}).get("execution") or {}).get("sweep", {})
+            if tag.get("trial") == trial and any(json.loads(x)["kind"] == "metric" for x in lines[1:-1]):
+                for p in procs:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        p.send_signal(signal.SIGKILL)
+                return [first["run_id"]]
         time.sleep(0.05)
-    return killed
+    return []
 
 
 @pytest.fixture(scope="module")
