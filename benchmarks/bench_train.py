@@ -1,22 +1,25 @@
-"""Training throughput: marin's jitted JAX step against the matmul peak of this machine
-and against a plain PyTorch eager reference of the same model, measured side by side,
-at two sizes: the default model of params.yaml and a larger one (d_model 256, 8 layers,
-d_ff 768, seq 256, same heads, vocabulary and batch).
+"""Training throughput and memory: marin's jitted JAX step against idiomatic PyTorch, eager and
+under ``torch.compile``, and against the matmul peak of this machine, measured side by side at
+two sizes: the default model of params.yaml and a larger one (d_model 256, 8 layers, d_ff 768,
+seq 256, same heads, vocabulary and batch).
 
-    uv run python benchmarks/bench_train.py [--rounds 3] [--steps 10] [--sizes default,large]
-        [--torch-cmd "uv run --no-project --with torch==2.13.0 python"]
+    uv run python benchmarks/bench_train.py [--rounds 3] [--steps 6] [--sizes default,large]
+        [--variants jax,jax-native,eager,compile] [--torch-python PATH]
     uv run python benchmarks/bench_train.py profiles    # portable vs native determinism profile
+    uv run python benchmarks/bench_train.py topology    # 1 process x 4 devices vs 2 x 2
 
-The PyTorch reference (benchmarks/torch_reference.py) runs in one worker process per size,
-started with ``--torch-cmd`` (by default an ephemeral uv environment with torch from
-PyPI: the first start downloads it, ~2 min; later starts reuse uv's cache). Rounds
-alternate JAX / PyTorch at each size so machine noise hits both alike: on a shared machine
-read the per-round ratios (and their median), not the absolute tokens/s. Both use
-``runtime.xla_cpu_threads`` threads. Model FLOPs per token follow Kaplan et al. 2020 (6N
-plus attention 6·L·T·d, counting the tied output projection); MFU is against the best
-f32 1024³ matmul of the same rounds. Also printed: compile time of the step, seconds per
-checkpoint (save, wait for commit, restore, digest: what the train loop does) and the
-evaluate function's tokens/s. Prints; asserts nothing.
+Each measurement is a fresh worker process (so that its peak RSS, from ``getrusage``, is its
+own): it builds the model and optimizer, compiles (the time is printed, and kept out of the
+tokens/s), warms up for two steps and times ``--steps`` steps. ``jax`` is marin's step under
+``runtime.determinism`` of params.yaml (portable), ``jax-native`` the same under the native
+profile; ``eager`` and ``compile`` are benchmarks/torch_reference.py (SDPA with causal masking
+and GQA, fused AdamW, the step under ``torch.compile`` or not), run by ``--torch-python`` (by
+default this venv's, where the ``hf`` group installs torch). Rounds alternate the variants at each
+size so machine noise hits all alike: read the per-round ratios and their medians. All use
+``runtime.xla_cpu_threads`` threads. Model FLOPs per token follow Kaplan et al. 2020 (6N plus
+attention 6·L·T·d, counting the tied output projection); MFU is against the best f32 1024³ matmul
+of the same rounds. Also printed: seconds per checkpoint (save, wait for commit, restore, digest:
+what the train loop does) and the evaluate function's tokens/s. Prints; asserts nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import argparse
 import dataclasses
 import json
 import os
-import shlex
+import resource
 import statistics
 import subprocess
 import sys
@@ -36,7 +39,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-TORCH_CMD = "uv run --no-project --python 3.11 --with torch==2.13.0 python"
+from marin import allocator  # noqa: E402
+
+VARIANTS = ("jax", "jax-native", "eager", "compile")
 
 
 def load_params(threads: int | None = None) -> Any:
@@ -133,35 +138,46 @@ class JaxBench:
         return steps * self.b * self.t / (time.perf_counter() - t0)
 
 
-class TorchWorker:
-    """benchmarks/torch_reference.py in its own process (torch lives outside marin's venv)."""
+def torch_config(spec: Any, threads: int) -> dict[str, Any]:
+    cfg, tp, b = spec
+    return {"vocab_size": cfg.vocab_size, "d_model": cfg.d_model, "n_layers": cfg.n_layers,
+            "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads, "d_ff": cfg.d_ff, "seq_len": cfg.max_seq_len,
+            "rope_theta": cfg.rope_theta, "batch_size": b, "threads": threads,
+            "lr": tp.lr, "betas": [tp.beta1, tp.beta2], "eps": tp.eps, "weight_decay": tp.weight_decay,
+            "grad_clip": tp.grad_clip}
 
-    def __init__(self, cmd: str, spec: Any, threads: int):
-        cfg, tp, b = spec
-        conf = {"vocab_size": cfg.vocab_size, "d_model": cfg.d_model, "n_layers": cfg.n_layers,
-                "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads, "d_ff": cfg.d_ff, "seq_len": cfg.max_seq_len,
-                "rope_theta": cfg.rope_theta, "batch_size": b, "threads": threads,
-                "lr": tp.lr, "betas": [tp.beta1, tp.beta2], "eps": tp.eps, "weight_decay": tp.weight_decay,
-                "grad_clip": tp.grad_clip}
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-        self.proc = subprocess.Popen([*shlex.split(cmd), str(ROOT / "benchmarks/torch_reference.py")],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        self.ask(f"CONFIG {json.dumps(conf)}", "OK")
 
-    def ask(self, line: str, expect: str | None = None) -> str:
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        out = self.proc.stdout.readline().strip()
-        if expect is not None and out != expect:
-            raise OSError(f"torch worker answered {out!r}")
-        return out
+def _jax_worker(size: str, determinism: str, steps: int) -> None:
+    """One JAX measurement in this process: tokens/s, compile s, peak RSS (a JSON line)."""
+    from marin import config
+    from marin.train import runtime
 
-    def run(self, steps: int) -> float:
-        return float(self.ask(f"RUN {steps}"))
+    p = config.load(ROOT / "params.yaml")
+    runtime.configure(dataclasses.replace(p.runtime, determinism=determinism, devices=1, processes=1))
+    bench = JaxBench(sizes(p)[size])
+    bench.run(2)
+    tps = bench.run(steps)
+    print(json.dumps({"tokens_per_s": tps, "compile_s": bench.compile_s,
+                      "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                      "flops_per_token": bench.flops_per_token, "n_params": int(bench.n_params)}), flush=True)
 
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait()
+
+def measure(variant: str, size: str, spec: Any, steps: int, threads: int, torch_python: str,
+            fast_allocator: bool = True) -> dict[str, Any]:
+    """One measurement of ``variant`` at ``size`` in a fresh process."""
+    if variant.startswith("jax"):
+        cmd = [sys.executable, __file__, "jax-worker", size, "native" if variant == "jax-native" else "portable",
+               str(steps)]
+    else:
+        cmd = [torch_python, str(ROOT / "benchmarks/torch_reference.py"), json.dumps(torch_config(spec, threads)),
+               variant, str(steps)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    if fast_allocator:  # as the train stage runs (marin.allocator), for JAX and PyTorch alike
+        env.update(allocator.fast_env(env)[1])
+    out = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, env=env)
+    if out.returncode:
+        raise SystemExit(f"the {variant} worker at size {size} exited {out.returncode}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def matmul_peak(n: int = 1024, reps: int = 20) -> float:
@@ -178,61 +194,66 @@ def matmul_peak(n: int = 1024, reps: int = 20) -> float:
     return reps * 2 * n**3 / (time.perf_counter() - t0)
 
 
+def _median(rs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in rs)
+
+
+def report(name: str, spec: Any, runs: dict[str, list[dict[str, Any]]], peak: float) -> None:
+    """The table of one size: median tokens/s, MFU, compile s and peak RSS per variant, then the
+    per-round ratios of JAX to each other variant."""
+    cfg, _, b = spec
+    jx = runs.get("jax") or runs.get("jax-native") or []
+    fpt = jx[0]["flops_per_token"] if jx else float("nan")
+    print(f"\n[{name}] d_model {cfg.d_model}, {cfg.n_layers} layers, {cfg.n_heads}/{cfg.n_kv_heads} heads, "
+          f"d_ff {cfg.d_ff}, vocab {cfg.vocab_size}, batch {b} x {cfg.max_seq_len}"
+          + (f": {jx[0]['n_params']:,} params, {fpt / 1e6:.1f} MFLOP/token" if jx else ""))
+    print(f"  {'variant':11s} {'tokens/s':>9s} {'MFU':>6s} {'compile s':>9s} {'peak RSS':>9s}   rounds (tokens/s)")
+    for v, rs in runs.items():
+        tps = _median(rs, "tokens_per_s")
+        print(f"  {v:11s} {tps:9.0f} {tps * fpt / peak:6.1%} {_median(rs, 'compile_s'):9.1f} "
+              f"{max(r['peak_rss_bytes'] for r in rs) / 2**30:7.2f} GB   "
+              + ", ".join(f"{r['tokens_per_s']:.0f}" for r in rs))
+    for v, rs in runs.items():
+        if v == "jax" or not jx:
+            continue
+        ratios = [j["tokens_per_s"] / r["tokens_per_s"] for j, r in zip(jx, rs, strict=True)]
+        print(f"  jax / {v:10s} median {statistics.median(ratios):.2f}, per round "
+              + ", ".join(f"{x:.2f}" for x in ratios))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--sizes", default="default,large")
-    ap.add_argument("--torch-cmd", default=TORCH_CMD, help="command line of a python that has torch ('' = none)")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--torch-python", default=sys.executable, help="a python that has torch")
+    ap.add_argument("--extras", action="store_true", help="also checkpoint seconds and evaluate tokens/s")
+    ap.add_argument("--system-allocator", action="store_true", help="workers with glibc's default malloc")
     a = ap.parse_args()
     p = load_params()
     threads = p.runtime.xla_cpu_threads
     specs = {k: v for k, v in sizes(p).items() if k in a.sizes.split(",")}
-    jaxb, workers = {}, {}
-    for name, spec in specs.items():
-        jaxb[name] = JaxBench(spec)
-        if a.torch_cmd:
-            try:
-                workers[name] = TorchWorker(a.torch_cmd, spec, threads)
-            except OSError as e:
-                print(f"(no PyTorch reference for {name}: {e})")
-
+    variants = [v for v in VARIANTS if v in a.variants.split(",")]
+    runs = {name: {v: [] for v in variants} for name in specs}
     peaks: list[float] = []
-    jx: dict[str, list[float]] = {k: [] for k in specs}
-    th: dict[str, list[float]] = {k: [] for k in specs}
+    print(f"load average before starting: {os.getloadavg()[0]:.2f}", flush=True)
     for r in range(a.rounds):
         peaks.append(matmul_peak())
-        for name in specs:
-            jx[name].append(jaxb[name].run(a.steps))
-            if name in workers:
-                th[name].append(workers[name].run(a.steps))
-            ratio = f"  ratio {jx[name][-1] / th[name][-1]:.2f}" if th[name] else ""
-            print(f"round {r + 1} {name:8s} jax {jx[name][-1]:8.0f} tok/s"
-                  + (f"  torch {th[name][-1]:8.0f} tok/s" if th[name] else "") + ratio, flush=True)
-    for w in workers.values():
-        w.close()
-
+        for name, spec in specs.items():
+            for v in variants:
+                runs[name][v].append(measure(v, name, spec, a.steps, threads, a.torch_python,
+                                              not a.system_allocator))
+            print(f"round {r + 1} {name:8s} " + "  ".join(f"{v} {rs[-1]['tokens_per_s']:.0f}"
+                                                         for v, rs in runs[name].items()), flush=True)
     peak = max(peaks)
-    print(f"\n{threads} threads, best of {a.rounds} alternating rounds of {a.steps} steps (machine may be shared: "
-          "per-round ratios are the comparison)")
-    print(f"matmul peak (f32 1024^3): {peak / 1e9:.1f} GFLOP/s")
-    for name, jb in jaxb.items():
-        cfg = jb.cfg
-        print(f"\n[{name}] d_model {cfg.d_model}, {cfg.n_layers} layers, {cfg.n_heads}/{cfg.n_kv_heads} heads, "
-              f"d_ff {cfg.d_ff}, vocab {cfg.vocab_size}, batch {jb.b} x {jb.t}: {jb.n_params:,} params, "
-              f"{jb.flops_per_token / 1e6:.1f} MFLOP/token")
-        best = max(jx[name])
-        print(f"  marin JAX train step:    {best:8.0f} tokens/s  {best * jb.flops_per_token / 1e9:6.1f} GFLOP/s  "
-              f"MFU {best * jb.flops_per_token / peak:.1%}")
-        if th[name]:
-            bt = max(th[name])
-            ratios = [j / t for j, t in zip(jx[name], th[name], strict=False)]
-            print(f"  PyTorch eager reference: {bt:8.0f} tokens/s  {bt * jb.flops_per_token / 1e9:6.1f} GFLOP/s  "
-                  f"MFU {bt * jb.flops_per_token / peak:.1%}")
-            print(f"  JAX / PyTorch: best {best / bt:.2f}, per round {', '.join(f'{x:.2f}' for x in ratios)} "
-                  f"(median {statistics.median(ratios):.2f})")
-        print(f"  compile: {jb.compile_s:.1f} s   checkpoint: {jb.checkpoint_s():.2f} s each   "
-              f"evaluate: {jb.eval_tokens_s(a.steps):.0f} tokens/s")
+    print(f"\n{threads} threads, medians of {a.rounds} alternating rounds of {a.steps} steps, a fresh process per "
+          f"measurement; matmul peak (f32 1024^3, best of the rounds) {peak / 1e9:.1f} GFLOP/s")
+    for name, spec in specs.items():
+        report(name, spec, runs[name], peak)
+        if a.extras:
+            jb = JaxBench(spec)
+            print(f"  checkpoint: {jb.checkpoint_s():.2f} s each   evaluate: {jb.eval_tokens_s(a.steps):.0f} tokens/s")
 
 
 # -- process topology (issue 13): 1 process x 4 devices against 2 processes x 2 devices ---------
@@ -379,6 +400,8 @@ if __name__ == "__main__":
         sys.exit(profiles(sys.argv[2:]))
     if sys.argv[1:2] == ["profile-worker"]:
         sys.exit(_profile_worker(sys.argv[2], sys.argv[3], int(sys.argv[4])))
+    if sys.argv[1:2] == ["jax-worker"]:
+        sys.exit(_jax_worker(sys.argv[2], sys.argv[3], int(sys.argv[4])))
     if sys.argv[1:2] == ["topology"]:
         sys.exit(topology(sys.argv[2:]))
     if sys.argv[1:2] == ["topology-worker"]:

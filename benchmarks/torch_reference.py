@@ -1,14 +1,25 @@
-"""A plain PyTorch (eager, CPU) implementation of marin's model and train step, as the
-reference for benchmarks/bench_train.py. Same architecture and sizes: RMSNorm, rotary
-embeddings (rotate-half), SwiGLU, grouped-query causal attention, tied embeddings;
-AdamW with global-norm clipping. Run as a worker: reads "CONFIG <json>" then
-"RUN <steps>" lines on stdin, answers with tokens/s per RUN.
+"""marin's model and train step in PyTorch as a PyTorch user writes it for speed, the reference
+of benchmarks/bench_train.py. Same architecture and sizes: RMSNorm, rotary embeddings
+(rotate-half), SwiGLU, grouped-query causal attention, tied embeddings; AdamW (weight decay on
+matrices only) after global-norm clipping.
+
+Idiomatic: attention is ``F.scaled_dot_product_attention(is_causal=True, enable_gqa=True)`` (no
+T x T mask, no repeated K/V), the optimizer ``AdamW(fused=True)``, clipping ``foreach``; mode
+``compile`` puts the whole step (forward, loss, backward, clip, optimizer) under
+``torch.compile``, mode ``eager`` runs the same code without it.
+
+One measurement per process, so that its peak RSS is its own:
+
+    python benchmarks/torch_reference.py '<config json>' eager|compile STEPS
+
+prints one JSON line: tokens_per_s over STEPS timed steps (after the first step, whose time is
+``compile_s``, and two warm-up steps), compile_s, peak_rss_bytes (``getrusage``).
 """
 
 from __future__ import annotations
 
 import json
-import math
+import resource
 import sys
 import time
 
@@ -26,7 +37,7 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.scale
 
 
-def rope(x, cos, sin):  # x (B, T, N, Dh)
+def rope(x, cos, sin):  # x (B, N, T, Dh); cos, sin (T, Dh/2)
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
@@ -48,14 +59,11 @@ class Block(nn.Module):
     def forward(self, x, cos, sin):
         b, t, _ = x.shape
         y = self.n1(x)
-        q = rope(self.wq(y).view(b, t, self.h, self.dh), cos, sin).transpose(1, 2)
-        k = rope(self.wk(y).view(b, t, self.k, self.dh), cos, sin).transpose(1, 2)
+        q = rope(self.wq(y).view(b, t, self.h, self.dh).transpose(1, 2), cos, sin)
+        k = rope(self.wk(y).view(b, t, self.k, self.dh).transpose(1, 2), cos, sin)
         v = self.wv(y).view(b, t, self.k, self.dh).transpose(1, 2)
-        k = k.repeat_interleave(self.h // self.k, dim=1)
-        v = v.repeat_interleave(self.h // self.k, dim=1)
-        att = (q @ k.transpose(-1, -2)) / math.sqrt(self.dh)
-        att = att.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf")).softmax(-1)
-        x = x + self.wo((att @ v).transpose(1, 2).reshape(b, t, -1))
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.h != self.k)
+        x = x + self.wo(o.transpose(1, 2).reshape(b, t, -1))
         y = self.n2(x)
         return x + self.down(F.silu(self.gate(y)) * self.up(y))
 
@@ -69,8 +77,8 @@ class LM(nn.Module):
         dh = c["d_model"] // c["n_heads"]
         inv = c["rope_theta"] ** (-torch.arange(0, dh, 2).float() / dh)
         ang = torch.arange(c["seq_len"]).float()[:, None] * inv[None]
-        self.register_buffer("cos", ang.cos()[None, :, None, :])
-        self.register_buffer("sin", ang.sin()[None, :, None, :])
+        self.register_buffer("cos", ang.cos())
+        self.register_buffer("sin", ang.sin())
 
     def forward(self, tokens):
         x = self.embed(tokens)
@@ -79,39 +87,47 @@ class LM(nn.Module):
         return self.norm(x) @ self.embed.weight.T
 
 
-def main() -> None:
+def make_step(c: dict, mode: str):
     torch.manual_seed(0)
-    model = opt = c = None
-    for line in sys.stdin:
-        cmd, _, arg = line.strip().partition(" ")
-        if cmd == "CONFIG":
-            c = json.loads(arg)
-            torch.set_num_threads(c["threads"])
-            model = LM(c)
-            decay = [q for q in model.parameters() if q.ndim >= 2]  # as marin: matrices only
-            rest = [q for q in model.parameters() if q.ndim < 2]
-            opt = torch.optim.AdamW([{"params": decay}, {"params": rest, "weight_decay": 0.0}],
-                                    lr=c.get("lr", 1e-3), betas=tuple(c.get("betas", (0.9, 0.95))),
-                                    eps=c.get("eps", 1e-8), weight_decay=c.get("weight_decay", 0.1))
-            print("OK", flush=True)
-        elif cmd == "RUN":
-            steps, b, t = int(arg), c["batch_size"], c["seq_len"]
-            x = torch.randint(0, c["vocab_size"], (b, t + 1))
+    torch.set_num_threads(c["threads"])
+    model = LM(c)
+    decay = [q for q in model.parameters() if q.ndim >= 2]  # as marin: matrices only
+    rest = [q for q in model.parameters() if q.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay}, {"params": rest, "weight_decay": 0.0}],
+                            lr=c["lr"], betas=tuple(c["betas"]), eps=c["eps"], weight_decay=c["weight_decay"],
+                            fused=True)
 
-            def step(model=model, opt=opt, x=x, c=c):
-                logits = model(x[:, :-1])
-                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), c.get("grad_clip", 1.0))
-                opt.step()
+    def step(x):
+        logits = model(x[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"], foreach=True)
+        opt.step()
+        return loss.detach()
 
-            step()  # warm-up
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                step()
-            print(f"{steps * b * t / (time.perf_counter() - t0):.1f}", flush=True)
+    return torch.compile(step) if mode == "compile" else step
+
+
+def main(conf: str, mode: str, steps: int) -> None:
+    c = json.loads(conf)
+    step = make_step(c, mode)
+    x = torch.randint(0, c["vocab_size"], (c["batch_size"], c["seq_len"] + 1),
+                      generator=torch.Generator().manual_seed(0))
+    t0 = time.perf_counter()
+    step(x)
+    compile_s = time.perf_counter() - t0
+    for _ in range(2):
+        step(x)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        loss = step(x)
+    float(loss)
+    tps = steps * c["batch_size"] * c["seq_len"] / (time.perf_counter() - t0)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"tokens_per_s": tps, "compile_s": compile_s, "peak_rss_bytes": rss,
+                      "torch": torch.__version__}), flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))

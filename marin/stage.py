@@ -91,8 +91,13 @@ def stage_ledger_for_experiment(root: Path) -> None:
         git(root, "add", "--", "ledger", ":(exclude,glob)ledger/runs/sweep-*")  # the train launcher adds last
 
 
-def stage_main(stage: StageFn) -> None:
+def stage_main(stage: StageFn, fast_allocator: bool = False) -> None:
     """Entry point of a pipeline/ script: :func:`execute` in the project around the working
-    directory, guarded, then exit."""
+    directory, guarded, then exit. ``fast_allocator`` (the stages that run JAX): the process first
+    restarts itself with the allocator a training step needs (:mod:`marin.allocator`)."""
+    if fast_allocator:
+        from marin.allocator import restart_with_fast_allocator
+
+        restart_with_fast_allocator()
     verbose = "-v" in sys.argv or "--verbose" in sys.argv
     sys.exit(guarded(lambda: execute(stage, project_root()), verbose))

@@ -5,4 +5,4 @@ from marin.evaluate import evaluate_stage
 from marin.stage import stage_main
 
 if __name__ == "__main__":
-    stage_main(evaluate_stage.run_stage)
+    stage_main(evaluate_stage.run_stage, fast_allocator=True)

@@ -5,4 +5,4 @@ from marin.instruct import sft_stage
 from marin.stage import stage_main
 
 if __name__ == "__main__":
-    stage_main(sft_stage.run_stage)
+    stage_main(sft_stage.run_stage, fast_allocator=True)

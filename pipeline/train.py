@@ -5,4 +5,4 @@ from marin.stage import stage_main
 from marin.train import train_stage
 
 if __name__ == "__main__":
-    stage_main(train_stage.run_stage)
+    stage_main(train_stage.run_stage, fast_allocator=True)

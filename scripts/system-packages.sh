@@ -3,12 +3,15 @@
 #   chromium    renders report.html headless (tests/browser.py)
 #   postgresql  a throwaway cluster behind `mlflow server` (tests/servers.py; initdb/pg_ctl)
 #   qemu-user   qemu-x86_64 emulates other CPUs for the portable-bits tests (tests/test_portable.py)
+#   libjemalloc2  the allocator a training stage restarts itself with (marin/allocator.py); without it
+#               the stage runs on glibc malloc with huge pages, slower (docs/performance.md)
 # Python packages come from uv.lock (`uv sync --frozen`), never from here.
 set -euo pipefail
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 { ls /usr/lib/postgresql/*/bin/initdb || command -v initdb; } >/dev/null 2>&1 || missing+=(postgresql)
 command -v qemu-x86_64 >/dev/null 2>&1 || missing+=(qemu-user)
+ldconfig -p | grep "libjemalloc\.so" >/dev/null || missing+=(libjemalloc2)
 [ ${#missing[@]} -eq 0 ] && exit 0
 sudo=()
 [ "$(id -u)" -eq 0 ] || sudo=(sudo)

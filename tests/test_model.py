@@ -11,6 +11,7 @@ import pytest
 from flax import nnx
 
 from marin.model import ModelConfig, Transformer, transformer
+from marin.model.ops import swiglu_down
 from marin.model.transformer import attention_blocks, batch_chunks, block_mask, causal_attention, matmul
 
 
@@ -151,3 +152,23 @@ def test_the_compiled_step_reads_the_rope_tables_instead_of_evaluating_sines() -
     hlo = jax.jit(jax.value_and_grad(loss)).lower(params).compile().as_text()
     assert re.search(r"= f32\[[0-9,]+\]\S* (sine|cosine)\(", hlo) is None
     assert re.search(r"= f32\[\S+ (multiply|add)\(", hlo)  # the pattern reads this HLO's instruction lines
+
+
+@pytest.mark.parametrize("f", [8, 24])
+def test_swiglu_down_gradient_is_jax_own(f: int) -> None:
+    """The fused activation and down projection: same value as the plain expression, and the
+    gradient of autodiff through it (a cotangent that is not all ones)."""
+    k = jax.random.split(jax.random.key(1), 3)
+    gu, w = jax.random.normal(k[0], (3, 5, 2 * f)), jax.random.normal(k[1], (f, 6))
+    c = jax.random.normal(k[2], (3, 5, 6))
+
+    def plain(gu: jax.Array, w: jax.Array) -> jax.Array:
+        gate, up = jnp.split(gu, 2, axis=-1)
+        return (jax.nn.silu(gate) * up) @ w
+
+    np.testing.assert_allclose(swiglu_down(gu, w), plain(gu, w), rtol=1e-6, atol=1e-6)
+    ours = jax.grad(lambda gu, w: (swiglu_down(gu, w) * c).sum(), (0, 1))(gu, w)
+    theirs = jax.grad(lambda gu, w: (plain(gu, w) * c).sum(), (0, 1))(gu, w)
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)

@@ -34,7 +34,11 @@ def test_pipeline_script_is_a_thin_entry_point(stage: str) -> None:
     assert len(bodies) == 1, f"{script.name} imports no marin.<package>.{stage}_stage"
     body = closure.module_file(ROOT, bodies[0])
     assert body is not None and "\ndef run_stage(root: Path, params: Params" in body.read_text(encoding="utf-8")
-    assert f"stage_main({stage}_stage.run_stage)" in script.read_text(encoding="utf-8")
+    text = script.read_text(encoding="utf-8")
+    runs_jax = "runtime.configure(" in body.read_text(encoding="utf-8")  # the stages that run a JAX model
+    call = f"stage_main({stage}_stage.run_stage, fast_allocator=True)" if runs_jax else \
+        f"stage_main({stage}_stage.run_stage)"
+    assert call in text, f"{script.name}: expected {call}"
 
 
 def test_package_inits_are_small() -> None:

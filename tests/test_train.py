@@ -39,12 +39,15 @@ def fresh_train(proj, prefix: tuple[str, ...] = ()) -> list[dict]:
 
 def test_two_fresh_runs_are_bit_identical(data_project, tmp_path) -> None:
     """The first run compiles afresh into an empty compilation cache, the second loads its
-    executables from it: the bits are the same (so the tests' shared cache hides nothing)."""
+    executables from it: the bits are the same (so the tests' shared cache hides nothing). The
+    first runs on jemalloc (the stage restarts itself with it: tests/test_allocator.py), the second
+    on glibc's own malloc: the allocator changes no bit either."""
     tiny(data_project)
     cache = tmp_path / "jax-cache"
     data_project.env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
     a = fresh_train(data_project)
     assert any(cache.iterdir()), "the first run wrote no compiled executable"
+    data_project.env["MARIN_ALLOCATOR"] = "system"
     b = fresh_train(data_project)
     assert a[0]["run_id"] != b[0]["run_id"]
     assert a[0]["body"]["recipe_digest"] == b[0]["body"]["recipe_digest"]

@@ -46,6 +46,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from marin.model.ops import matmul, plain_dot, swiglu_down
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
@@ -107,50 +109,6 @@ def apply_rope(x: jax.Array, cos: np.ndarray | jax.Array, sin: np.ndarray | jax.
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)  # (..., T, Dh/2) each
     out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)  # (..., T, Dh)
     return out.astype(x.dtype)
-
-
-@jax.custom_vjp
-def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
-    """``x (..., Din) @ w (Din, Dout)`` whose weight gradient transposes the narrower operand.
-
-    The weight gradient contracts the flattened token axis M of the input (M, Din) and of
-    the output cotangent (M, Dout); XLA's CPU matmul wants one of them transposed first,
-    and left alone it transposes the input, whatever its width. Here the narrower one is
-    transposed: for the tied output projection (Din = D, Dout = V) that is x rather than
-    the (M, V) logit gradient, for ``w_down`` the (M, D) cotangent rather than the (M, F)
-    hidden state. Same products and sums as ``x @ w``'s own gradient, other summation
-    order (other bits).
-
-    The transposed operand is materialized (``plain_dot``): a dot that contracts a non-last
-    axis of its left operand runs, on XLA's CPU backend, as an Eigen contraction whose multiply
-    oneDNN's sgemm computes with blocking and kernels chosen from the CPU at run time (an
-    emulated AMD EPYC and this machine differed in the embedding's gradient). A plain
-    (M, K) x (K, N) dot goes to YNNPACK, whose results are the same on every x86-64-v3 CPU
-    under the portable profile (docs/architecture.md, "Portable bits")."""
-    return x @ w
-
-
-def plain_dot(a: jax.Array) -> jax.Array:
-    """``a`` materialized where it is: behind an optimization barrier XLA cannot fold a transpose
-    (or any layout change) of ``a`` back into the dot that consumes it."""
-    return jax.lax.optimization_barrier(a)
-
-
-def _matmul_fwd(x: jax.Array, w: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-    return x @ w, (x, w)
-
-
-def _matmul_bwd(res: tuple[jax.Array, jax.Array], g: jax.Array) -> tuple[jax.Array, jax.Array]:
-    x, w = res
-    x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])  # (M, Din), (M, Dout)
-    if w.shape[0] <= w.shape[1]:  # noqa: SIM108 (one comment per branch)
-        dw = plain_dot(plain_dot(x2.T) @ g2)  # x transposed: (Din, M) @ (M, Dout)
-    else:
-        dw = plain_dot(plain_dot(g2.T) @ x2).T  # g transposed, then the (Dout, Din) result
-    return (g @ w.T).astype(x.dtype), dw.astype(w.dtype)
-
-
-matmul.defvjp(_matmul_fwd, _matmul_bwd)
 
 
 def linear(x: jax.Array, *layers: nnx.Linear) -> jax.Array:
@@ -315,9 +273,10 @@ class SwiGLU(nnx.Module):
         self.w_down = _dense(cfg, cfg.d_ff, cfg.d_model, out_std, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        # One matmul for gate and up (kernels joined, gate first).
-        gate, up = jnp.split(linear(x, self.w_gate, self.w_up), 2, axis=-1)  # (B, T, F) each
-        return linear(jax.nn.silu(gate) * up, self.w_down)  # (B, T, D)
+        # One matmul for gate and up (kernels joined, gate first); the activation and the down
+        # projection as one function that keeps only [gate | up] for the backward pass.
+        gu = linear(x, self.w_gate, self.w_up)  # (B, T, 2F)
+        return swiglu_down(gu, self.w_down.kernel[...].astype(gu.dtype))  # (B, T, D)
 
 
 class Block(nnx.Module):
@@ -348,6 +307,15 @@ class Transformer(nnx.Module):
         )
 
     def __call__(self, tokens: jax.Array) -> jax.Array:
+        x = self.hidden(tokens)  # (B, T, D)
+        if self.lm_head is None:  # tied: x @ embedding.T
+            logits = matmul(x, self.embed.embedding[...].astype(x.dtype).T)  # (B, T, V)
+        else:
+            logits = linear(x, self.lm_head)  # (B, T, V)
+        return logits.astype(jnp.float32)
+
+    def hidden(self, tokens: jax.Array) -> jax.Array:
+        """The final normed hidden states (B, T, D) that the output projection takes."""
         _, t = tokens.shape  # (B, T)
         if t > self.cfg.max_seq_len:
             raise ValueError(f"sequence length {t} > max_seq_len {self.cfg.max_seq_len}")
@@ -355,12 +323,13 @@ class Transformer(nnx.Module):
         x = self.embed(tokens)  # (B, T, D)
         for block in self.blocks:
             x = block(x, cos, sin)  # (B, T, D)
-        x = self.final_norm(x)  # (B, T, D)
-        if self.lm_head is None:  # tied: x @ embedding.T
-            logits = matmul(x, self.embed.embedding[...].astype(x.dtype).T)  # (B, T, V)
-        else:
-            logits = linear(x, self.lm_head)  # (B, T, V)
-        return logits.astype(jnp.float32)
+        return self.final_norm(x)  # (B, T, D)
+
+    def head(self, dtype: Any) -> jax.Array:
+        """The output projection's kernel (D, V) in ``dtype``: the embedding transposed when tied."""
+        if self.lm_head is None:
+            return self.embed.embedding[...].astype(dtype).T
+        return self.lm_head.kernel[...].astype(dtype)
 
 
 def count_params(params) -> int:

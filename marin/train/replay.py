@@ -152,4 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from marin.allocator import restart_with_fast_allocator
+
+    restart_with_fast_allocator()
     sys.exit(main())

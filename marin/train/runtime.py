@@ -7,16 +7,11 @@ affinity; the pool size decides the bits of reductions. ``taskset -c 0`` with
 ``NPROC=2`` reproduces an unpinned 2-core run exactly. So the stage sets ``NPROC`` from
 ``runtime.xla_cpu_threads`` and never inherits it from the machine.
 
-It also keeps freed memory in the process (:func:`keep_freed_memory`): XLA's CPU client
-allocates each execution's temporaries (445 MB per train step at the default size) with
-``posix_memalign`` from its worker threads; glibc serves such a request from a thread arena
-by a fresh ``mmap`` and unmaps it on free, so every step faulted ~110k pages back in and
-27% of the step's CPU time was the kernel's (docs/performance.md).
+How a training process allocates memory is :mod:`marin.allocator`'s (a restart at the stage's start).
 """
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import os
 import sys
@@ -85,29 +80,6 @@ def configure(rt: RuntimeParams) -> None:
         os.environ[ONEDNN_ISA_VAR] = PORTABLE_ONEDNN_ISA
     os.environ["XLA_FLAGS"] = " ".join(xla_flags(rt, os.environ.get("XLA_FLAGS", "")))
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    keep_freed_memory()
-
-
-_M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8  # glibc's mallopt parameters
-
-
-def keep_freed_memory() -> bool:
-    """One malloc arena, no mmap'd chunks, no trimming (glibc only; False elsewhere).
-
-    With one arena every thread allocates from the main heap, which honours "no mmap", and
-    a freed block stays mapped for the next step's allocation of the same size (trimming
-    off: a step's temporaries at d_model 256 / 8 layers, 2.26 GB, exceed the largest
-    threshold mallopt accepts, 2 GiB - 1). The cost is memory kept: the heap settles after
-    1-4 steps at about two steps' temporaries (asynchronous dispatch starts the next step
-    before the last one frees), 7.1 GB RSS against 4.9 GB at that size, 853 MB at the
-    default one, and the process keeps it until it exits. Allocation does not change what
-    is computed: the bits are the same (tests/test_train.py)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    return all(mallopt(p, v) == 1 for p, v in ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, -1)))
 
 
 def global_devices(rt: RuntimeParams) -> int:

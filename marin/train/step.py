@@ -23,6 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from marin.config import TrainParams
 from marin.model import ModelConfig, Transformer
+from marin.model.head_loss import head_cross_entropy
 
 Batch = dict[str, jax.Array]  # inputs (B, T) int32, targets (B, T) int32, optionally weights (B, T) float32
 
@@ -64,19 +65,16 @@ def make_optimizer(tp: TrainParams) -> optax.GradientTransformation:
 
 def loss_fn(model: Transformer, batch: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Mean next-token cross-entropy in nats per token, and the share of positions whose
-    target has the largest logit (a tie counts as a hit: compared with the row maximum,
-    which XLA shares with the cross-entropy's own, rather than a second pass for argmax;
-    24% of a step at the default size). With ``weights`` in the batch (a fine-tune's: 1 on the
-    assistant tokens, 0 elsewhere) both are means over the weighted positions of the batch."""
-    logits = model(batch["inputs"])  # (B, T, V) float32
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])  # (B, T)
-    target = jnp.take_along_axis(logits, batch["targets"][..., None], axis=-1)[..., 0]  # (B, T)
-    hit = target >= logits.max(-1)
-    if "weights" not in batch:  # decided when the step is traced: pretraining's step is unchanged
-        return nll.mean(), {"accuracy": hit.mean()}
-    w = batch["weights"]
-    total = jnp.maximum(w.sum(), 1.0)
-    return (nll * w).sum() / total, {"accuracy": (hit * w).sum() / total}
+    target has the largest logit (a tie counts as a hit), through the fused output projection and
+    loss (:func:`marin.model.head_loss.head_cross_entropy`: the (B, T, V) logits are never held).
+    With ``weights`` in the batch (a fine-tune's: 1 on the assistant tokens, 0 elsewhere) both are
+    means over the weighted positions of the batch."""
+    x = model.hidden(batch["inputs"])  # (B, T, D)
+    x = x.reshape(-1, x.shape[-1])  # (B*T, D)
+    targets = batch["targets"].reshape(-1)
+    weights = batch["weights"].reshape(-1) if "weights" in batch else jnp.ones(targets.shape, jnp.float32)
+    loss, accuracy = head_cross_entropy(x, model.head(x.dtype), targets, weights)
+    return loss, {"accuracy": accuracy}
 
 
 def init_state(cfg: ModelConfig, init_key: jax.Array, step_key: jax.Array,
