@@ -162,6 +162,14 @@ def _jax_worker(size: str, determinism: str, steps: int) -> None:
                       "flops_per_token": bench.flops_per_token, "n_params": int(bench.n_params)}), flush=True)
 
 
+def worker_env(fast_allocator: bool = True, **extra: str) -> dict[str, str]:
+    """A worker's environment: with the allocator a train stage restarts itself with (marin.allocator)."""
+    env = {**os.environ, **extra}
+    if fast_allocator:
+        env.update(allocator.fast_env(env)[1])
+    return env
+
+
 def measure(variant: str, size: str, spec: Any, steps: int, threads: int, torch_python: str,
             fast_allocator: bool = True) -> dict[str, Any]:
     """One measurement of ``variant`` at ``size`` in a fresh process."""
@@ -171,9 +179,7 @@ def measure(variant: str, size: str, spec: Any, steps: int, threads: int, torch_
     else:
         cmd = [torch_python, str(ROOT / "benchmarks/torch_reference.py"), json.dumps(torch_config(spec, threads)),
                variant, str(steps)]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    if fast_allocator:  # as the train stage runs (marin.allocator), for JAX and PyTorch alike
-        env.update(allocator.fast_env(env)[1])
+    env = worker_env(fast_allocator, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     out = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, env=env)
     if out.returncode:
         raise SystemExit(f"the {variant} worker at size {size} exited {out.returncode}")
@@ -317,7 +323,7 @@ def _topology_round(processes: int, devices: int, steps: int) -> tuple[float, fl
         port = sock.getsockname()[1]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     procs = [subprocess.Popen([sys.executable, __file__, "topology-worker", str(processes), str(devices), str(i),
-                               str(port), str(steps)], stdout=subprocess.PIPE, text=True)
+                               str(port), str(steps)], stdout=subprocess.PIPE, text=True, env=worker_env())
              for i in range(processes)]
     outs = [pr.communicate()[0] for pr in procs]
     if any(pr.returncode for pr in procs):
@@ -367,7 +373,7 @@ def _profile_worker(profile: str, size: str, steps: int) -> None:
 
 def _profile_round(profile: str, size: str, steps: int) -> dict[str, float]:
     p = subprocess.run([sys.executable, __file__, "profile-worker", profile, size, str(steps)], text=True,
-                       stdout=subprocess.PIPE)
+                       stdout=subprocess.PIPE, env=worker_env())
     if p.returncode:
         raise SystemExit(f"the {profile} worker at size {size} exited {p.returncode}")
     return json.loads(p.stdout.strip().splitlines()[-1])

@@ -29,7 +29,7 @@ import platform
 import sys
 from pathlib import Path
 
-JEMALLOC_CONF = "oversize_threshold:0,thp:always,metadata_thp:auto"  # large blocks in the arenas, reused
+JEMALLOC_CONF = "narenas:1,oversize_threshold:0,thp:always,metadata_thp:auto"  # one arena: a freed block is reused
 GLIBC_HUGE_PAGES = "glibc.malloc.hugetlb=1"  # glibc >= 2.35; an older glibc ignores it
 MARKER = "_MARIN_ALLOCATOR"  # set for the restarted process: the variables' values before the restart
 ACTIVE: str | None = None  # after a restart: "jemalloc" or "glibc-hugetlb"
