@@ -5,19 +5,15 @@ once each (tag ``marin.trial_key``); the ``selection`` record tags the parent an
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from marin.ledger.records import Record
+from marin.tracking.naming import ms
 
 TRIAL_NOTE = """One trial of a marin sweep (`marin sweep`): a DVC experiment (`marin.experiment`) whose stage runs
 are the ledger runs in `marin.runs`, each tagged with the sweep's run id and this trial's index. Params: what the
 trial changed from the baseline; metrics: the last values its runs recorded. `marin.status` failed means its
 `dvc exp run` failed or was killed; its last metrics are kept."""
-
-
-def _ms(time: str) -> int:
-    return int(dt.datetime.fromisoformat(time.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 def _child(client: Any, exp: str, key: str) -> Any:
@@ -41,14 +37,14 @@ def sync_trials(client: Any, exp: str, parent: str, sweep_id: str, records: list
         if r.kind != "trial" or _child(client, exp, f"{sweep_id}:{b['index']}") is not None:
             continue
         changed = ", ".join(f"{k}={v}" for k, v in b["params"].items())
-        run = client.create_run(exp, run_name=f"trial {b['index']} ({changed})", start_time=_ms(r.time), tags={
+        run = client.create_run(exp, run_name=f"trial {b['index']} ({changed})", start_time=ms(r.time), tags={
             "mlflow.parentRunId": parent, "marin.kind": "trial", "marin.trial_key": f"{sweep_id}:{b['index']}",
             "marin.sweep": sweep_id, "marin.trial": str(b["index"]), "marin.status": b["status"],
             "marin.experiment": b["experiment"], "marin.runs": " ".join(x["run_id"] for x in b["runs"]),
             "mlflow.note.content": TRIAL_NOTE})
         step = int(b["metrics"].get("step", 0))
         client.log_batch(run.info.run_id, params=[Param(k[:250], str(v)) for k, v in b["params"].items()],
-                         metrics=[Metric(k, float(v), _ms(r.time), step) for k, v in b["metrics"].items()
+                         metrics=[Metric(k, float(v), ms(r.time), step) for k, v in b["metrics"].items()
                                   if k != "step"])
         client.set_terminated(run.info.run_id, "FINISHED" if b["status"] == "succeeded" else "FAILED",
-                              end_time=_ms(r.time))
+                              end_time=ms(r.time))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import time
@@ -10,12 +9,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marin.config import flatten
 from marin.errors import MarinError
 from marin.ledger.index import Index
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog, load_run
 from marin.tracking.models import LoggedModels
+from marin.tracking.naming import (
+    EXPERIMENT_NOTE,
+    PIPELINE_NOTE,
+    eval_counts,
+    flat,
+    ms,
+    pipeline_key,
+    pipeline_name,
+    run_name,
+    run_note,
+    scope,
+    short_digest,
+    short_tags,
+    user,
+)
 
 EXPERIMENT = "marin"
 # MLflow 3 opens an experiment by its kind: without it the UI guesses, and a run with a LoggedModel is
@@ -27,28 +40,6 @@ CONTEXT = {"fetch": "training", "curate": "training", "tokenize": "training", "t
 UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 BATCH = 900  # MLflow accepts up to 1000 metrics per log_batch
 CREATED = "marin.created_ns"  # when this MLflow run was made: of two made at once, the first stays
-
-# Descriptions shown on MLflow's pages (the UI cuts long tag keys; these say what each one holds).
-EXPERIMENT_NOTE = """The MLflow view of a marin ledger: one run per ledger run (stage run), nested under one
-run per pipeline (git commit). The ledger (`ledger/runs/*.jsonl`, checked by `marin ledger check`) is
-the source of truth; `marin mlflow sync` rebuilds this view from it."""
-PIPELINE_NOTE = "All stage runs recorded at one git commit (`marin.pipeline`), each a child run."
-RUN_NOTE = """One marin ledger run (`ledger/<run id>.jsonl` under Artifacts). Tags:
-
-| tag | holds |
-|---|---|
-| `marin.run_id` | the ledger run id |
-| `marin.stage` | fetch, curate, tokenize, train, evaluate, report, publish |
-| `marin.recipe_digest` | digest of stage, command, params, code, inputs, determinism class |
-| `marin.determinism_digest` | digest of the determinism class (`determinism.*` params) |
-| `marin.code_digest` | digest of the pipeline's code |
-| `marin.output.<name>` | sha256 of each output: an input's digest leads to its producer |
-| `marin.status` | succeeded, failed or unfinished, as the ledger says |
-| `marin.synced_seq`, `marin.synced_digest` | the last ledger record this MLflow run reflects |
-| `marin.verification.*` | the latest `marin verify` of the run: result, mode, record |
-| `stage`, `status`, `recipe`, `commit` | short copies for the run list (recipe: 12 hex, commit: 8) |
-"""
-
 
 class TrackingError(MarinError):
     """MLflow could not be reached or refused a write."""
@@ -80,20 +71,6 @@ class SyncReport:
 def default_uri(root: Path) -> str:
     """$MLFLOW_TRACKING_URI, else the embedded SQLite database at the project root."""
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(root / 'mlflow.db').resolve()}"
-
-
-def _ms(time: str) -> int:
-    return int(dt.datetime.fromisoformat(time.replace("Z", "+00:00")).timestamp() * 1000)
-
-
-def _flat(prefix: str, obj: Any) -> dict[str, str]:
-    """Dotted keys with string values, as MLflow params are."""
-    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in flatten(obj, prefix).items()}
-
-
-def _short(digest: str) -> str:
-    """MLflow caps dataset digests at 36 characters: the first 32 hex of the sha256."""
-    return digest.split(":", 1)[1][:32]
 
 
 class _Syncer:
@@ -188,7 +165,7 @@ class _Syncer:
         if found is not None:
             return found.info.run_id
         run, created = self._create_once(
-            "marin.pipeline", key, run_name=pipeline_name(code), start_time=_ms(log.started.time),
+            "marin.pipeline", key, run_name=pipeline_name(code), start_time=ms(log.started.time),
             tags={"marin.kind": "pipeline", "marin.pipeline": key, "mlflow.source.git.commit": code["git_commit"] or "",
                   "mlflow.note.content": PIPELINE_NOTE})
         if created:
@@ -196,7 +173,7 @@ class _Syncer:
             if self._lost_late("marin.pipeline", key, run):
                 run = self._first("marin.pipeline", key, run)
             else:
-                self.client.set_terminated(run.info.run_id, "FINISHED", end_time=_ms(log.started.time))
+                self.client.set_terminated(run.info.run_id, "FINISHED", end_time=ms(log.started.time))
         if self.known is not None:
             self.known["pipeline:" + key] = run
         return run.info.run_id
@@ -211,16 +188,16 @@ class _Syncer:
         s = log.started.body
         tags = {"marin.kind": "stage", "marin.run_id": log.run_id, "marin.recipe_digest": s["recipe_digest"],
                 "marin.stage": s["stage"], "mlflow.source.git.commit": s["code"]["git_commit"] or "",
-                "mlflow.source.name": " ".join(s["command"]), "mlflow.source.type": "LOCAL", "mlflow.user": _user(),
+                "mlflow.source.name": " ".join(s["command"]), "mlflow.source.type": "LOCAL", "mlflow.user": user(),
                 "marin.determinism_digest": s["determinism_digest"], "marin.code_digest": s["code"]["code_digest"],
                 "mlflow.parentRunId": self.parent(log), "mlflow.note.content": run_note(log),
                 **short_tags(log)}
         run, created = self._create_once("marin.run_id", log.run_id, run_name=run_name(s['stage'], log.run_id),
-                                         start_time=_ms(log.started.time), tags=tags)
+                                         start_time=ms(log.started.time), tags=tags)
         if created:
-            params = _flat("", s["params"])
-            params.update(_flat("seeds", s["seeds"]) if s["seeds"] else {})
-            params.update(_flat("determinism", s["determinism_class"]))
+            params = flat("", s["params"])
+            params.update(flat("seeds", s["seeds"]) if s["seeds"] else {})
+            params.update(flat("determinism", s["determinism_class"]))
             plist = [Param(k[:250], str(v)[:6000]) for k, v in sorted(params.items())]
             for i in range(0, len(plist), 100):
                 self.client.log_batch(run.info.run_id, params=plist[i : i + 100])
@@ -245,7 +222,7 @@ class _Syncer:
         metrics = [m for r in new for m in self._metrics(r, log)]
         for i in range(0, len(metrics), BATCH):
             self.client.log_batch(mlflow_id, metrics=metrics[i : i + BATCH])
-        counts = [p for r in new if r.kind == "eval" for p in _counts(r)]
+        counts = [p for r in new if r.kind == "eval" for p in eval_counts(r)]
         for i in range(0, len(counts), 100):
             self.client.log_batch(mlflow_id, params=counts[i : i + 100])
         for r in new:
@@ -275,8 +252,8 @@ class _Syncer:
             return
         if log.finished is not None:
             status = "FINISHED" if log.status == "succeeded" else "FAILED"
-            self.client.set_terminated(mlflow_id, status, end_time=_ms(log.finished.time))
-            self._extend_parent(run.data.tags.get("mlflow.parentRunId"), _ms(log.finished.time))
+            self.client.set_terminated(mlflow_id, status, end_time=ms(log.finished.time))
+            self._extend_parent(run.data.tags.get("mlflow.parentRunId"), ms(log.finished.time))
 
     def _extend_parent(self, parent_id: str | None, end: int) -> None:
         """A pipeline run lasts until its last stage run ends (it was made with no duration)."""
@@ -293,7 +270,7 @@ class _Syncer:
             if b.get("name") == "model" and self.models.id(b["digest"]):
                 models.append(LoggedModelInput(self.models.id(b["digest"])))
             source = b.get("locator") or (self.root / b["path"]).resolve().as_uri()
-            ds = Dataset(name=b["name"], digest=_short(b["digest"]), source_type="marin-ledger", source=source,
+            ds = Dataset(name=b["name"], digest=short_digest(b["digest"]), source_type="marin-ledger", source=source,
                          profile=json.dumps({"size": b["size"], "license": b.get("license")}))
             datasets.append(DatasetInput(ds, tags=[InputTag("mlflow.data.context", CONTEXT.get(stage, "training")),
                                                    InputTag("marin.digest", b["digest"]),
@@ -304,7 +281,7 @@ class _Syncer:
     def _metrics(self, r: Record, log: RunLog) -> list[Any]:
         from mlflow.entities import Metric
 
-        t = _ms(r.time)
+        t = ms(r.time)
         if r.kind == "metric":
             out = [Metric(k, v["value"], t, r.body["step"]) for k, v in r.body["values"].items()]
             out += [Metric(k, v, t, r.body["step"]) for k, v in r.body.get("timing", {}).items()]
@@ -316,8 +293,8 @@ class _Syncer:
         tokens = inputs.get("tokens")
         link = {"model_id": model_id} if model_id else {}
         if tokens:
-            link.update(dataset_name="tokens", dataset_digest=_short(tokens))
-        return [Metric(f"{_scope(r)}.{k}", v["value"], t, 0, **link)
+            link.update(dataset_name="tokens", dataset_digest=short_digest(tokens))
+        return [Metric(f"{scope(r)}.{k}", v["value"], t, 0, **link)
                 for k, v in r.body["values"].items() if isinstance(v, dict)]  # measurements; counts are params
 
     def _output(self, mlflow_id: str, log: RunLog, r: Record) -> None:
@@ -331,64 +308,6 @@ class _Syncer:
             self.client.log_artifacts(mlflow_id, str(path), "report")  # the report itself, beside its ledger
         if log.started.body["stage"] == "report" and b["name"] == "report_json" and path.is_file():
             self.models.register(mlflow_id, log, json.loads(path.read_text()))
-
-
-def run_name(stage: str, run_id: str) -> str:
-    """A stage run's name in MLflow's run list, short enough not to be cut: the stage and the run id's
-    random tail (``train 1a2b3c4d``), distinct as run ids are (``<stage>-<time>-<8 hex>``)."""
-    return f"{stage} {run_id.rsplit('-', 1)[-1]}"
-
-
-def pipeline_key(code: dict[str, Any]) -> str:
-    """The pipeline a stage run belongs to: its git commit (12 hex), and the diff's digest if dirty."""
-    key = (code["git_commit"] or "no-commit")[:12]
-    if code["dirty"]:
-        key += "-dirty-" + code["diff_digest"].split(":")[1][:8]
-    return key
-
-
-def pipeline_name(code: dict[str, Any]) -> str:
-    """A pipeline run's name: ``pipeline 1a2b3c4d`` (commit), ``+5e6f7a`` for a dirty tree's diff."""
-    name = "pipeline " + (code["git_commit"] or "no-commit")[:8]
-    return name + ("+" + code["diff_digest"].split(":")[1][:6] if code["dirty"] else "")
-
-
-def short_tags(log: RunLog) -> dict[str, str]:
-    """Tags with short keys, so that the run list's tag column reads without hovering."""
-    s = log.started.body
-    return {"stage": s["stage"], "recipe": s["recipe_digest"].split(":")[-1][:12],
-            "commit": (s["code"]["git_commit"] or "none")[:8]}
-
-
-def run_note(log: RunLog) -> str:
-    """A stage run's description: its key facts on the first line (the run list shows it), then what
-    each tag holds."""
-    s = log.started.body
-    return (f"{s['stage']} run `{log.run_id}`: recipe {s['recipe_digest'][:19]}…, commit "
-            f"{(s['code']['git_commit'] or 'none')[:12]}, determinism {s['determinism_digest'][:19]}…\n\n" + RUN_NOTE)
-
-
-def _scope(r: Record) -> str:
-    """An eval record's name in MLflow: ``<name>.<split>[.<corpus>]``."""
-    return f"{r.body['name']}.{r.body['split']}" + (f".{r.body['corpus']}" if "corpus" in r.body else "")
-
-
-def _counts(r: Record) -> list[Any]:
-    """An eval record's counts (tokens, bytes, documents: plain numbers, not measurements) as params."""
-    from mlflow.entities import Param
-
-    return [Param(f"{_scope(r)}.{k}", str(v)) for k, v in r.body["values"].items()
-            if isinstance(v, int | float) and not isinstance(v, bool)]
-
-
-def _user() -> str:
-    """Who made the MLflow run (its "Created by"): the user syncing the ledger."""
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no user name for this uid (a container)
-        return f"uid {os.getuid()}"
 
 
 def _made(run: Any) -> tuple[int, str]:

@@ -1,0 +1,108 @@
+"""How marin's ledger runs read in MLflow: run and pipeline names, the short tags of the run list,
+the descriptions MLflow's pages show, and the conversions of ledger values to MLflow's (times in
+ms, params as dotted strings, dataset digests). Pure functions of ledger records; the writes are
+:mod:`marin.tracking.sync`'s."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from typing import Any
+
+from marin.config import flatten
+from marin.ledger.records import Record
+from marin.ledger.store import RunLog
+
+# Descriptions shown on MLflow's pages (the UI cuts long tag keys; these say what each one holds).
+EXPERIMENT_NOTE = """The MLflow view of a marin ledger: one run per ledger run (stage run), nested under one
+run per pipeline (git commit). The ledger (`ledger/runs/*.jsonl`, checked by `marin ledger check`) is
+the source of truth; `marin mlflow sync` rebuilds this view from it."""
+PIPELINE_NOTE = "All stage runs recorded at one git commit (`marin.pipeline`), each a child run."
+RUN_NOTE = """One marin ledger run (`ledger/<run id>.jsonl` under Artifacts). Tags:
+
+| tag | holds |
+|---|---|
+| `marin.run_id` | the ledger run id |
+| `marin.stage` | fetch, curate, tokenize, train, evaluate, report, publish |
+| `marin.recipe_digest` | digest of stage, command, params, code, inputs, determinism class |
+| `marin.determinism_digest` | digest of the determinism class (`determinism.*` params) |
+| `marin.code_digest` | digest of the pipeline's code |
+| `marin.output.<name>` | sha256 of each output: an input's digest leads to its producer |
+| `marin.status` | succeeded, failed or unfinished, as the ledger says |
+| `marin.synced_seq`, `marin.synced_digest` | the last ledger record this MLflow run reflects |
+| `marin.verification.*` | the latest `marin verify` of the run: result, mode, record |
+| `stage`, `status`, `recipe`, `commit` | short copies for the run list (recipe: 12 hex, commit: 8) |
+"""
+
+
+def ms(time: str) -> int:
+    return int(dt.datetime.fromisoformat(time.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def flat(prefix: str, obj: Any) -> dict[str, str]:
+    """Dotted keys with string values, as MLflow params are."""
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in flatten(obj, prefix).items()}
+
+
+def short_digest(digest: str) -> str:
+    """MLflow caps dataset digests at 36 characters: the first 32 hex of the sha256."""
+    return digest.split(":", 1)[1][:32]
+
+
+def run_name(stage: str, run_id: str) -> str:
+    """A stage run's name in MLflow's run list, short enough not to be cut: the stage and the run id's
+    random tail (``train 1a2b3c4d``), distinct as run ids are (``<stage>-<time>-<8 hex>``)."""
+    return f"{stage} {run_id.rsplit('-', 1)[-1]}"
+
+
+def pipeline_key(code: dict[str, Any]) -> str:
+    """The pipeline a stage run belongs to: its git commit (12 hex), and the diff's digest if dirty."""
+    key = (code["git_commit"] or "no-commit")[:12]
+    if code["dirty"]:
+        key += "-dirty-" + code["diff_digest"].split(":")[1][:8]
+    return key
+
+
+def pipeline_name(code: dict[str, Any]) -> str:
+    """A pipeline run's name: ``pipeline 1a2b3c4d`` (commit), ``+5e6f7a`` for a dirty tree's diff."""
+    name = "pipeline " + (code["git_commit"] or "no-commit")[:8]
+    return name + ("+" + code["diff_digest"].split(":")[1][:6] if code["dirty"] else "")
+
+
+def short_tags(log: RunLog) -> dict[str, str]:
+    """Tags with short keys, so that the run list's tag column reads without hovering."""
+    s = log.started.body
+    return {"stage": s["stage"], "recipe": s["recipe_digest"].split(":")[-1][:12],
+            "commit": (s["code"]["git_commit"] or "none")[:8]}
+
+
+def run_note(log: RunLog) -> str:
+    """A stage run's description: its key facts on the first line (the run list shows it), then what
+    each tag holds."""
+    s = log.started.body
+    return (f"{s['stage']} run `{log.run_id}`: recipe {s['recipe_digest'][:19]}…, commit "
+            f"{(s['code']['git_commit'] or 'none')[:12]}, determinism {s['determinism_digest'][:19]}…\n\n" + RUN_NOTE)
+
+
+def scope(r: Record) -> str:
+    """An eval record's name in MLflow: ``<name>.<split>[.<corpus>]``."""
+    return f"{r.body['name']}.{r.body['split']}" + (f".{r.body['corpus']}" if "corpus" in r.body else "")
+
+
+def eval_counts(r: Record) -> list[Any]:
+    """An eval record's counts (tokens, bytes, documents: plain numbers, not measurements) as params."""
+    from mlflow.entities import Param
+
+    return [Param(f"{scope(r)}.{k}", str(v)) for k, v in r.body["values"].items()
+            if isinstance(v, int | float) and not isinstance(v, bool)]
+
+
+def user() -> str:
+    """Who made the MLflow run (its "Created by"): the user syncing the ledger."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid (a container)
+        return f"uid {os.getuid()}"
