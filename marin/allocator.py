@@ -33,13 +33,11 @@ JEMALLOC_CONF = "narenas:1,oversize_threshold:0,thp:always,metadata_thp:auto"  #
 GLIBC_HUGE_PAGES = "glibc.malloc.hugetlb=1"  # glibc >= 2.35; an older glibc ignores it
 MARKER = "_MARIN_ALLOCATOR"  # set for the restarted process: the variables' values before the restart
 ACTIVE: str | None = None  # after a restart: "jemalloc" or "glibc-hugetlb"
+CHOICES = ("auto", "jemalloc", "glibc-hugetlb", "system")  # MARIN_ALLOCATOR; auto: jemalloc where installed
 
 
 def _joined(current: str | None, add: str, sep: str) -> str:
     return add if not current else current if add in current.split(sep) else f"{current}{sep}{add}"
-
-
-CHOICES = ("auto", "jemalloc", "glibc-hugetlb", "system")  # MARIN_ALLOCATOR; auto: jemalloc where installed
 
 
 def fast_env(env: dict[str, str], choice: str = "auto") -> tuple[str, dict[str, str]]:
