@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from marin.model import ModelConfig, Transformer, transformer
-from marin.model.ops import swiglu_down
+from marin.model.ops import after, swiglu_down
 from marin.model.transformer import attention_blocks, batch_chunks, block_mask, causal_attention, matmul
 
 
@@ -172,3 +172,20 @@ def test_swiglu_down_gradient_is_jax_own(f: int) -> None:
     for a, b in zip(ours, theirs, strict=True):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_after_is_exact_and_waits_for_its_cotangent() -> None:
+    """ops.after: the same bits (signed zeros, infinities) for a finite ``on``, and a real data
+    dependency on ``on`` in the compiled program: a NaN there reaches every output, which it could
+    not had XLA folded ``0 * on`` away (then nothing would order the backward pass's transposes and
+    recomputations after its cotangent). A subnormal is flushed to zero, as by every elementwise op
+    of XLA's CPU backend (its ``x * y`` with y = 1 alike)."""
+    x = np.array([0.0, -0.0, 1.5, -np.inf, np.inf, -3.0e38, 1e-45], np.float32)
+    tied = jax.jit(lambda x, on: after((x, x[:3]), on))
+    flushed = np.asarray(jax.jit(lambda x, y: x * y)(x, np.float32(1.0)))
+    for on in (np.float32(2.0), np.float32(-0.0), np.float32(1e30)):
+        a, b = tied(x, np.full((2, 3), on))
+        assert np.asarray(a)[:-1].tobytes() == x[:-1].tobytes() and np.asarray(b).tobytes() == x[:3].tobytes()
+        assert np.asarray(a).tobytes() == flushed.tobytes()
+    a, b = tied(x, np.full((2, 3), np.nan, np.float32))
+    assert np.isnan(np.asarray(a)).all() and np.isnan(np.asarray(b)).all()

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marin.model.ops import plain_dot
+from marin.model.ops import after, plain_dot
 
 HEAD_CHUNK = 512  # tokens per chunk: at vocab 4096 its f32 logits are 8 MiB
 
@@ -67,8 +67,12 @@ def _forward(x: jax.Array, head: jax.Array, targets: jax.Array,
     scale = weights * (1.0 / total)
     loss = hits = jnp.zeros((), jnp.float32)
     dxs, dhead = [], None
+    head = plain_dot(head)  # (D, V) materialized once (the tied embedding transposed), not per chunk
     for s, e in chunks(x.shape[0]):
-        nll, hit, dx, dh = _chunk(x[s:e], head, targets[s:e], scale[s:e])
+        xc = x[s:e]
+        if dhead is not None:  # one chunk after the other: a chunk's logits are dead when the next starts
+            xc = after(xc, dhead)
+        nll, hit, dx, dh = _chunk(xc, head, targets[s:e], scale[s:e])
         loss, hits = loss + (nll * scale[s:e]).sum(), hits + (hit * scale[s:e]).sum()
         dxs.append(dx)
         dhead = dh if dhead is None else dhead + dh

@@ -18,6 +18,8 @@ Reference: Shazeer 2020, "GLU Variants Improve Transformer", arXiv:2002.05202.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -49,12 +51,26 @@ def plain_dot(a: jax.Array) -> jax.Array:
     return jax.lax.optimization_barrier(a)
 
 
+def after(x: Any, on: jax.Array) -> Any:
+    """``x`` (an array or a tuple of them), exactly, but computed only once ``on`` exists: each
+    array times ``1 + 0 * on[0...]``, a data dependency XLA keeps (it does not fold ``0 * s`` for
+    floats) and fuses into the consumer, and equal to one whenever ``on`` is finite.
+
+    The backward functions here take their forward inputs ``after`` the cotangent. Without that XLA
+    schedules a backward computation as soon as its forward inputs exist: the weight gradients'
+    transposes and SwiGLU's recomputed activation ran in the forward pass and their results stayed
+    alive until the backward one (docs/performance.md). An optimization barrier does not order
+    anything: XLA expands it before it schedules."""
+    one = 1 + 0 * on.reshape(-1)[0]
+    return jax.tree.map(lambda a: a * one.astype(a.dtype), x)
+
+
 def _matmul_fwd(x: jax.Array, w: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     return x @ w, (x, w)
 
 
 def _matmul_bwd(res: tuple[jax.Array, jax.Array], g: jax.Array) -> tuple[jax.Array, jax.Array]:
-    x, w = res
+    x, w = after(res[0], g), res[1]
     x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])  # (M, Din), (M, Dout)
     if w.shape[0] <= w.shape[1]:  # noqa: SIM108 (one comment per branch)
         dw = plain_dot(plain_dot(x2.T) @ g2)  # x transposed: (Din, M) @ (M, Dout)
@@ -83,7 +99,7 @@ def _swiglu_fwd(gu: jax.Array, w: jax.Array) -> tuple[jax.Array, tuple[jax.Array
 
 
 def _swiglu_bwd(res: tuple[jax.Array, jax.Array], dy: jax.Array) -> tuple[jax.Array, jax.Array]:
-    gu, w = res
+    gu, w = after(res[0], dy), res[1]
     h, gate, up = _activation(gu)  # recomputed: (..., F) each
     dh = dy @ w.T  # (..., F)
     sig = jax.nn.sigmoid(gate)

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from marin.model.ops import matmul, plain_dot, swiglu_down
+from marin.model.ops import after, matmul, plain_dot, swiglu_down
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +191,7 @@ def _attention_fwd(q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array,
 
 
 def _attention_bwd(res: tuple[Any, ...], do: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    q, k, v, ps, o = res
+    q, k, v, ps, o = after(res, do)
     grads = [_blocks_bwd(q[c], k[c], v[c], p, o[c], do[c]) for c, p in zip(_chunks(q, k), ps, strict=True)]
     dq, dk, dv = (_join(list(g), 0) for g in zip(*grads, strict=True))
     return dq, dk, dv
