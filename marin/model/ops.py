@@ -1,6 +1,7 @@
 """The model's operations with their own gradients: :func:`matmul` (a weight gradient that
-transposes the narrower operand), :func:`plain_dot`, and :func:`swiglu_down` (SwiGLU's activation
-and down projection, keeping only the joined gate/up projection for the backward pass).
+transposes the narrower operand), :func:`plain_dot`, :func:`after` (what orders a backward
+computation after its cotangent), and :func:`swiglu_down` (SwiGLU's activation and down projection,
+keeping only the joined gate/up projection for the backward pass).
 
 About ``swiglu_down``:
 
