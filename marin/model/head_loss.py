@@ -10,8 +10,8 @@ backward pass only scales them by the loss's cotangent. What stays alive for the
 instead of ~270 MB, and a chunk's logits stay in cache from the matmul that writes them through the
 gradient that reads them. The chunks run one after another (each chunk's input ``ops.after`` the
 previous chunk's weight gradient): left to its scheduler, XLA computed all 16 chunks' exponentials
-first and held 128 MB of them at the step's peak. The same products as autodiff of ``x @ head`` and the softmax
-cross-entropy, summed in another order (other bits). Computing the gradient in the forward pass
+first and held 128 MB of them at the step's peak. The same products as autodiff of ``x @ head``
+and the softmax cross-entropy, summed in another order (other bits). Computing the gradient in the forward pass
 follows Liger Kernel's fused linear cross-entropy (Hsu et al. 2024, arXiv:2410.10989).
 
 Weight gradients go through ``ops.plain_dot`` as in ``ops.matmul``: the narrower

@@ -37,8 +37,8 @@ def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
     hidden state; of equal widths (``wo``) the cotangent, which XLA materializes, while it fuses
     the ops that produce x (a multiply by a broadcast: :func:`after`'s tie) into the transpose,
     and such a fusion runs ~7x slower than a plain transpose (15 against 2 ms for 8192 x 256 f32
-    at one thread). Same products and sums as ``x @ w``'s own gradient, other
-    summation order (other bits).
+    at one thread). Same products and sums as ``x @ w``'s own gradient, other summation order
+    (other bits).
 
     The transposed operand is materialized (``plain_dot``): a dot that contracts a non-last
     axis of its left operand runs, on XLA's CPU backend, as an Eigen contraction whose multiply
