@@ -322,6 +322,7 @@ def profiles(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    allocator.tune_jemalloc()  # a worker: as a restarted train stage does (marin.allocator)
     if sys.argv[1:2] == ["profiles"]:
         sys.exit(profiles(sys.argv[2:]))
     if sys.argv[1:2] == ["profile-worker"]:

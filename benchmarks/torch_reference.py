@@ -22,10 +22,15 @@ import json
 import resource
 import sys
 import time
+from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-from torch import nn
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from marin import allocator  # stdlib only: any Python that has torch runs it
+
+allocator.tune_jemalloc()  # jemalloc as bench_train's JAX worker has it, before the first block is allocated
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
 
 
 class RMSNorm(nn.Module):

@@ -21,6 +21,7 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
+from marin import allocator
 from marin.config import TrainParams
 from marin.model import ModelConfig, Transformer
 from marin.model.head_loss import head_cross_entropy
@@ -130,8 +131,28 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
         return new, {"loss": loss, "grad_norm": optax.global_norm(grads), **aux}
 
     replicated = NamedSharding(mesh, PartitionSpec())
-    return jax.jit(train_step, in_shardings=(shardings, batch_sharding(mesh)),
-                   out_shardings=(shardings, replicated), donate_argnums=0)
+    return PacedStep(jax.jit(train_step, in_shardings=(shardings, batch_sharding(mesh)),
+                             out_shardings=(shardings, replicated), donate_argnums=0))
+
+
+class PacedStep:
+    """A jitted train step that starts once the previous one is over and XLA has freed its
+    temporaries (marin.allocator.wait_until_freed): so that each step reuses the one block of
+    temporaries jemalloc keeps rather than taking a second one (marin.allocator). The caller still
+    builds the next batch while the previous step runs (it is an argument of the call)."""
+
+    def __init__(self, jitted: Any):
+        self.jitted = jitted
+        self.level: int | None = None  # jemalloc's live bytes when the previous step was dispatched
+
+    def lower(self, *args: Any) -> Any:
+        return self.jitted.lower(*args)
+
+    def __call__(self, state: TrainState, batch: Batch) -> tuple[TrainState, dict[str, jax.Array]]:
+        jax.block_until_ready(state)  # the previous step's output
+        allocator.wait_until_freed(self.level)
+        self.level = allocator.live_bytes()
+        return self.jitted(state, batch)
 
 
 def eval_nll_fn(graphdef: nnx.GraphDef) -> Any:
