@@ -31,6 +31,7 @@ takes jemalloc where it is installed). The allocator changes no computed bit (te
 from __future__ import annotations
 
 import ctypes.util
+import functools
 import json
 import os
 import platform
@@ -104,6 +105,7 @@ def restart_with_fast_allocator() -> None:
               {**os.environ, **changes, MARKER: json.dumps(saved)})
 
 
+@functools.cache
 def _mallctl() -> Any:
     """jemalloc's ``mallctl`` where this process runs under it, else None."""
     return getattr(ctypes.CDLL(None), "mallctl", None)
