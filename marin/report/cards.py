@@ -255,15 +255,21 @@ def _redundancies(c: Ctx) -> str:
 def datasheet(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) -> str:
     """A datasheet for the training data, with the seven sections of Gebru et al. (2021)."""
     c = Ctx(facts, doc, meta)
-    d, md, name = doc["data"], c.md, meta["model_name"]
-    tok, ev = d["tokenizer"], c.evaluation
-    fs = f"{d['filters_source']['run_id']}#{d['filters_source']['seq']}"
-    out = ["---", _dataset_data(c).to_yaml(), "---", "", f"# Datasheet: training data of {name}", "",
+    fs = f"{doc['data']['filters_source']['run_id']}#{doc['data']['filters_source']['seq']}"
+    out = ["---", _dataset_data(c).to_yaml(), "---", "", f"# Datasheet: training data of {meta['model_name']}", "",
            "Answers to the questions of *Datasheets for Datasets* (Gebru et al., 2021). Every value links to "
            "its ledger record in the [technical report](report.md); what the records do not hold is marked "
-           f"\"{NR}\", naming the params.yaml key (`report.datasheet.*`) where the lab states it.", "",
-           "## Motivation", "",
-           f"- Purpose: to pre-train and evaluate the language model {name} with the marin pipeline.",
+           f"\"{NR}\", naming the params.yaml key (`report.datasheet.*`) where the lab states it.", ""]
+    out += _motivation_and_composition(c) + _collection(c, fs) + _preprocessing(c, fs) + _uses_onwards(c)
+    text = "\n".join(out)
+    DatasetCard(text)  # the Hub's parser reads it back (a malformed header raises here, not on the Hub)
+    return text
+
+
+def _motivation_and_composition(c: Ctx) -> list[str]:
+    meta = c.meta
+    out = ["## Motivation", "",
+           f"- Purpose: to pre-train and evaluate the language model {meta['model_name']} with the marin pipeline.",
            "- Who created the dataset, on whose behalf: "
            + (f"{', '.join(meta['authors'])}, curating the sources below with the marin pipeline."
               if meta.get("authors") else _missing("authors")),
@@ -274,42 +280,55 @@ def datasheet(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) 
     out += _sources_table(c)
     out += ["- Splits, recommended as they are (validation is held out from training):", ""]
     out += _splits_table(c)
-    out += [_redundancies(c),
-            _stated(c, "sensitive_content", "Confidential data, personal information, offensive content",
-                    "no filter of the pipeline looks for them"),
-            _stated(c, "identifiable_people", "Sub-populations or individuals identifiable"), "",
-            "## Collection process", "",
+    return out + [_redundancies(c),
+                  _stated(c, "sensitive_content", "Confidential data, personal information, offensive content",
+                          "no filter of the pipeline looks for them"),
+                  _stated(c, "identifiable_people", "Sub-populations or individuals identifiable"), ""]
+
+
+def _collection(c: Ctx, fs: str) -> list[str]:
+    return ["## Collection process", "",
             "- Acquisition: each source archive was fetched from its locator and checked against its pinned "
-            f"digest by the fetch run `{doc['lineage'][0]['run_id']}` (table above).",
+            f"digest by the fetch run `{c.doc['lineage'][0]['run_id']}` (table above).",
             f"- Sampling strategy: whole sources were taken; the validation split is a salted hash split "
             f"(configured in the curate run's parameters, `{fs}` at `/body/params/curate/split`).",
             _stated(c, "collectors", "Who collected the data and how they were compensated"),
             _stated(c, "time_frame", "Time frame of the data's creation", "the ledger records when it was "
                     "fetched, not when its documents were written"),
-            _stated(c, "ethical_review", "Ethical review, notice and consent of the people in the data"), "",
-            "## Preprocessing/cleaning/labeling", "",
-            "Curation funnel per corpus (documents and bytes in, removed by each filter, kept):", ""]
+            _stated(c, "ethical_review", "Ethical review, notice and consent of the people in the data"), ""]
+
+
+def _preprocessing(c: Ctx, fs: str) -> list[str]:
+    d, md = c.doc["data"], c.md
+    out = ["## Preprocessing/cleaning/labeling", "",
+           "Curation funnel per corpus (documents and bytes in, removed by each filter, kept):", ""]
     for f in d["funnel"]:
         out += [f"- `{f['corpus']}` (licence {md(f['license'])}): in {md(f['in_docs'])} documents / "
                 f"{md(f['in_bytes'])} bytes; kept {md(f['kept_docs'])} / {md(f['kept_bytes'])}"]
         out += [f"  - removed by `{step}`: {md(r['docs'])} documents, {md(r['bytes'])} bytes"
                 for step, r in f["removed"].items()] or ["  - no document removed"]
     filters = ", ".join(f"`{k}`" for k in d["curate_params"].get("filters", {})) or NR
-    out += ["", f"- Filters configured: {filters}; their thresholds, the normalisation and the deduplication "
-            f"settings are in the curate run's parameters (`{fs}` at `/body/params/curate`).",
-            f"- Tokenization: {md(tok['type'])}, vocabulary {md(tok['vocab_size'])}, tokenizer digest "
-            f"{md(tok['digest'])}.",
-            "- Labeling: none.",
-            "- Raw data kept: yes, `data/raw` (fetch output); curated text in `data/curated`, tokens in "
-            "`data/tokens`. Software: `marin/data`, `pipeline/`.", "",
-            "## Uses", "",
-            f"- Used for: training {name}"
+    tok = d["tokenizer"]
+    return out + ["", f"- Filters configured: {filters}; their thresholds, the normalisation and the deduplication "
+                  f"settings are in the curate run's parameters (`{fs}` at `/body/params/curate`).",
+                  f"- Tokenization: {md(tok['type'])}, vocabulary {md(tok['vocab_size'])}, tokenizer digest "
+                  f"{md(tok['digest'])}.",
+                  "- Labeling: none.",
+                  "- Raw data kept: yes, `data/raw` (fetch output); curated text in `data/curated`, tokens in "
+                  "`data/tokens`. Software: `marin/data`, `pipeline/`.", ""]
+
+
+def _uses_onwards(c: Ctx) -> list[str]:
+    """Uses, distribution and maintenance."""
+    meta, ev = c.meta, c.evaluation
+    return ["## Uses", "",
+            f"- Used for: training {meta['model_name']}"
             + (f"; its validation split for the evaluation in run `{ev['run_id']}`." if ev else "."),
             _stated(c, "other_uses", "Other tasks it could be used for, and tasks it should not be used for"),
             _stated(c, "impacts", "Impacts of its composition on future uses"), "",
             "## Distribution", "",
             _distribution(meta.get("data_remote"))
-            + ", ".join(f"`{s['name']}` {md(s['license'])}" for s in d["sources"]) + ".",
+            + ", ".join(f"`{s['name']}` {c.md(s['license'])}" for s in c.doc["data"]["sources"]) + ".",
             _stated(c, "ip_restrictions", "Third-party IP restrictions or export controls", "beyond the licences "
                     "above"), "",
             "## Maintenance", "",
@@ -317,6 +336,3 @@ def datasheet(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) 
             _stated(c, "erratum", "Erratum"),
             "- Updates: a change is a new ledger run of the pipeline; every run is kept in `ledger/runs`.",
             _stated(c, "retention", "Retention limits, and how others may contribute"), ""]
-    text = "\n".join(out)
-    DatasetCard(text)  # the Hub's parser reads it back (a malformed header raises here, not on the Hub)
-    return text
