@@ -280,10 +280,11 @@ def _motivation_and_composition(c: Ctx) -> list[str]:
     out += _sources_table(c)
     out += ["- Splits, recommended as they are (validation is held out from training):", ""]
     out += _splits_table(c)
-    return out + [_redundancies(c),
-                  _stated(c, "sensitive_content", "Confidential data, personal information, offensive content",
-                          "no filter of the pipeline looks for them"),
-                  _stated(c, "identifiable_people", "Sub-populations or individuals identifiable"), ""]
+    out += [_redundancies(c),
+            _stated(c, "sensitive_content", "Confidential data, personal information, offensive content",
+                    "no filter of the pipeline looks for them"),
+            _stated(c, "identifiable_people", "Sub-populations or individuals identifiable"), ""]
+    return out
 
 
 def _collection(c: Ctx, fs: str) -> list[str]:
@@ -309,13 +310,14 @@ def _preprocessing(c: Ctx, fs: str) -> list[str]:
                 for step, r in f["removed"].items()] or ["  - no document removed"]
     filters = ", ".join(f"`{k}`" for k in d["curate_params"].get("filters", {})) or NR
     tok = d["tokenizer"]
-    return out + ["", f"- Filters configured: {filters}; their thresholds, the normalisation and the deduplication "
-                  f"settings are in the curate run's parameters (`{fs}` at `/body/params/curate`).",
-                  f"- Tokenization: {md(tok['type'])}, vocabulary {md(tok['vocab_size'])}, tokenizer digest "
-                  f"{md(tok['digest'])}.",
-                  "- Labeling: none.",
-                  "- Raw data kept: yes, `data/raw` (fetch output); curated text in `data/curated`, tokens in "
-                  "`data/tokens`. Software: `marin/data`, `pipeline/`.", ""]
+    out += ["", f"- Filters configured: {filters}; their thresholds, the normalisation and the deduplication "
+            f"settings are in the curate run's parameters (`{fs}` at `/body/params/curate`).",
+            f"- Tokenization: {md(tok['type'])}, vocabulary {md(tok['vocab_size'])}, tokenizer digest "
+            f"{md(tok['digest'])}.",
+            "- Labeling: none.",
+            "- Raw data kept: yes, `data/raw` (fetch output); curated text in `data/curated`, tokens in "
+            "`data/tokens`. Software: `marin/data`, `pipeline/`.", ""]
+    return out
 
 
 def _uses_onwards(c: Ctx) -> list[str]:
