@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from marin.data.sources import LOCAL_KINDS
-from marin.report import render
+from marin.report import energy
 from marin.report.cards import NR, Ctx, verification
 from marin.report.facts import ReportError
 
@@ -91,10 +91,10 @@ def _compute(c: Ctx) -> tuple[str, list[str]]:
 def _energy(c: Ctx, which: int) -> tuple[str, list[str]] | None:
     """The report's energy (``which`` 0) or carbon (1) estimate, from the same facts and assumptions."""
     cp = c.doc["compute"]
-    estimate = render.compute_energy(lambda fid: c.facts[fid]["value"], cp, c.meta.get("energy"))
+    estimate = energy.compute_energy(lambda fid: c.facts[fid]["value"], cp, c.meta.get("energy"))
     if estimate is None:
         return None
-    value = (render.kwh_text, render.co2_text)[which](estimate[which])
+    value = (energy.kwh_text, energy.co2_text)[which](estimate[which])
     return (f"estimate (not a measurement): {value} for the {cp['runs']} runs behind the model, from their "
             f"CPU-hours {c.t(cp['cpu_hours'])} and the power and grid assumptions of params.yaml: report.energy"), \
         [cp["cpu_hours"], *([cp["gpu_hours"]] if cp["gpu_hours"] else [])]

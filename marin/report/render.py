@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marin import hashing
-from marin.report import budget, experiments, harness_section, instruct, verifications
+from marin.report import budget, energy, experiments, harness_section, instruct, verifications
 from marin.report.facts import Fact, md_escape
 
 CURVES = (("loss", "Loss"), ("lr", "Learning rate"), ("grad_norm", "Gradient norm (before clipping)"))
@@ -220,30 +220,6 @@ def _training(d: Doc, doc: dict[str, Any]) -> None:
         d.add(f"Final training loss {d.v(tr['final_loss'])} at step {d.v(tr['final_step'])}.", "")
 
 
-def compute_energy(value: Callable[[str], Any], compute: dict[str, Any],
-                   e: dict[str, Any] | None) -> tuple[float, float] | None:
-    """(kWh, kg CO2e) of the runs behind the report (``compute``: doc["compute"], its facts read by
-    ``value``), or None without ``report.energy`` assumptions: what the report's Compute section and
-    the FMTI energy and carbon indicators both state."""
-    if not e:
-        return None
-    return energy(value(compute["cpu_hours"]), value(compute["gpu_hours"]) if compute["gpu_hours"] else 0.0, e)
-
-
-def kwh_text(kwh: float) -> str:
-    return f"{kwh:.3g} kWh"
-
-
-def co2_text(kg: float) -> str:
-    return f"{kg * 1000:.3g} g CO2-equivalent"
-
-
-def energy(cpu_hours: float, gpu_hours: float, e: dict[str, Any]) -> tuple[float, float]:
-    """(kWh, kg CO2e) of the compute under the assumptions ``e`` (params.yaml: report.energy)."""
-    kwh = (cpu_hours * e["cpu_watts_per_core"] + gpu_hours * e["gpu_watts"]) * e["pue"] / 1000
-    return kwh, kwh * e["kg_co2e_per_kwh"]
-
-
 def _compute(d: Doc, doc: dict[str, Any], meta: dict[str, Any]) -> None:
     tr, env, det, cp = doc["training"], doc["environment"]["env"], doc["environment"]["determinism_class"], \
         doc["compute"]
@@ -259,11 +235,11 @@ def _compute(d: Doc, doc: dict[str, Any], meta: dict[str, Any]) -> None:
         ["XLA CPU threads, devices", f"{d.v(det.get('xla_cpu_threads'))}, {d.v(det.get('device_count'))}"]])
     d.add(budget.compute_line(d.v, doc), "")
     e = meta.get("energy")
-    estimate = compute_energy(lambda fid: d.facts[fid].value, cp, e)
+    estimate = energy.compute_energy(lambda fid: d.facts[fid].value, cp, e)
     if estimate is None:
         d.add("Energy and CO2: not estimated (no `report.energy` assumptions in params.yaml).", "")
         return
-    d.add(f"**Estimate** (not a measurement): {kwh_text(estimate[0])} and {co2_text(estimate[1])}, as "
+    d.add(f"**Estimate** (not a measurement): {energy.kwh_text(estimate[0])} and {energy.co2_text(estimate[1])}, as "
           f"(CPU-hours × {e['cpu_watts_per_core']:g} W per core + GPU-hours × {e['gpu_watts']:g} W per GPU) × PUE "
           f"{e['pue']:g} × {e['kg_co2e_per_kwh']:g} kg CO2e per kWh. The power draws, the data-centre overhead "
           "(PUE) and the grid's carbon intensity are assumptions from `params.yaml: report.energy`, not "
