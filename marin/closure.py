@@ -5,7 +5,11 @@ import`` anywhere in a module, functions included (a lazy import is still code t
 run), resolved to files of the project's own packages; each imported module brings the
 ``__init__.py`` of every package above it (Python runs them first), and each package brings
 its data files (non-Python files in it and in its non-package folders: the schema pins, the
-report's reference data). Every stage also reads the JSON Schemas its records are checked
+report's reference data), and each module brings the sibling files it names by path,
+``Path(__file__).with_name("<file>")`` (MLflow's "models from code" runs
+``marin/tracking/generator_model.py`` so, and copies it into the model it saves). Such a file is read
+where it is named, its own imports are not followed: what it imports runs when a user loads the
+model, not in the stage. Every stage also reads the JSON Schemas its records are checked
 against and runs on the locked environment, so ``schemas/`` and ``uv.lock`` belong to every
 closure.
 
@@ -57,6 +61,21 @@ def imported_names(source: str, module: str, is_package: bool) -> set[str]:
     return names
 
 
+def _is_path_of_this_file(node: ast.AST) -> bool:
+    """``Path(__file__)``."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Path"
+            and len(node.args) == 1 and isinstance(node.args[0], ast.Name) and node.args[0].id == "__file__")
+
+
+def named_siblings(source: str) -> set[str]:
+    """File names a module's ``source`` reads next to itself: the string argument of every
+    ``Path(__file__).with_name("...")``."""
+    return {node.args[0].value for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "with_name"
+            and _is_path_of_this_file(node.func.value) and len(node.args) == 1
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)}
+
+
 def _with_parents(name: str) -> Iterable[str]:
     parts = name.split(".")
     return (".".join(parts[: i + 1]) for i in range(len(parts)))
@@ -99,10 +118,12 @@ def package_data(package_dir: Path) -> list[Path]:
 
 def files(root: Path, entry: str) -> list[str]:
     """Project-relative paths of every file in the code closure of ``python -m ENTRY``: its
-    modules, their packages' data files, and ``COMMON``."""
+    modules, the sibling files they name, their packages' data files, and ``COMMON``."""
     root = Path(root)
     modules = module_closure(root, entry)
     files = set(modules)
+    for m in modules:
+        files.update(f for f in (m.with_name(n) for n in named_siblings(m.read_text(encoding="utf-8"))) if f.is_file())
     for init in (m for m in modules if m.name == "__init__.py"):
         files.update(package_data(init.parent))
     for common in COMMON:

@@ -57,6 +57,22 @@ def test_module_closure_follows_imports_parents_and_stops_at_other_packages(tmp_
                    "pipeline/__init__.py", "pipeline/s.py"]
 
 
+def test_a_sibling_file_a_module_names_by_path_is_code_but_its_imports_are_not_followed(tmp_path: Path) -> None:
+    write(tmp_path, {
+        "pipeline/__init__.py": "", "pipeline/s.py": "import marin.save\n",
+        "marin/__init__.py": "",
+        "marin/save.py": "from pathlib import Path\nGEN = Path(__file__).with_name('gen.py')\n"
+                         "OTHER = Path('x').with_name('not_this.py')\n",
+        "marin/gen.py": "def load():\n    import marin.heavy\n",
+        "marin/heavy.py": "", "marin/not_this.py": "",
+    })
+    got = closure.files(tmp_path, "pipeline.s")
+    assert "marin/gen.py" in got and "marin/save.py" in got
+    assert "marin/heavy.py" not in got and "marin/not_this.py" not in got
+    # the project's own case: MLflow runs the generator file when a stage mirrors a model into it
+    assert "marin/tracking/generator_model.py" in closure.files(REPO, "pipeline.train")
+
+
 def test_package_data_takes_data_files_and_data_folders_not_subpackages(tmp_path: Path) -> None:
     write(tmp_path, {
         "marin/__init__.py": "", "marin/pins.json": "{}", "marin/ref/list.csv": "a",

@@ -6,8 +6,9 @@ model's context sliding over longer outputs). The folder holds ``MLmodel``, the 
 Loading it needs the marin package (this environment).
 
 The generator itself is ``generator_model.py``, the file MLflow keeps with the model and runs to
-load it ("models from code"): no stage imports it, so the model's code (marin.train, marin.evaluate)
-stays out of the code of the stages that mirror themselves into MLflow (marin/closure.py)."""
+load it ("models from code"). No stage imports it: it is part of every stage's code as a file read by
+path (marin/closure.py), and the model code it imports when a user loads the model (marin.train,
+marin.evaluate) stays out of the code of the stages that only mirror themselves into MLflow."""
 
 from __future__ import annotations
 
