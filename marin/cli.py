@@ -150,7 +150,8 @@ def _report(sub: Sub) -> None:
                      help="the model to report on: a path, a digest or a train run id (default: models/final)")
     rep.set_defaults(fn=cmd.report)
     rsub = rep.add_subparsers(dest="report_command", title="optional subcommand", metavar="verify")
-    ver = rsub.add_parser("verify", help="check a report's signature, files and every number against the ledger",
+    ver = rsub.add_parser("verify", prog="marin report verify",  # not the parent's two-line usage as a prefix
+                          help="check a report's signature, files and every number against the ledger",
                           description="Check a report: its signature, that every file is the one the provenance "
                                       "statement lists, and that every number is re-derived from the ledger "
                                       "record it cites.")

@@ -77,7 +77,7 @@ STAGES: tuple[Stage, ...] = (
           dep_notes={"metrics/eval.json": "the card's evaluation results"}),
     Stage("export_instruct", deps=("models/instruct", "data/tokens/tokenizer.json", "data/tokens/chat_template.jinja",
                                    "data/instructions/manifest.json"),
-          params=("report.model_name", "report.license"), outs=(Out("models/hf-instruct"),),
+          params=("report.model_name", "report.license", "report.language"), outs=(Out("models/hf-instruct"),),
           note="the instruct model for transformers: chat template in tokenizer_config.json, README.md card"),
     Stage("report", deps=("models/final", "models/hf", "metrics/eval.json", "metrics/instruct_eval.json"),
           params=("report",),

@@ -188,3 +188,16 @@ def test_uv_run_does_not_byte_compile_the_environment_each_time() -> None:
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
         assert "Bytecode compiled" not in r.stderr
+
+
+
+def test_every_subcommands_usage_names_its_own_command_line() -> None:
+    found = dict(_parsers(build_parser()))
+    assert len(found) > 20 and ("report", "verify") in found
+    for path, sub in found.items():
+        first = sub.format_usage().splitlines()[0]
+        if path == ("report",):  # its own two-line usage, the subcommand's line second
+            assert first == "usage: marin report [--model MODEL]", first
+            continue
+        assert first.startswith(f"usage: {' '.join(('marin', *path))} "), (path, first)
+        assert first.count("marin") == 1, (path, first)

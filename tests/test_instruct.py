@@ -310,6 +310,7 @@ def test_the_instruct_card_names_the_base_model_the_data_and_the_recipe(_sft_pro
     head, body = text.split("---\n", 2)[1:]
     meta = yaml.safe_load(head)
     assert meta["base_model"] == "marin-tiny" and meta["library_name"] == "transformers"
+    assert meta["language"] == proj.params["report"]["language"] and meta["language"]  # as the base model's card
     cfg = json.loads((proj.root / "models/instruct/config.json").read_text())
     base = json.loads((proj.root / "models/final/config.json").read_text())
     m = json.loads((proj.root / "data/instructions/manifest.json").read_text())

@@ -62,8 +62,11 @@ def test_curation_funnel(data_project) -> None:
     assert prose["in"]["docs"] == 15
     assert prose["removed"]["exact_dedup"]["docs"] == 1 and prose["removed"]["near_dedup"]["docs"] == 1
     for c in m["funnel"]["corpora"].values():  # the funnel adds up, docs and bytes
-        assert c["kept"]["docs"] == c["train"]["docs"] + c["validation"]["docs"]
-        assert c["in"]["docs"] == c["kept"]["docs"] + sum(v["docs"] for v in c["removed"].values())
+        assert c["kept"]["docs"] == c["train"]["docs"] + c["validation"]["docs"] == c["kept_raw"]["docs"]
+        assert c["kept"]["bytes"] == c["train"]["bytes"] + c["validation"]["bytes"]
+        for k in ("docs", "bytes"):
+            assert c["in"][k] == c["kept_raw"][k] + sum(v[k] for v in c["removed"].values())
+    assert prose["kept_raw"]["bytes"] > prose["kept"]["bytes"]  # the fixtures' texts end in newlines: stripped
     assert [s["step"] for s in m["funnel"]["steps"]] == list(STEPS)
     # Independent check against the Parquet files themselves.
     tables = {s: pq.read_table(data_project.root / f"data/curated/{s}.parquet") for s in ("train", "validation")}
@@ -71,6 +74,11 @@ def test_curation_funnel(data_project) -> None:
     verses = [n for t in tables.values() for n, c in zip(t["name"].to_pylist(), t["corpus"].to_pylist(), strict=True)
               if c == "verses"]
     assert sorted(v.split("#")[1] for v in verses) == [f"{b} {c}" for b in ("Alpha", "Beta") for c in (1, 2, 3)]
+    stored = {c: 0 for c in m["funnel"]["corpora"]}  # kept bytes are the stored texts' UTF-8 bytes
+    for t in tables.values():
+        for c, text in zip(t["corpus"].to_pylist(), t["text"].to_pylist(), strict=True):
+            stored[c] += len(text.encode())
+    assert stored == {c: v["kept"]["bytes"] for c, v in m["funnel"]["corpora"].items()}
     for t in tables.values():  # doc_id is the sha256 of the stored (normalized) text
         for doc_id, text in zip(t["doc_id"].to_pylist(), t["text"].to_pylist(), strict=True):
             assert doc_id == hashing.bytes_digest(text.encode())

@@ -80,6 +80,8 @@ def assert_mirrors_the_ledger(trained: Project, uri: str | None = None) -> None:
         m = runs[recs[0]["run_id"]]
         assert m.data.tags["marin.recipe_digest"] == started["recipe_digest"]
         assert m.data.tags["marin.stage"] == started["stage"]
+        stage_row = next(r for r in m.data.tags["mlflow.note.content"].splitlines() if r.startswith("| `marin.stage`"))
+        assert started["stage"] in stage_row.split("|")[2].replace(",", " ").split()  # the run's description names it
         assert m.data.tags["mlflow.source.git.commit"] == started["code"]["git_commit"]
         assert m.data.tags["mlflow.parentRunId"] in parents
         for k, v in flat("", started["params"], {}).items():

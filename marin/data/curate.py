@@ -223,7 +223,7 @@ class Curation:
         assert o.text is not None and o.doc_id is not None
         split = split_of(o.doc_id, self.p.split.salt, self.p.split.validation_fraction)
         n = len(o.text)
-        self.funnel.kept(c, split, n)
+        self.funnel.kept(c, split, n, o.raw_bytes)
         self.kept[split][0] += 1
         self.kept[split][1] += n
         self.writers[split].add((o.doc_id, c, o.origin.source, o.name, o.license, n, o.text), n)

@@ -86,7 +86,9 @@ def write_streamed(obj: dict[str, Any], spool: ListSpool, path: Path) -> None:
 
 class Funnel:
     """Documents and bytes per corpus: in, removed per step (by reason), kept, per split;
-    and the same per step over all corpora (in, removed, out)."""
+    and the same per step over all corpora (in, removed, out). Bytes in and removed are the
+    documents' bytes as read from the archive; kept and the splits' are the stored (stripped,
+    normalized) text's, and ``kept_raw`` the kept documents' bytes as read: in = removed + kept_raw."""
 
     def __init__(self, steps: tuple[str, ...]):
         self.steps = steps
@@ -99,7 +101,7 @@ class Funnel:
             def zero() -> dict[str, int]:
                 return {"docs": 0, "bytes": 0}
             c = self.per[corpus] = {"in": zero(), "removed": {s: zero() for s in self.steps}, "kept": zero(),
-                                    "train": zero(), "validation": zero()}
+                                    "kept_raw": zero(), "train": zero(), "validation": zero()}
         return c
 
     @staticmethod
@@ -113,9 +115,11 @@ class Funnel:
     def removed(self, corpus: str, step: str, n_bytes: int) -> None:
         self._count(self._corpus(corpus)["removed"][step], n_bytes)
 
-    def kept(self, corpus: str, split: str, n_bytes: int) -> None:
+    def kept(self, corpus: str, split: str, n_bytes: int, raw_bytes: int) -> None:
+        c = self._corpus(corpus)
         for k in ("kept", split):
-            self._count(self._corpus(corpus)[k], n_bytes)
+            self._count(c[k], n_bytes)
+        self._count(c["kept_raw"], raw_bytes)
 
     def as_dict(self) -> dict[str, Any]:
         live = {"docs": sum(c["in"]["docs"] for c in self.per.values()),

@@ -20,10 +20,11 @@ MANIFEST = Path("data/instructions/manifest.json")
 
 
 def recorded(params: Params) -> dict[str, Any]:
-    """The params the card reads (the base model's name, the weights' licence), as the export run
-    records them: ``report``'s, or defaults."""
+    """The params the card reads (the base model's name, the weights' licence, the language), as the
+    export run records them: ``report``'s, or defaults."""
     base = params.report.model_name if params.report else "marin-tiny"
-    return {"report": {"model_name": base, "license": params.report.license if params.report else "Apache-2.0"}}
+    return {"report": {"model_name": base, "license": params.report.license if params.report else "Apache-2.0",
+                       "language": list(params.report.language) if params.report else []}}
 
 
 def _data(m: dict[str, Any]) -> list[str]:
@@ -46,6 +47,7 @@ def card(root: Path, recorded: dict[str, Any], config: dict[str, Any], tokenizer
     m = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
     hf_lic = hf_license(lic)
     data = ModelCardData(license=hf_lic, license_name=lic if hf_lic == "other" else None, base_model=base,
+                         language=recorded["report"].get("language") or None,
                          library_name="transformers", pipeline_tag="text-generation", model_name=name,
                          tags=["marin", "llama", "chat", "instruction-tuned", "sft", "reproducible"])
     recipe = config.get("sft", {})

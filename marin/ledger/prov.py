@@ -38,13 +38,13 @@ def _builder(step: Step) -> tuple[str, dict[str, Any]]:
     return f"marin:builder-{ident}", attrs
 
 
-def to_prov(node: Artifact | Step) -> ProvDocument:
-    """A PROV document of the node and everything upstream: used, wasGeneratedBy,
-    wasAssociatedWith, and wasDerivedFrom (each output of a run from each of its inputs)."""
+def to_prov(node: Artifact | Step, *more: Step) -> ProvDocument:
+    """A PROV document of the node, the runs ``more`` and everything upstream of them: used,
+    wasGeneratedBy, wasAssociatedWith, and wasDerivedFrom (each output of a run from each of its inputs)."""
     doc = ProvDocument()
     for prefix, uri in NAMESPACES.items():
         doc.add_namespace(prefix, uri)
-    steps = upstream(node)
+    steps = upstream(node, *more)
     entities: dict[str, dict[str, Any]] = {}
     leaves = [node] if isinstance(node, Artifact) else []
     for a in [a for s in steps for a in (*s.outputs, *s.inputs)] + leaves:  # producers' names first
@@ -71,6 +71,6 @@ def to_prov(node: Artifact | Step) -> ProvDocument:
     return doc
 
 
-def prov_json(node: Artifact | Step) -> str:
+def prov_json(node: Artifact | Step, *more: Step) -> str:
     """:func:`to_prov` as PROV-JSON text (``--format prov-json``, a report's lineage.prov.json)."""
-    return to_prov(node).serialize(format="json", indent=2) + "\n"
+    return to_prov(node, *more).serialize(format="json", indent=2) + "\n"

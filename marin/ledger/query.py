@@ -216,10 +216,10 @@ def tree(root: Path, target: str) -> Artifact | Step:
     return ledger.node(ledger.resolve(target))
 
 
-def upstream(node: Artifact | Step) -> list[Step]:
-    """Every run the node depends on (and the node's own run), oldest first."""
+def upstream(*nodes: Artifact | Step) -> list[Step]:
+    """Every run the nodes depend on (and the nodes' own runs), each once, oldest first."""
     found: dict[str, Step] = {}
-    todo = [node.run if isinstance(node, Artifact) else node]
+    todo = [node.run if isinstance(node, Artifact) else node for node in nodes]
     while todo:
         step = todo.pop()
         if step is not None and step.run_id not in found:

@@ -80,7 +80,8 @@ def render_files(ledger: Ledger, meta: dict[str, Any], refs: References,
              "mof.yml": yaml.safe_dump(_mof(fd, doc, meta, reference.file(root, refs["mof_licenses"])),
                                        sort_keys=False, allow_unicode=True),
              "report.json": json.dumps(report_json, indent=1, sort_keys=True, ensure_ascii=False) + "\n"}
-    files["lineage.prov.json"] = prov_json(ledger.node(ledger.resolve(meta["model"])))
+    files["lineage.prov.json"] = prov_json(ledger.node(ledger.resolve(meta["model"])),
+                                           *(ledger._step(r["run_id"]) for r in doc["lineage"]))
     files.update({f"figures/{k}.svg": svg for k, svg in figures.items()})
     return {k: v.encode() for k, v in files.items()}, doc
 

@@ -189,8 +189,8 @@ def _evaluation(c: Ctx) -> list[str]:
 
 def _reproducibility(c: Ctx) -> list[str]:
     md, doc = c.md, c.doc
-    out = ["## Reproducibility", "", "Ledger runs of the model's lineage and their re-execution by "
-           "`marin verify`:", ""]
+    out = ["## Reproducibility", "", "Ledger runs behind this card (the model's lineage, and the evaluation, export "
+           "and instruct runs that read the model, with theirs) and their re-execution by `marin verify`:", ""]
     out += _table(["stage", "run", "verification", "mode", "verified at"],
                   ([v["stage"], f"`{v['run_id']}`", md(v["result"]) if v["result"] else "no verification recorded",
                     md(v.get("mode")), md(v.get("when"))] for v in doc["verification"]))
@@ -291,12 +291,25 @@ def _collection(c: Ctx, fs: str) -> list[str]:
     return ["## Collection process", "",
             "- Acquisition: each source archive was fetched from its locator and checked against its pinned "
             f"digest by the fetch run `{c.doc['lineage'][0]['run_id']}` (table above).",
-            f"- Sampling strategy: whole sources were taken; the validation split is a salted hash split "
-            f"(configured in the curate run's parameters, `{fs}` at `/body/params/curate/split`).",
+            "- Sampling strategy: of each source archive, the members its extraction rules select (below; "
+            f"the curate run's parameters, `{fs}` at `/body/params/fetch/sources`), each taken whole; the validation "
+            f"split is a salted hash split (`{fs}` at `/body/params/curate/split`).",
+            *_extraction_rules(c),
             _stated(c, "collectors", "Who collected the data and how they were compensated"),
             _stated(c, "time_frame", "Time frame of the data's creation", "the ledger records when it was "
                     "fetched, not when its documents were written"),
             _stated(c, "ethical_review", "Ethical review, notice and consent of the people in the data"), ""]
+
+
+def _extraction_rules(c: Ctx) -> list[str]:
+    """One line per corpus of each source: the archive members it takes and leaves."""
+    out = []
+    for source, rules in c.doc["data"].get("extract", {}).items():
+        for r in rules:
+            left = f"; excluded: {', '.join(f'`{g}`' for g in r['exclude'])}" if r["exclude"] else ""
+            out.append(f"  - `{source}` → corpus `{r['corpus']}`: members matching "
+                       f"{', '.join(f'`{g}`' for g in r['include'])}{left}; every other member is left out")
+    return out
 
 
 def _preprocessing(c: Ctx, fs: str) -> list[str]:
@@ -304,8 +317,10 @@ def _preprocessing(c: Ctx, fs: str) -> list[str]:
     out = ["## Preprocessing/cleaning/labeling", "",
            "Curation funnel per corpus (documents and bytes in, removed by each filter, kept):", ""]
     for f in d["funnel"]:
+        raw = f" ({md(f['kept_raw_bytes'])} as read)" if f.get("kept_raw_bytes") else ""
         out += [f"- `{f['corpus']}` (licence {md(f['license'])}): in {md(f['in_docs'])} documents / "
-                f"{md(f['in_bytes'])} bytes; kept {md(f['kept_docs'])} / {md(f['kept_bytes'])}"]
+                f"{md(f['in_bytes'])} bytes; kept {md(f['kept_docs'])} / {md(f['kept_bytes'])} bytes stored, "
+                f"stripped and normalized{raw}"]
         out += [f"  - removed by `{step}`: {md(r['docs'])} documents, {md(r['bytes'])} bytes"
                 for step, r in f["removed"].items()] or ["  - no document removed"]
     filters = ", ".join(f"`{k}`" for k in d["curate_params"].get("filters", {})) or NR

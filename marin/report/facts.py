@@ -157,6 +157,19 @@ def _one(steps: list[Step], stage: str) -> Step:
     return found[-1]
 
 
+READERS = (("evaluate", "model"), ("export", "model"), ("evaluate_instruct", "base_model"))  # (stage, input name)
+
+
+def latest_reader(ledger: Ledger, digests: set[str], name: str, stage: str) -> RunLog | None:
+    """The latest succeeded run of ``stage`` whose input ``name`` is one of ``digests``: found in the
+    index, not by a scan of the ledger."""
+    runs = {r for d in digests for r, _, _, b in ledger.index.entities(digest=d, role="input") if b.get("name") == name}
+    found = sorted((log for log in map(ledger.runs.__getitem__, runs)
+                    if log.started.body["stage"] == stage and log.status == "succeeded"),
+                   key=lambda log: (log.records[0].time, log.run_id))
+    return found[-1] if found else None
+
+
 def gather(root: Path, model: str = "models/final", ledger: Ledger | None = None) -> tuple[Facts, dict[str, Any]]:
     """Facts about the model at ``model`` (a path, digest or train run id) and the report's structure."""
     root = Path(root)
@@ -175,21 +188,19 @@ def gather(root: Path, model: str = "models/final", ledger: Ledger | None = None
     for stage in ("fetch", "curate", "tokenize"):
         _one(steps, stage)
     logs = {s.stage: ledger.runs[s.run_id] for s in steps}
-    readers = {r for o in train.outputs for r, _, _, b in ledger.index.entities(digest=o.digest, role="input")
-               if b.get("name") == "model"}  # the runs that read this model: found in the index, not by a scan
-    later = []
-    for stage in ("evaluate", "export"):  # the latest succeeded run of each that read this very model
-        found = sorted((log for log in map(ledger.runs.__getitem__, readers)
-                        if log.started.body["stage"] == stage and log.status == "succeeded"),
-                       key=lambda log: (log.records[0].time, log.run_id))
-        if found:
-            logs[stage] = found[-1]
-            later.append(ledger._step(found[-1].run_id))
+    digests = {o.digest for o in train.outputs}
+    for stage, name in READERS:
+        found = latest_reader(ledger, digests, name, stage)
+        if found is not None:
+            logs[stage] = found
     f = Facts(root)
+    # every run whose records the report cites, and everything upstream of them (evaluate's evalsets run; the sft
+    # and instructions runs behind evaluate_instruct): the lineage, the compute and the verification tables
+    behind = upstream(node, *(ledger._step(logs[stage].run_id) for stage, _ in READERS if stage in logs))
     doc: dict[str, Any] = {"lineage": [{"stage": s.stage, "run_id": s.run_id, "status": s.status,
                                         "recipe_digest": s.recipe_digest, "git_commit": s.code.get("git_commit"),
                                         "started": s.started, "finished": s.finished}
-                                       for s in [*steps, *later]]}
+                                       for s in behind]}
     doc["model"] = _model(f, logs["train"])
     doc["data"] = _data(f, root, logs)
     doc["training"] = _training(f, logs["train"], doc["model"])
@@ -245,6 +256,8 @@ def _data(f: Facts, root: Path, logs: dict[str, RunLog]) -> dict[str, Any]:
                                                 f"{base}/kept/docs").id,
                        "kept_bytes": f.cite_file(f"{corpus}: bytes kept", curate, cm_rec, cm,
                                                  f"{base}/kept/bytes").id,
+                       "kept_raw_bytes": f.cite_file(f"{corpus}: bytes kept, as read", curate, cm_rec, cm,
+                                                     f"{base}/kept_raw/bytes").id if "kept_raw" in c else None,
                        "removed": removed})
     tm_rec = _output(tokenize, "tokenize_manifest")
     tm = read_output_file(root, tm_rec)
@@ -263,6 +276,9 @@ def _data(f: Facts, root: Path, logs: dict[str, RunLog]) -> dict[str, Any]:
            "digest": f.cite_file("tokenizer digest", tokenize, tm_rec, tm, "/tokenizer/digest").id}
     return {"sources": sources, "funnel": funnel, "splits": splits, "tokenizer": tok,
             "curate_params": curate.started.body["params"].get("curate", {}),
+            "extract": {src["name"]: [{k: e.get(k, []) for k in ("corpus", "include", "exclude")}
+                                      for e in src.get("extract", [])]
+                        for src in curate.started.body["params"].get("fetch", {}).get("sources", [])},
             "filters_source": {"run_id": curate.run_id, "seq": 0, "record": curate.started.digest}}
 
 

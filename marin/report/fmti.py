@@ -44,8 +44,9 @@ def _curation(c: Ctx) -> tuple[str, list[str]]:
         removed = ", ".join(f"{step} {c.t(r['docs'])} documents/{c.t(r['bytes'])} bytes"
                             for step, r in f["removed"].items()) or "none"
         parts.append(f"{f['corpus']}: {c.t(f['in_docs'])} documents ({c.t(f['in_bytes'])} bytes) in; removed: "
-                     f"{removed}; kept {c.t(f['kept_docs'])} ({c.t(f['kept_bytes'])} bytes)")
-        ids += [f[k] for k in ("in_docs", "in_bytes", "kept_docs", "kept_bytes")]
+                     f"{removed}; kept {c.t(f['kept_docs'])} ({c.t(f['kept_bytes'])} bytes stored, stripped and "
+                     f"normalized" + (f"; {c.t(f['kept_raw_bytes'])} as read)" if f.get("kept_raw_bytes") else ")"))
+        ids += [f[k] for k in ("in_docs", "in_bytes", "kept_docs", "kept_bytes", "kept_raw_bytes") if f.get(k)]
         ids += [r[k] for r in f["removed"].values() for k in ("docs", "bytes")]
     return "quality filters and exact/near deduplication per corpus: " + "; ".join(parts), ids
 

@@ -11,18 +11,10 @@ from typing import Any
 
 from marin.ledger.query import Ledger
 from marin.ledger.store import RunLog
-from marin.report.facts import Facts
+from marin.report.facts import Facts, latest_reader
 
 MODELS = ("base", "instruct")
 SAMPLES = 5  # held-out answers shown side by side
-
-
-def _latest_reader(ledger: Ledger, digest: str, name: str, stage: str) -> RunLog | None:
-    runs = {r for r, _, _, b in ledger.index.entities(digest=digest, role="input") if b.get("name") == name}
-    found = sorted((log for log in map(ledger.runs.__getitem__, runs)
-                    if log.started.body["stage"] == stage and log.status == "succeeded"),
-                   key=lambda log: (log.records[0].time, log.run_id))
-    return found[-1] if found else None
 
 
 def _producer(ledger: Ledger, log: RunLog, name: str) -> RunLog | None:
@@ -34,7 +26,7 @@ def _producer(ledger: Ledger, log: RunLog, name: str) -> RunLog | None:
 def section(f: Facts, ledger: Ledger, doc: dict[str, Any]) -> dict[str, Any] | None:
     """The section's facts (ids), or None when no evaluate_instruct run read this report's model."""
     model_digest = f.items[doc["model"]["folder_digest"]].value
-    ev = _latest_reader(ledger, model_digest, "base_model", "evaluate_instruct")
+    ev = latest_reader(ledger, {model_digest}, "base_model", "evaluate_instruct")
     if ev is None:
         return None
     evals = {r.body["name"]: r for r in ev.of_kind("eval")}
@@ -73,7 +65,8 @@ def lines(v: Callable[[str | None], str], doc: dict[str, Any]) -> list[str]:
                 f"by sft run `{s['run_id']}` (recipe {v(s['recipe_digest'])}: {v(s['steps'])} steps at learning rate "
                 f"{v(s['lr'])}, loss on the assistant tokens only)"
                 + (f", on the instruction set of run `{sec['instructions_run']}`" if "instructions_run" in sec else "")
-                + ". The card of `models/hf-instruct` names the data's sources, licences and digests.", ""]
+                + ". The card of `models/hf-instruct` names the instruction data's sources and digests; the "
+                "licences of the curated documents the built-in instructions are cut from are in the Data section.", ""]
     out += [f"Held-out instructions (from the validation split), evaluate_instruct run `{sec['run_id']}`: greedy "
             "answers from the chat template's prompt. Exact match: the answer is the reference; containment: the "
             "reference is inside the answer. The base model never saw the chat format; its score is shown as it is.",

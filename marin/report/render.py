@@ -154,14 +154,26 @@ def uses(v: Callable[[str | None], str], doc: dict[str, Any], level: str = "##")
         f"- Context: at most {v(m['architecture'].get('seq_len'))} tokens; longer inputs are not supported.",
         "- Language and domain: those of the training sources (see Data); other languages, registers and "
         "domains are out of distribution.",
-        "- Evaluation: bits per byte on a held-out split of the same sources only; no evaluation of "
-        "knowledge, reasoning, bias, toxicity or memorisation was run.", "",
+        _evaluation_limits(doc), "",
         f"{level} Risks", "",
         "- The training texts carry the views of their authors and their time; generated text can repeat them. "
         "Nothing was filtered for harmful content.",
         "- A model this small produces fluent-looking but wrong or meaningless text; do not present its output "
         "as fact.",
         budget.memorisation_risk(v, doc), ""]
+
+
+def _evaluation_limits(doc: dict[str, Any]) -> str:
+    """What was evaluated, from the sections the report holds: all of it on held-out data of the same sources."""
+    tasks = sorted({r["task"] for r in (doc.get("harness") or {}).get("rows", [])})
+    done = ["bits per byte on the validation split"]
+    if tasks:
+        n = len(tasks)
+        done.append(f"{n} lm-evaluation-harness task{'s' * (n > 1)} whose data is cut from that split")
+    if doc.get("instruct"):
+        done.append("the instruct model's answers to held-out instructions from it")
+    return (f"- Evaluation: only on held-out data of the same sources ({'; '.join(done)}); no evaluation of "
+            "knowledge, reasoning, bias, toxicity or memorisation on other data was run.")
 
 
 def _how_to_use(d: Doc, doc: dict[str, Any]) -> None:
@@ -179,13 +191,16 @@ def _data(d: Doc, doc: dict[str, Any]) -> None:
             [[s["name"], d.v(s["locator"]), d.v(s["license"]), d.v(s["digest"]), d.v(s["bytes"])]
              for s in data["sources"]])
     d.add("### Curation funnel", "", "Documents and bytes removed by each step (steps that removed nothing "
-          "are left out).", "")
+          "are left out). Bytes are as read from the archive up to the kept documents; what is stored is their "
+          "text with the leading and trailing whitespace stripped and Unicode-normalized (the last row).", "")
     rows = []
     for c in data["funnel"]:
         rows.append([c["corpus"], "in", d.v(c["in_docs"]), d.v(c["in_bytes"])])
         rows += [[c["corpus"], f"removed by {step}", d.v(r["docs"]), d.v(r["bytes"])]
                  for step, r in c["removed"].items()]
-        rows.append([c["corpus"], "kept", d.v(c["kept_docs"]), d.v(c["kept_bytes"])])
+        if c.get("kept_raw_bytes"):
+            rows.append([c["corpus"], "kept, as read", d.v(c["kept_docs"]), d.v(c["kept_raw_bytes"])])
+        rows.append([c["corpus"], "kept, stored (stripped, normalized)", d.v(c["kept_docs"]), d.v(c["kept_bytes"])])
     d.table(["corpus", "step", "documents", "bytes"], rows)
     d.add("### Composition", "")
     d.table(["split", "corpus", "license", "documents", "tokens", "bytes"],
@@ -268,7 +283,7 @@ def _environment(d: Doc, doc: dict[str, Any]) -> None:
     d.table(["", "value"], [[k, d.v(fid)] for k, fid in {**e["env"], **e["determinism_class"], **e["code"]}.items()]
             + [["determinism class digest", d.v(e["determinism_digest"])],
                ["packages", ", ".join(f"{k} {d.v(fid)}" for k, fid in e["packages"].items())]])
-    d.add("## Verification status", "", "For each run in the model's lineage, the latest full replay by "
+    d.add("## Verification status", "", "For each run behind this report (Lineage, below), the latest full replay by "
           "`marin verify` (else the latest segment replay: K of N checkpoint intervals, which catches one "
           "forged interval with probability K/N), and how many verifications the ledger holds.", "")
     d.table(["stage", "run", "result", "mode", "when", "verifier CPU", "verifier cores", "verifications"],
@@ -278,7 +293,8 @@ def _environment(d: Doc, doc: dict[str, Any]) -> None:
 
 
 def _lineage(d: Doc, doc: dict[str, Any]) -> None:
-    d.add("## Lineage", "", "Runs behind this model (W3C PROV-JSON: `lineage.prov.json`).", "")
+    d.add("## Lineage", "", "The runs behind this report: the model's own lineage, the evaluation, export and "
+          "instruct runs that read the model, and the runs behind those (W3C PROV-JSON: `lineage.prov.json`).", "")
     d.table(["stage", "run", "status", "recipe digest", "git commit"],
             [[r["stage"], f"`{r['run_id']}`", r["status"], short(r["recipe_digest"]),
               short(r["git_commit"] or "?")] for r in doc["lineage"]])

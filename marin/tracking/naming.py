@@ -13,18 +13,20 @@ from typing import Any
 from marin.config import flatten
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
+from marin.stages import NAMES
 
 # Descriptions shown on MLflow's pages (the UI cuts long tag keys; these say what each one holds).
 EXPERIMENT_NOTE = """The MLflow view of a marin ledger: one run per ledger run (stage run), nested under one
 run per pipeline (git commit). The ledger (`ledger/runs/*.jsonl`, checked by `marin ledger check`) is
 the source of truth; `marin mlflow sync` rebuilds this view from it."""
 PIPELINE_NOTE = "All stage runs recorded at one git commit (`marin.pipeline`), each a child run."
-RUN_NOTE = """One marin ledger run (`ledger/<run id>.jsonl` under Artifacts). Tags:
+RUN_STAGES = (*NAMES, "sweep", "publish")  # dvc.yaml's stages, then `marin sweep` and `marin publish` runs
+RUN_NOTE = f"""One marin ledger run (`ledger/<run id>.jsonl` under Artifacts). Tags:
 
 | tag | holds |
 |---|---|
 | `marin.run_id` | the ledger run id |
-| `marin.stage` | fetch, curate, tokenize, train, evaluate, report, publish |
+| `marin.stage` | {", ".join(RUN_STAGES)} |
 | `marin.recipe_digest` | digest of stage, command, params, code, inputs, determinism class |
 | `marin.determinism_digest` | digest of the determinism class (`determinism.*` params) |
 | `marin.code_digest` | digest of the pipeline's code |
