@@ -193,6 +193,27 @@ def test_dvc_lock_md5_is_cross_checked(repro) -> None:
         lock_path.write_text(original)
 
 
+def test_a_rolled_back_run_end_fails_the_check_and_the_report_refuses(repro) -> None:
+    proj, _ = repro
+    [evaluate] = [r for r in proj.runs("evaluate") if r[-1]["kind"] == "run.finished"][-1:]
+    path = proj.root / "ledger/runs" / f"{evaluate[0]['run_id']}.jsonl"
+    original = path.read_bytes()
+    reports = proj.root / "reports"
+    before = {f: f.read_bytes() for f in reports.rglob("*") if f.is_file()}
+    try:
+        path.write_bytes(original[:original.rstrip(b"\n").rfind(b"\n") + 1])  # the run.finished line removed
+        r = proj.marin("ledger", "check")
+        assert r.returncode == 1
+        assert f"FAIL dvc.lock metrics/eval.json: locked from {path.name}, whose run is unfinished" in r.stderr
+        rep = proj.marin("report")
+        assert rep.returncode != 0 and "the ledger does not check: dvc.lock metrics/eval.json" in rep.stderr
+        assert "Traceback" not in rep.stderr
+        assert {f: f.read_bytes() for f in reports.rglob("*") if f.is_file()} == before  # the old report kept
+    finally:
+        path.write_bytes(original)
+    assert proj.marin("ledger", "check").returncode == 0
+
+
 def test_short_training_clearly_beats_the_unigram_baseline(repro) -> None:
     proj, _ = repro
     metrics = json.loads((proj.root / "metrics/eval.json").read_text())

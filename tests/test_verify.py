@@ -142,7 +142,11 @@ def _tamper_checkpoint(ckpt_dir: Path) -> str:
 def test_a_checkpoint_tensor_changed_on_disk_is_named(trained: Project) -> None:
     path = run_file(trained, "train")
     ckpt = next(r for r in records(path) if r["kind"] == "checkpoint" and r["body"]["step"] == 8)
+    assert trained.marin("ledger", "check").returncode == 0
     _tamper_checkpoint(trained.root / ckpt["body"]["path"])
+    check = trained.marin("ledger", "check")  # found without a replay: the files' digest of the record
+    assert check.returncode == 1 and f"FAIL {ckpt['body']['path']}: on disk its files hash to" in check.stderr
+    assert "checkpoint changed after it was recorded" in check.stderr
     p = verify(trained, run_id(path))
     assert p.returncode == 1, p.stdout + p.stderr
     [v] = verifications(path)

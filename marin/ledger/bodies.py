@@ -94,6 +94,7 @@ class CheckpointBody(TypedDict):
     path: str
     digest: Digest
     params_digest: NotRequired[Digest]
+    files_digest: NotRequired[Digest]
     loader: LoaderPosition
     leaves: int
 

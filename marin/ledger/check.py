@@ -62,6 +62,7 @@ class RunCheck:
         self.started_time = ""
         self.finished: tuple[int, str] | None = None  # (seq, status) of the closing run.finished
         self.outputs: list[Record] = []  # output records, their (long) entry lists dropped
+        self.checkpoints: list[tuple[int, str, str]] = []  # (seq, path, files digest) of checkpoint records
         self._prev: tuple[int, str] | None = None  # (seq, digest) of the previous record
         self._merkle = merkle.Builder()
         self._root_problem: Problem | None = None
@@ -96,6 +97,8 @@ class RunCheck:
         self._prev, self.records, self.last_seq = (r.seq, r.digest), self.records + 1, r.seq
         if r.seq == self.watch:
             self.watched = r.digest
+        if r.kind == "checkpoint" and "files_digest" in r.body:
+            self.checkpoints.append((r.seq, r.body["path"], r.body["files_digest"]))
         if r.kind == "output":  # kept for the output checks; entries are re-read if a file differs
             body = {**r.body, "entries": None} if "entries" in r.body else r.body
             self.outputs.append(Record(r.schema, r.run_id, r.seq, r.prev, r.time, r.kind, body, r.digest))
@@ -229,14 +232,42 @@ def check_outputs(root: Path, runs: list[RunCheck], report: Report, hashes: hash
                                           "ledger/runs/ from git, or rerun its stage (`dvc repro -f`)"))
     for path, md5 in sorted(locked.items()):
         recs = by_path.get(path)
-        if recs and not any(r.body.get("dvc_md5") == md5 for _, r in recs):
+        matching = [(log, r) for log, r in recs or () if r.body.get("dvc_md5") == md5]
+        if recs and not matching:
             log, last = recs[-1]
             problems.append(Problem(
                 f"dvc.lock {path}",
                 f"md5 {md5} matches no ledger output for this path (last: {log.name} seq "
                 f"{last.seq} recorded dvc md5 {last.body.get('dvc_md5')})",
             ))
+        elif matching and not any(log.status == "succeeded" for log, _ in matching):
+            problems.append(_unfinished_lock(path, matching[-1][0]))
     return problems
+
+
+def check_checkpoints(root: Path, runs: list[RunCheck], report: Report, hashes: hashing.FileHashes) -> list[Problem]:
+    """Step 7c: every checkpoint on disk whose record holds its files' digest still hashes to it (a resume or
+    a segment replay restores from these files; one deleted is not a problem: it was pruned or never copied)."""
+    problems = []
+    for rc in runs:
+        for seq, path, recorded in rc.checkpoints:
+            if not (root / path).is_dir():
+                continue
+            report.outputs_checked += 1
+            now = hashing.digest_path(root / path, hashes).digest
+            if now != recorded:
+                problems.append(Problem(path, f"on disk its files hash to {now}; {rc.name} seq {seq} recorded "
+                                              f"{recorded} (checkpoint changed after it was recorded): restore it "
+                                              "(`marin publish` keeps a copy by digest) or delete it"))
+    return problems
+
+
+def _unfinished_lock(path: str, log: RunCheck) -> Problem:
+    """DVC locks an output only once its stage exits 0, after the run recorded its end: an output dvc.lock
+    names whose every recording run has no succeeded run.finished was rolled back (or its end removed)."""
+    return Problem(f"dvc.lock {path}", f"locked from {log.name}, whose run is {log.status} in the ledger (its "
+                                       "run.finished was removed, or the run failed): restore ledger/runs/ from "
+                                       "git, or rerun the stage (`dvc repro -f`)")
 
 
 def _on_disk(root: Path, path: str, recs: list[tuple[RunCheck, Record]], report: Report,
@@ -336,7 +367,9 @@ def check(root: Path, since: Head | None = None, rehash: bool = False) -> Report
     for rc in runs:
         report.problems.extend(rc.close())
     report.problems.extend(_listings(root, runs))
-    report.problems.extend(check_outputs(root, runs, report, hash_cache(root, rehash)))
+    hashes = hash_cache(root, rehash)
+    report.problems.extend(check_outputs(root, runs, report, hashes))
+    report.problems.extend(check_checkpoints(root, runs, report, hashes))
     report.leftovers = leftovers(root)
     if since is not None:  # 8. nothing in the snapshot was deleted, rolled back or rewritten
         found = {rc.run_id: (rc.last_seq, rc.watched) for rc in runs}

@@ -26,6 +26,7 @@ import yaml
 from marin import fsutil, hashing
 from marin.config import Params, ReportParams
 from marin.errors import ParamsError
+from marin.ledger import check as ledger_check
 from marin.ledger.check import check_run
 from marin.ledger.head import Head, head
 from marin.ledger.index import Index, with_index
@@ -219,6 +220,7 @@ def publish(root: Path, params: Params, model: str = "models/final", *, index: I
                           "the shipped params.yaml")
     key = existing_key(root, p)
     refs = reference.resolve(root, p)
+    refuse_unless_intact(root)
     snapshot = head(ledger_dir(root), index=index)  # before this run exists: the report never depends on itself
     inputs = [{"name": k, **r.to_dict()} for k, r in sorted(refs.items())]  # the very bytes the report reads
     inputs += [_head_input(root, snapshot)] + ([_key_input(root, key)] if key is not None else [])
@@ -236,6 +238,17 @@ def publish(root: Path, params: Params, model: str = "models/final", *, index: I
         index.refresh()  # the ledger as it is now, this run's start included
         out = write(Ledger(root, index), p, refs, snapshot, key, model, record, vsas)
     return Published(out, run.run_id, key, _configured(root, p))
+
+
+def refuse_unless_intact(root: Path) -> None:
+    """The whole ledger checks as ``marin ledger check`` checks it, its outputs against the files on disk, or
+    the report is not built: a run rolled back or deleted, a torn file, or a tampered output would otherwise
+    drop out of the report's lineage (its evaluation, say) and the signature would vouch for what is left."""
+    problems = ledger_check.check(root).problems
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ReportError(f"the ledger does not check: {problems[0].where}: {problems[0].what}{more}; run "
+                          "`marin ledger check`, fix what it names, then build the report")
 
 
 def _head_input(root: Path, snapshot: Head) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import jax
 
-from marin import env, fsutil, progress
+from marin import env, fsutil, hashing, progress
 from marin.config import Params, TrainParams
 from marin.data import manifest
 from marin.errors import StageError
@@ -299,9 +299,11 @@ def run(root: Path, params: Params, topo: distributed.Topology | None = None, jo
                 ckpts.save(done, state, {"step": done, "loader": loader.position(done), "run_id": b.run_id})
                 restored, _ = ckpts.restore(done, abstract, shardings)
                 digest = checkpoint.state_digest(restored)
+                where = CKPT / b.run_id / str(done)
                 body: CheckpointBody = {
-                    "step": done, "path": (CKPT / b.run_id / str(done)).as_posix(), "digest": digest,
-                    "params_digest": weights.params_digest(restored.params), "loader": loader.position(done),
+                    "step": done, "path": where.as_posix(), "digest": digest,
+                    "params_digest": weights.params_digest(restored.params),
+                    "files_digest": hashing.path_digest(root / where), "loader": loader.position(done),
                     "leaves": len(jax.tree.leaves(restored))}
                 if run is not None:
                     _record_once(run, "checkpoint", done, b.ckpts, digest, body)

@@ -40,9 +40,10 @@ class Divergence:
         return f"{where}: {self.what}"
 
 
-# Fields that legitimately differ between a run and its replay: wall-clock timings, and the
-# checkpoint directory (it is named after the run id). Everything else in a body must repeat.
-UNCOMPARED = {"metric": ("timing",), "checkpoint": ("path",)}
+# Fields that legitimately differ between a run and its replay: wall-clock timings, the checkpoint
+# directory (it is named after the run id) and its files' digest (orbax's metadata holds timestamps).
+# Everything else in a body must repeat.
+UNCOMPARED = {"metric": ("timing",), "checkpoint": ("path", "files_digest")}
 
 
 def key_of(r: Record) -> tuple[Any, ...] | None:
