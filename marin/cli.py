@@ -101,7 +101,10 @@ def _mlflow(sub: Sub) -> None:
 
 
 def _lineage(sub: Sub) -> None:
-    p = sub.add_parser("lineage", help="the runs and digests behind a file, digest or run id")
+    p = sub.add_parser("lineage", help="the runs and digests behind a file, digest or run id",
+                       description="The runs and digests behind a file, digest or run id. Exit status 1, the "
+                                   "recorded tree still shown, when the file on disk is none of its recorded "
+                                   "versions or a run file in the lineage has a line that does not parse.")
     p.add_argument("target", metavar="TARGET",
                    help="a run id, a digest (sha256:<hex> or a unique hex prefix of 8+ digits) or a path")
     p.add_argument("--format", choices=("text", "prov-json"), default="text",

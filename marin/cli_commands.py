@@ -136,14 +136,17 @@ def lineage(args: argparse.Namespace) -> int:
     ledger = Ledger(args.root, skip=("metric",))  # lineage never reads metric records
     target = ledger.resolve(args.target)
     if target.note:
-        print(f"marin: note: {target.note}", file=sys.stderr)
+        print(f"marin: {'error' if target.changed else 'note'}: {target.note}", file=sys.stderr)
     node = ledger.node(target)
     text = lineage.render(node, args.format)
     if args.output:
         args.output.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
-    return 0
+    damaged = lineage.unreadable_lines(ledger)
+    for problem in damaged:
+        print(f"marin: error: {problem}", file=sys.stderr)
+    return 1 if target.changed or damaged else 0
 
 
 def diff(args: argparse.Namespace) -> int:

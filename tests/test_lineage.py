@@ -129,6 +129,18 @@ def test_changed_file_resolves_to_its_recorded_output(data_project: Project) -> 
     (data_project.root / TOKENIZER).write_text("edited by hand\n")
     target = query.resolve(data_project.root, TOKENIZER)
     assert target.key == recorded and target.note and "differs from every recorded output" in target.note
+    p = data_project.marin("lineage", TOKENIZER)  # the recorded tree, but the bytes on disk have no lineage
+    assert p.returncode == 1 and p.stderr.startswith(f"marin: error: {TOKENIZER} differs from every recorded")
+    assert recorded.split(":")[1][:12] in p.stdout and "tokenize" in p.stdout
+
+
+def test_a_line_that_does_not_parse_in_the_lineage_is_named_and_fails(data_project: Project) -> None:
+    path = data_project.root / "ledger/runs" / f"{stage_runs(data_project)['curate'][0]['run_id']}.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join([*lines[:2], b"hello this is not json\n", *lines[2:]]))
+    p = data_project.marin("lineage", TOKENIZER)
+    assert p.returncode == 1 and "tokenize" in p.stdout
+    assert f"marin: error: ledger/runs/{path.name} line 3: " in p.stderr and "Traceback" not in p.stderr
 
 
 def test_prov_json_validates_against_w3c_schema_and_round_trips(data_project: Project, tmp_path: Path) -> None:

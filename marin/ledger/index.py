@@ -200,6 +200,11 @@ class Index:
 
     # -- queries ---------------------------------------------------------------------------
 
+    def unreadable(self) -> list[tuple[str, str]]:
+        """(run id, "line N: why") of every run file whose indexing stopped at a line that is not a record:
+        what follows that line is not in the index."""
+        return list(self.db.execute("SELECT run_id, problem FROM files WHERE problem IS NOT NULL ORDER BY run_id"))
+
     def runs(self, stage: str | None = None, include_unstarted: bool = False, last: int | None = None) -> list[RunRow]:
         """Runs that started (or every run file), oldest first, optionally of one stage, or only the ``last`` N."""
         q = f"SELECT {_ROW} FROM files"

@@ -77,6 +77,7 @@ class Target:
     kind: str  # "run" or "digest"
     key: str
     note: str | None = None
+    changed: bool = False  # the path's bytes on disk are none of its recorded versions (they have no lineage)
 
 
 PRODUCED = ("output", "checkpoint")  # index roles whose digest a run generated
@@ -151,7 +152,8 @@ class Ledger:
                                 "wrote; see `marin ledger log`")
         log, body = _latest(recorded)
         why = "differs from every recorded output" if path.exists() else "does not exist"
-        return Target("digest", body["digest"], f"{rel} {why}; showing what run {log.run_id} wrote there")
+        return Target("digest", body["digest"], f"{rel} {why}; showing what run {log.run_id} wrote there",
+                      changed=path.exists())
 
     def node(self, target: Target) -> Artifact | Step:
         """The lineage tree of a resolved target."""
