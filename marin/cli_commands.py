@@ -73,14 +73,18 @@ def ledger_log(args: argparse.Namespace) -> int:
             if "tensor_digest" in body:  # a model: its folder digest, then the digest over its tensors
                 shown += f" (tensors {body['tensor_digest'].split(':')[1][:12]})"
             outputs.setdefault(r.run_id, []).append(shown)
+    unreadable = idx.unreadable()
     print(f"{'time':20} {'stage':9} {'run id':38} {'recipe':12} {'status':10} outputs")
     for r in rows:
         recipe = r.recipe.split(":")[1][:12] if r.recipe else "?"
         when = r.started[:19].replace("T", " ") if r.started else "?"
-        status = r.status + (" (truncated)" if r.truncated else "")
+        bad = unreadable.get(r.run_id)
+        status = r.status + (f" (unreadable {bad.split(':')[0]})" if bad else " (truncated)" if r.truncated else "")
         print(f"{when:20} {r.stage or '?':9} {r.run_id:38} {recipe:12} {status:10} "
               f"{', '.join(outputs.get(r.run_id, []))}")
-    return 0
+    for line in idx.unreadable_lines():
+        print(f"marin: error: {line}", file=sys.stderr)
+    return 1 if unreadable else 0
 
 
 def ledger_repair(args: argparse.Namespace) -> int:
@@ -143,7 +147,7 @@ def lineage(args: argparse.Namespace) -> int:
         args.output.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
-    damaged = lineage.unreadable_lines(ledger)
+    damaged = ledger.index.unreadable_lines()
     for problem in damaged:
         print(f"marin: error: {problem}", file=sys.stderr)
     return 1 if target.changed or damaged else 0

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from marin.ledger.prov import prov_json
-from marin.ledger.query import Artifact, Ledger, Step
+from marin.ledger.query import Artifact, Step
 
 
 def _short(digest: str) -> str:
@@ -51,13 +51,6 @@ def render_text(node: Artifact | Step) -> str:
 
     visit(node, "", "")
     return "\n".join(lines) + "\n"
-
-
-def unreadable_lines(ledger: Ledger) -> list[str]:
-    """One line per run file of the ledger with a line that is not a record: the index, and so the tree,
-    stop at that line (its run's later records, the producer of an output, may be missing)."""
-    return [f"ledger/runs/{run_id}.jsonl {problem} is not a record; the lineage misses what follows it: run "
-            "`marin ledger check`" for run_id, problem in ledger.index.unreadable()]
 
 
 def render(node: Artifact | Step, fmt: str) -> str:

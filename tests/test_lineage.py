@@ -141,6 +141,9 @@ def test_a_line_that_does_not_parse_in_the_lineage_is_named_and_fails(data_proje
     p = data_project.marin("lineage", TOKENIZER)
     assert p.returncode == 1 and "tokenize" in p.stdout
     assert f"marin: error: ledger/runs/{path.name} line 3: " in p.stderr and "Traceback" not in p.stderr
+    log = data_project.marin("ledger", "log")  # the listing names it too, not as a crash's truncated line
+    assert log.returncode == 1 and "(unreadable line 3)" in log.stdout and "(truncated)" not in log.stdout
+    assert f"ledger/runs/{path.name} line 3: " in log.stderr
 
 
 def test_prov_json_validates_against_w3c_schema_and_round_trips(data_project: Project, tmp_path: Path) -> None:
