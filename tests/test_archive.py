@@ -163,6 +163,26 @@ def test_members_refuses_hostile_zip(tmp_path: Path, case: str) -> None:
     assert f"x.zip: member {member!r} " in str(e.value) and why in str(e.value)
 
 
+@pytest.mark.parametrize("suffix, mode", [(".tar.gz", "w:gz"), (".tar.xz", "w:xz"), (".tar.bz2", "w:bz2"),
+                                          (".zip", None)])
+def test_a_truncated_archive_is_one_line_naming_it(tmp_path: Path, suffix: str, mode: str | None) -> None:
+    whole = tmp_path / f"whole{suffix}"
+    payload = {name: os.urandom(200_000) for name in ("texts/a.txt", "texts/b.txt")}  # incompressible
+    if mode is None:
+        with zipfile.ZipFile(whole, "w", zipfile.ZIP_DEFLATED) as zf:
+            for name, data in payload.items():
+                zf.writestr(name, data)
+    else:
+        with tarfile.open(whole, mode) as tf:
+            for name, data in payload.items():
+                tf.addfile(_tar_info(name, size=len(data)), io.BytesIO(data))
+    cut = tmp_path / f"cut{suffix}"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    with pytest.raises(StageError) as e:  # a StageError, not gzip's EOFError or zipfile's BadZipFile
+        list(archive.members(cut, ("*",)))
+    assert f"cut{suffix}: " in str(e.value) and "fetch it again" in str(e.value) and "\n" not in str(e.value)
+
+
 def test_members_refuses_a_zip_bomb(tmp_path: Path) -> None:
     src = tmp_path / "bomb.zip"
     with zipfile.ZipFile(src, "w", zipfile.ZIP_DEFLATED) as zf:

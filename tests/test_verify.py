@@ -249,6 +249,20 @@ def test_segments_catch_a_forged_interval_when_it_is_drawn(trained: Project) -> 
     assert (d["seq"], d["step"], d["name"]) == (m["seq"], 6, "grad_norm")
 
 
+def test_segments_name_an_end_checkpoint_changed_on_disk(trained: Project) -> None:
+    from marin.verify import draw
+
+    path = run_file(trained, "train")
+    ckpt = next(r for r in records(path) if r["kind"] == "checkpoint" and r["body"]["step"] == 8)
+    _tamper_checkpoint(trained.root / ckpt["body"]["path"])  # the end of interval (4, 8]: the record is honest
+    hit = next(s for s in range(100) if draw(s, 3, 1) == [1])
+    p = verify(trained, "--segments", "1", "--seed", str(hit), run_id(path))
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "interval (4, 8]: MISMATCH" in p.stdout
+    d = verifications(path)[-1]["first_divergence"]
+    assert (d["seq"], d["kind"], d["step"]) == (ckpt["seq"], "checkpoint", 8) and "changed on disk" in d["what"]
+
+
 def test_a_run_with_uncommitted_code_is_refused(trained: Project) -> None:
     (trained.root / "marin" / "data" / "tokenize.py").write_text(
         (trained.root / "marin" / "data" / "tokenize.py").read_text() + "\n# local edit\n")

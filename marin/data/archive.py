@@ -223,6 +223,15 @@ def _dir_members(archive: Path, include: tuple[str, ...], exclude: tuple[str, ..
                 yield Member(name, os.fstat(f.fileno()).st_size, f, files[name])
 
 
+# what a corrupt or truncated archive raises while it is read (a truncated gzip or xz stream: EOFError, LZMAError)
+_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, tarfile.TarError, gzip.BadGzipFile, zstandard.ZstdError,
+                lzma.LZMAError)
+
+
+def _unreadable(archive: Path, kind: str, e: BaseException) -> StageError:
+    return StageError(f"{shown(archive)}: not a readable {kind} archive ({e or type(e).__name__}); fetch it again")
+
+
 def _tar_infos(archive: Path, tf: tarfile.TarFile) -> list[tarfile.TarInfo]:
     infos = []
     try:
@@ -232,15 +241,19 @@ def _tar_infos(archive: Path, tf: tarfile.TarFile) -> list[tarfile.TarInfo]:
                 raise _refuse(archive, m.name, why)
             if m.isfile():
                 infos.append(m)
-    except tarfile.TarError as e:
-        raise StageError(f"{shown(archive)}: not a readable tar archive ({e}); fetch it again") from None
+    except _READ_ERRORS as e:
+        raise _unreadable(archive, "tar", e) from None
     return infos
 
 
 def _tar_members(
     archive: Path, include: tuple[str, ...], exclude: tuple[str, ...], spool: Path | None
 ) -> Iterator[Member]:
-    with tarfile.open(archive) as tf:
+    try:
+        tf = tarfile.open(archive)  # noqa: SIM115 (closed by the with below; its opening is what may fail)
+    except _READ_ERRORS as e:
+        raise _unreadable(archive, "tar", e) from None
+    with tf:
         infos = _tar_infos(archive, tf)
         wanted = [m for m in sorted(infos, key=lambda m: m.name) if _selected(m.name, include, exclude)]
         compressed = not isinstance(tf.fileobj, io.BufferedReader)
@@ -263,7 +276,11 @@ def _tar_members(
 
 
 def _zip_members(archive: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[Member]:
-    with zipfile.ZipFile(archive) as zf:
+    try:
+        zf = zipfile.ZipFile(archive)
+    except _READ_ERRORS as e:
+        raise _unreadable(archive, "zip", e) from None
+    with zf:
         infos = zf.infolist()
         for info in infos:
             why = zip_problem(info)
@@ -273,9 +290,6 @@ def _zip_members(archive: Path, include: tuple[str, ...], exclude: tuple[str, ..
             if _selected(info.filename, include, exclude):
                 with zf.open(info) as f:
                     yield Member(info.filename, info.file_size, _Checked(f, archive, info.filename))
-
-
-_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, tarfile.TarError, gzip.BadGzipFile, zstandard.ZstdError)
 
 
 class _Checked:

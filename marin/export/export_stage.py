@@ -15,9 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from safetensors.numpy import load_file
-
-from marin import fsutil, hashing
+from marin import fsutil, hashing, model_folder
 from marin.config import Params
 from marin.data import chat
 from marin.data.tokenize import EOS
@@ -46,15 +44,6 @@ class Target:
     inputs: tuple[Input, ...] = ()
 
 
-def read_model(directory: Path) -> tuple[hf.Tensors, dict]:
-    """marin's tensors by dotted name and its config.json; the tensor digest is checked."""
-    config = json.loads((directory / "config.json").read_text())
-    tensors = load_file(str(directory / config["weights"]))
-    digest = hashing.tree_digest(tensors)
-    if digest != config["tensor_digest"]:
-        raise IntegrityError(f"{directory / config['weights']}: tensors hash to {digest}, config.json records "
-                             f"{config['tensor_digest']}; rerun the train stage (dvc repro train)")
-    return tensors, config
 
 
 def card_sample(params: dict, config: dict, tokenizer_json: bytes) -> card.Sample:
@@ -95,7 +84,7 @@ def export(root: Path, params: Params, target: Target) -> None:
     inputs += [Input("chat_template", TEMPLATE.as_posix())] if target.chat else []
     recorded = target.recorded(params)
     with Run.start(root, target.stage, params=recorded, inputs=[*inputs, *target.inputs]) as run:
-        tensors, config = read_model(root / target.model)
+        tensors, config = model_folder.read(root / target.model)
         tok = (root / TOKENIZER).read_bytes()
         if hashing.bytes_digest(tok) != config["tokenizer"]["digest"]:
             raise IntegrityError(f"{TOKENIZER}: is not the tokenizer the model was trained with "

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marin import hashing
+from marin import hashing, model_folder
 from marin.config import Params, TrainParams
 from marin.data import chat
 from marin.data import tokenize as tk
@@ -94,7 +94,7 @@ def sft_params(params: Params) -> TrainParams:
 
 def setup(root: Path, params: Params) -> loop.Setup:
     tp, rt = sft_params(params), params.runtime
-    base = json.loads((root / BASE / weights.CONFIG).read_text())
+    base = model_folder.read_config(root / BASE)
     cfg, tokm = ModelConfig(**base["model"]), base["tokenizer"]  # the base model's tokenizer: path, digest, eos_id
     if hashing.file_digest(root / TOKENIZER) != tokm["digest"]:
         raise StageError(f"{TOKENIZER} is not the tokenizer {BASE} was trained with ({tokm['digest']}); "
@@ -121,7 +121,7 @@ def setup(root: Path, params: Params) -> loop.Setup:
 
 def model_meta(root: Path, su: loop.Setup) -> dict[str, Any]:
     """config.json of models/instruct: the base model it was tuned from, its tokenizer and chat template."""
-    base = json.loads((root / BASE / weights.CONFIG).read_text())
+    base = model_folder.read_config(root / BASE)
     return {"tokenizer": {"path": TOKENIZER.as_posix(), "digest": su.tokenizer["digest"],
                           "eos_id": su.tokenizer["eos_id"]},
             "chat_template": {"path": TEMPLATE.as_posix(), "digest": hashing.file_digest(root / TEMPLATE)},

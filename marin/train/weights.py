@@ -14,10 +14,9 @@ from typing import Any
 import jax
 import numpy as np
 from flax import nnx
-from safetensors.numpy import load_file
 from safetensors.numpy import save as safetensors_bytes
 
-from marin import fsutil, hashing
+from marin import fsutil, hashing, model_folder
 from marin.model import ModelConfig, Transformer
 from marin.train import distributed
 
@@ -55,17 +54,10 @@ def save(directory: Path, params: Any, cfg: ModelConfig, extra: dict[str, Any]) 
 
 def load(directory: Path) -> tuple[nnx.GraphDef, Any, dict[str, Any]]:
     """(graphdef, params, config) of a saved model; the tensor digest is checked."""
-    config = json.loads((directory / CONFIG).read_text())
+    tensors, config = model_folder.read(directory)
     cfg = ModelConfig(**config["model"])
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
     abstract = nnx.to_pure_dict(abstract)
-    tensors = load_file(str(directory / config["weights"]))
-    digest = hashing.tree_digest(tensors)
-    if digest != config["tensor_digest"]:
-        from marin.errors import IntegrityError
-
-        raise IntegrityError(f"{directory / config['weights']}: tensors hash to {digest}, "
-                             f"config.json records {config['tensor_digest']}")
     leaves, treedef = jax.tree_util.tree_flatten_with_path(abstract)
     params = jax.tree_util.tree_unflatten(treedef, [tensors[_name(p)] for p, _ in leaves])
     return graphdef, params, config

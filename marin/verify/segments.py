@@ -15,6 +15,7 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from marin import hashing
 from marin.ledger.index import Index
 from marin.ledger.store import RunLog
 from marin.remote import checkpoints_dir
@@ -78,13 +79,29 @@ def replay_segments(v: Verifier, k: int, seed: int | None) -> None:
     metrics = {r.body["step"]: r for r in log.of_kind("metric")}
     at = {r.body["step"]: r for r in ckpts}
     for res in res_all["intervals"]:
+        before = len(out.divergences)
         _compare_interval(res, at, metrics, out)
-        ok = res.get("end_digest") == at[res["end"]].body["digest"]
+        _end_files(ckpt_dir, at[res["end"]], out)
+        ok = len(out.divergences) == before
         say(f"     interval ({res['start']}, {res['end']}]: {'ok' if ok else 'MISMATCH'}")
     det = res_all["determinism_class"]
     out.verifier.update(env=res_all["env"], code=started["code"], determinism_class=det)
     out.class_diffs = class_differences(started["determinism_class"], det)
     say(f"  7. compared {sum(out.compared.values())} records ({counts(out.compared)})")
+
+
+def _end_files(ckpt_dir: Path, r: Any, out: Outcome) -> None:
+    """The interval's end checkpoint on disk against its record's files digest (the replay compared its state with
+    the record, not with these files, which a resume or a later interval restores from)."""
+    where = ckpt_dir / Path(r.body["path"]).name
+    if "files_digest" not in r.body or not where.is_dir():
+        return
+    now = hashing.path_digest(where)
+    if now != r.body["files_digest"]:
+        out.divergences.append(Divergence(r.seq, "checkpoint", f"the checkpoint files at {r.body['path']} hash to "
+                                          f"{now}, not the recorded {r.body['files_digest']} (changed on disk)",
+                                          step=r.body["step"], recorded=r.body["files_digest"], replayed=now,
+                                          independent=True))
 
 
 def _compare_interval(res: dict[str, Any], at: dict[int, Any], metrics: dict[int, Any], out: Outcome) -> None:

@@ -1,0 +1,51 @@
+"""A saved model folder (``models/final``, ``models/instruct``): ``config.json`` and the tensors it names
+(``model.safetensors``), read and checked against the config's tensor digest. No JAX here: the export
+stage and the train package both read through it.
+
+A folder that does not read as one (a config that is not JSON or lacks its keys, a safetensors file cut
+short or with a bad header, tensors whose digest is not the recorded one) is one IntegrityError naming
+the file: the folder is restored (``dvc checkout``) or rebuilt by the stage that wrote it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load_file
+
+from marin import hashing
+from marin.errors import IntegrityError
+from marin.fsutil import shown
+
+CONFIG = "config.json"
+ADVICE = "restore it (dvc checkout) or rerun the stage that wrote it (dvc repro)"
+
+
+def read_config(directory: Path) -> dict[str, Any]:
+    """The folder's config.json, an object naming its weights file and their tensor digest."""
+    path = directory / CONFIG
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise IntegrityError(f"{shown(path)}: not a readable model config ({e}); {ADVICE}") from None
+    if not isinstance(config, dict) or not all(isinstance(config.get(k), str) for k in ("weights", "tensor_digest")):
+        raise IntegrityError(f"{shown(path)}: not a marin model config (no weights file and tensor digest); {ADVICE}")
+    return config
+
+
+def read(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """(tensors by dotted name, config) of a saved model; the tensor digest is checked."""
+    config = read_config(directory)
+    path = directory / config["weights"]
+    try:
+        tensors = load_file(str(path))
+    except (OSError, SafetensorError) as e:
+        raise IntegrityError(f"{shown(path)}: not a readable safetensors file ({e}); {ADVICE}") from None
+    digest = hashing.tree_digest(tensors)
+    if digest != config["tensor_digest"]:
+        raise IntegrityError(f"{shown(path)}: tensors hash to {digest}, {CONFIG} records {config['tensor_digest']}; "
+                             f"{ADVICE}")
+    return tensors, config
