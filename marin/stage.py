@@ -39,7 +39,8 @@ def guarded(fn: Callable[[], int], verbose: bool = False) -> int:
         print(f"marin: error: {where}{cause}; free space (or fix the disk) and rerun", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("marin: interrupted", file=sys.stderr)
+        print("marin: interrupted; a run it started is left unfinished, as a kill leaves it: rerun (`dvc repro`) "
+              "and a train or sft run resumes from its last checkpoint", file=sys.stderr)
         return 130
 
 

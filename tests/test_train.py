@@ -59,7 +59,8 @@ def test_two_fresh_runs_are_bit_identical(data_project, tmp_path) -> None:
     assert set(seeds["streams"]) >= {"init", "data_order"}
 
 
-def test_sigkill_then_repro_resumes_bit_identical(data_project) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["kill", "ctrl-c"])
+def test_sigkill_then_repro_resumes_bit_identical(data_project, sig: signal.Signals) -> None:
     proj = data_project
     tiny(proj)
     params = proj.params
@@ -81,11 +82,12 @@ def test_sigkill_then_repro_resumes_bit_identical(data_project) -> None:
             continue
         steps = [r["body"]["step"] for r in runs[-1] if r["kind"] == "metric"] if len(runs) == 2 else []
         if steps and steps[-1] >= target:
-            proc.send_signal(signal.SIGKILL)
+            proc.send_signal(sig)
             killed_at = steps[-1]
             break
     proc.wait()
-    assert killed_at is not None and proc.returncode == -signal.SIGKILL, f"training ended before the kill at {target}"
+    expected = -signal.SIGKILL if sig == signal.SIGKILL else 130  # Ctrl-C: one line and exit 130
+    assert killed_at is not None and proc.returncode == expected, f"training ended before the kill at {target}"
     killed = proj.runs("train")[-1]
     assert killed[-1]["kind"] != "run.finished"  # unfinished
     path = proj.root / "ledger" / "runs" / f"{killed[0]['run_id']}.jsonl"

@@ -253,6 +253,6 @@ class Run:
     ) -> None:
         if et is None:
             self.finish("succeeded")
-        elif issubclass(et, Exception) or et is KeyboardInterrupt:
+        elif issubclass(et, Exception):  # Ctrl-C (KeyboardInterrupt) leaves the run unfinished, as a kill does:
             with contextlib.suppress(LedgerError):  # the ledger's disk failed too: report the first error
-                self.finish("failed", f"{et.__name__}: {ev}")
+                self.finish("failed", f"{et.__name__}: {ev}")  # a train or sft run then resumes where it was
