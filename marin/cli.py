@@ -95,7 +95,10 @@ def _ledger(sub: Sub) -> None:
 def _mlflow(sub: Sub) -> None:
     ml = sub.add_parser("mlflow", help="the MLflow view of the ledger")
     msub = ml.add_subparsers(dest="mlflow_command", required=True, metavar="SUBCOMMAND")
-    syn = msub.add_parser("sync", help="create or complete MLflow runs from the ledger (idempotent)")
+    syn = msub.add_parser("sync", help="create or complete MLflow runs from the ledger (idempotent)",
+                          description="Create or complete MLflow runs from the ledger (idempotent). Each request "
+                                      "to a tracking server waits at most 10 s and is not retried, unless "
+                                      "MLFLOW_HTTP_REQUEST_TIMEOUT or MLFLOW_HTTP_REQUEST_MAX_RETRIES say otherwise.")
     syn.add_argument("--uri", help="tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     syn.set_defaults(fn=cmd.mlflow_sync)
 

@@ -100,8 +100,10 @@ def ledger_repair(args: argparse.Namespace) -> int:
 
 
 def mlflow_sync(args: argparse.Namespace) -> int:
+    from marin.net import mlflow_env
     from marin.tracking import sync
 
+    mlflow_env()  # an unreachable server is one line in seconds, as after a stage (the env vars override it)
     print(sync(args.root, args.uri).summary())
     return 0
 

@@ -246,6 +246,10 @@ def test_server_stopped_during_a_stage_then_sync_catches_up(trained, server) -> 
     warnings = [line for line in err.splitlines() if "MLflow not updated" in line]
     assert len(warnings) == 1 and server.uri in warnings[0]
     new_run = ({r[0]["run_id"] for r in trained.runs()} - before).pop()
+    down = subprocess.run([str(BIN / "python"), "-m", "marin.cli", "mlflow", "sync"], cwd=trained.root,
+                          env={**env_for_subprocess(), **trained.env}, capture_output=True, text=True,
+                          timeout=120)  # one line, not MLflow's default retries with backoff (minutes)
+    assert down.returncode == 1 and down.stderr.count("\n") == 1 and server.uri in down.stderr, down.stderr
 
     server.start()
     r = trained.marin("mlflow", "sync", check=True)
