@@ -264,6 +264,19 @@ def test_a_malformed_conversation_is_refused_in_one_line_naming_the_file_and_lin
     assert proj.marin("ledger", "check").returncode == 0 and len(proj.ledger_files()) == len(ledger) + 1
 
 
+def test_a_batch_larger_than_the_instruction_set_is_one_line(sft_project: Project) -> None:
+    proj = sft_project
+    n = sum(1 for _ in (proj.root / "data/instructions/train.jsonl").open())
+    params = proj.params
+    params["sft"]["batch_size"] = n + 1
+    proj.write_params(params)
+    r = proj.stage("sft", check=False)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert f"data/instructions/train.jsonl: {n:,} conversations, fewer than one batch (sft.batch_size {n + 1})" \
+        in r.stderr
+    assert proj.marin("ledger", "check").returncode == 0
+
+
 def test_transformers_answers_with_the_chat_template_exactly_as_the_jax_model(_sft_project: Project) -> None:
     """apply_chat_template + generate on models/hf-instruct give the JAX model's greedy answers
     (evaluate_instruct's records), token for token, for every held-out instruction whose prompt and

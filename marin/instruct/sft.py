@@ -105,6 +105,9 @@ def setup(root: Path, params: Params) -> loop.Setup:
     shardings = step.state_shardings(abstract, mesh, rt.param_sharding)
     tok = tk.load(root / TOKENIZER)
     train = encoded(root / INSTRUCTIONS / "train.jsonl", tok, tokm["eos_id"], cfg.max_seq_len)
+    if len(train[0]) < tp.batch_size:  # as train's check: a step would hold some conversations twice or more
+        raise StageError(f"{INSTRUCTIONS / 'train.jsonl'}: {len(train[0]):,} conversations, fewer than one batch "
+                         f"(sft.batch_size {tp.batch_size}); lower sft.batch_size, or add instructions")
     heldout = encoded(root / INSTRUCTIONS / "heldout.jsonl", tok, tokm["eos_id"], cfg.max_seq_len)
     loader = Rows(*train, tp.batch_size, seeds.key_bytes(params.seed, "sft_data_order"))
 
