@@ -149,6 +149,8 @@ def hub_card(meta: dict[str, Any], sources: list[dict[str, Any]], model: dict[st
             "```", "", "## Training data", ""]
     out += _table(["source", "licence", "locator"], ([f"`{s['name']}`", str(s.get("license", "not recorded")),
                                                      f"{s.get('kind', '')} `{s.get('locator', '')}`"] for s in sources))
+    notes = [f"- `{s['name']}`: {s['license_note']}" for s in sources if s.get("license_note")]
+    out += ["", "Licence notes and attribution:", "", *notes] if notes else []  # what CC BY asks of a redistributor
     out += ["", f"Language: {', '.join(meta.get('language') or []) or 'not recorded'}.", "", "## Evaluation", ""]
     out += _table(["split", "corpus", "metric", "value"],
                   ([m.split, m.corpus, METRICS[m.metric], f"{m.value:.4f}"] for m in measures(eval_json)))

@@ -276,6 +276,9 @@ def _data(f: Facts, root: Path, logs: dict[str, RunLog]) -> dict[str, Any]:
            "digest": f.cite_file("tokenizer digest", tokenize, tm_rec, tm, "/tokenizer/digest").id}
     return {"sources": sources, "funnel": funnel, "splits": splits, "tokenizer": tok,
             "curate_params": curate.started.body["params"].get("curate", {}),
+            "license_notes": {src["name"]: src["license_note"]
+                              for src in curate.started.body["params"].get("fetch", {}).get("sources", [])
+                              if src.get("license_note")},
             "extract": {src["name"]: [{k: e.get(k, []) for k in ("corpus", "include", "exclude")}
                                       for e in src.get("extract", [])]
                         for src in curate.started.body["params"].get("fetch", {}).get("sources", [])},

@@ -188,6 +188,10 @@ def _data(d: Doc, doc: dict[str, Any]) -> None:
     d.table(["source", "locator", "license", "archive digest", "bytes"],
             [[s["name"], d.v(s["locator"]), d.v(s["license"]), d.v(s["digest"]), d.v(s["bytes"])]
              for s in data["sources"]])
+    notes = data.get("license_notes") or {}
+    if notes:  # the attribution a licence asks for (CC BY), as params.yaml's license_note states it
+        d.add("Licence notes and attribution (`fetch.sources[].license_note` in the curate run's parameters):", "",
+              *(f"- `{name}`: {md_escape(note)}" for name, note in notes.items()), "")
     d.add("### Curation funnel", "", "Documents and bytes removed by each step (steps that removed nothing "
           "are left out). Bytes are as read from the archive up to the kept documents; what is stored is their "
           "text with the leading and trailing whitespace stripped and Unicode-normalized (the last row).", "")
