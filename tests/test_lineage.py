@@ -134,6 +134,19 @@ def test_changed_file_resolves_to_its_recorded_output(data_project: Project) -> 
     assert recorded.split(":")[1][:12] in p.stdout and "tokenize" in p.stdout
 
 
+def test_a_file_inside_a_directory_output_has_the_lineage_of_its_folder(data_project: Project) -> None:
+    shard = sorted((data_project.root / "data/tokens").glob("train-*.parquet"))[0]
+    rel = shard.relative_to(data_project.root).as_posix()
+    folder = output(stage_runs(data_project)["tokenize"], "tokens")
+    p = data_project.marin("lineage", rel)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.startswith(f"marin: note: {rel} is a file of data/tokens, which run ") and "tokenize" in p.stdout
+    assert folder["digest"].split(":")[1][:12] in p.stdout
+    shard.write_bytes(shard.read_bytes()[:-1] + bytes([shard.read_bytes()[-1] ^ 1]))
+    p = data_project.marin("lineage", rel)
+    assert p.returncode == 1 and f"{rel} differs from every recorded version in data/tokens" in p.stderr
+
+
 def test_a_line_that_does_not_parse_in_the_lineage_is_named_and_fails(data_project: Project) -> None:
     path = data_project.root / "ledger/runs" / f"{stage_runs(data_project)['curate'][0]['run_id']}.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import rfc8785
 
+from marin import hashing
 from marin.ledger.merkle import merkle_root
 from tests.conftest import BIN, Project
 
@@ -167,6 +168,7 @@ def test_a_checkpoint_tensor_forged_with_its_record_and_chain_is_named(trained: 
     trained.run(str(BIN / "python"), "-m", "marin.train.replay", "compare", "--a", str(ckpt_dir), "--b",
                 str(ckpt_dir), "--steps", "8", "--out", str(out), check=True)
     ckpt["body"]["digest"] = json.loads(out.read_text())["8"]["a_digest"]
+    ckpt["body"]["files_digest"] = hashing.path_digest(ckpt_dir / "8")  # which ledger check reads
     rewrite_chain(path, recs)
     assert trained.marin("ledger", "check").returncode == 0  # the ledger alone cannot tell
     p = verify(trained, run_id(path))

@@ -18,6 +18,7 @@ from typing import Any
 
 from marin import hashing
 from marin.errors import MarinError
+from marin.ledger import listing
 from marin.ledger.index import Index, RunRow
 from marin.ledger.store import RunLog, load_run
 from marin.paths import relpath
@@ -147,6 +148,8 @@ class Ledger:
             if self.producers_of(digest):
                 return Target("digest", digest)
         recorded = [(self.runs[r], b) for r, _, role, b in self.index.entities(path=rel) if role in PRODUCED]
+        if not recorded and (inside := self._inside_output(path, rel)) is not None:
+            return inside
         if not recorded:
             raise UnknownTarget(f"{target!r} is not a run id, a digest or a path that any run in the ledger "
                                 "wrote; see `marin ledger log`")
@@ -154,6 +157,30 @@ class Ledger:
         why = "differs from every recorded output" if path.exists() else "does not exist"
         return Target("digest", body["digest"], f"{rel} {why}; showing what run {log.run_id} wrote there",
                       changed=path.exists())
+
+    def _inside_output(self, path: Path, rel: str) -> Target | None:
+        """A file inside a recorded directory output (``models/final/model.safetensors``): the version of the
+        directory whose recorded entry the file's bytes are, else (changed) the latest that lists it."""
+        for folder in Path(rel).parents:
+            if folder == Path("."):
+                return None
+            rows = [(self.runs[r], b) for r, _, role, b in self.index.entities(path=folder.as_posix())
+                    if role in PRODUCED]
+            if not rows:
+                continue
+            name = Path(rel).relative_to(folder).as_posix()
+            digest = hashing.digest_path(path, self.index.file_hashes).digest if path.is_file() else None
+            listed = [(log, b, e["digest"]) for log, b in rows for e in listing.entries(self.root, b)
+                      if e["path"] == name]
+            if not listed:
+                return None
+            same = [(log, b) for log, b, d in listed if d == digest]
+            log, body = _latest(same or [(log, b) for log, b, _ in listed])
+            why = "is a file of" if same else "differs from every recorded version in" if path.exists() else \
+                "does not exist; recorded in"
+            return Target("digest", body["digest"], f"{rel} {why} {folder.as_posix()}, which run {log.run_id} "
+                          "wrote; showing its lineage", changed=bool(path.exists() and not same))
+        return None
 
     def node(self, target: Target) -> Artifact | Step:
         """The lineage tree of a resolved target."""
