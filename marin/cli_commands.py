@@ -58,6 +58,12 @@ def ledger_head(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unreadable_lines(unreadable: dict[str, str]) -> list[str]:
+    """The line a reader prints for each run file whose index stops at a line that is not a record."""
+    return [f"ledger/runs/{run_id}.jsonl {problem} is not a record; what follows it is not shown: run "
+            "`marin ledger check`" for run_id, problem in unreadable.items()]
+
+
 def ledger_log(args: argparse.Namespace) -> int:
     from marin.ledger.index import Index
 
@@ -82,7 +88,7 @@ def ledger_log(args: argparse.Namespace) -> int:
         status = r.status + (f" (unreadable {bad.split(':')[0]})" if bad else " (truncated)" if r.truncated else "")
         print(f"{when:20} {r.stage or '?':9} {r.run_id:38} {recipe:12} {status:10} "
               f"{', '.join(outputs.get(r.run_id, []))}")
-    for line in idx.unreadable_lines():
+    for line in _unreadable_lines(unreadable):
         print(f"marin: error: {line}", file=sys.stderr)
     return 1 if unreadable else 0
 
@@ -149,7 +155,7 @@ def lineage(args: argparse.Namespace) -> int:
         args.output.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
-    damaged = ledger.index.unreadable_lines()
+    damaged = _unreadable_lines(ledger.index.unreadable())
     for problem in damaged:
         print(f"marin: error: {problem}", file=sys.stderr)
     return 1 if target.changed or damaged else 0

@@ -205,11 +205,6 @@ class Index:
         what follows that line is not in the index."""
         return dict(self.db.execute("SELECT run_id, problem FROM files WHERE problem IS NOT NULL ORDER BY run_id"))
 
-    def unreadable_lines(self) -> list[str]:
-        """:meth:`unreadable` as the one line a reader prints for each (what it shows stops at that line)."""
-        return [f"ledger/runs/{run_id}.jsonl {problem} is not a record; what follows it is not shown: run "
-                "`marin ledger check`" for run_id, problem in self.unreadable().items()]
-
     def runs(self, stage: str | None = None, include_unstarted: bool = False, last: int | None = None) -> list[RunRow]:
         """Runs that started (or every run file), oldest first, optionally of one stage, or only the ``last`` N."""
         q = f"SELECT {_ROW} FROM files"

@@ -18,9 +18,10 @@ from safetensors.numpy import save as safetensors_bytes
 
 from marin import fsutil, hashing, model_folder
 from marin.model import ModelConfig, Transformer
+from marin.model_folder import CONFIG
 from marin.train import distributed
 
-WEIGHTS, CONFIG = "model.safetensors", "config.json"
+WEIGHTS = "model.safetensors"
 
 
 def _name(path: tuple[Any, ...]) -> str:
