@@ -1,0 +1,124 @@
+"""The one bounded reader: every file the product opens is read here, under a cap for its kind.
+
+A file is opened only if it is a regular file (never a fifo, a device or a link: ``/dev/zero`` and a
+fifo are refused at once, see :func:`marin.fsutil.open_regular`), refused by its size before a byte is
+read, and read for at most its cap plus one byte (a file can grow after ``fstat``). Files of records,
+one a line (run files, listings, task data), are streamed with a cap per line as well, so a 512 MiB
+line costs a 16 MiB buffer, not the line. tests/test_no_unbounded_reads.py checks that no other module
+reads a whole file or a whole line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import BinaryIO, NamedTuple
+
+from marin.errors import MarinError
+from marin.fsutil import open_regular, shown
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+class Cap(NamedTuple):
+    size: int  # bytes in the whole file
+    line: int  # bytes in one line, newline included (files of records); the size cap otherwise
+    what: str  # what the file is, for messages
+    fix: str  # what to do about a file over the cap
+
+
+CAPS: dict[str, Cap] = {
+    # a run's records: a long training run's metrics stay far below (about 300 bytes a step); the
+    # largest record, an output naming 10,000 files inline (marin.ledger.run.MAX_ENTRIES), is ~2 MB
+    "run": Cap(256 * MiB, 16 * MiB, "a run file", "move it out of ledger/runs/ and run `marin ledger check`"),
+    "listing": Cap(4096 * MiB, 64 * KiB, "a listing file", "restore ledger/listings/ from git"),
+    "snapshot": Cap(1 * MiB, 1 * MiB, "a ledger snapshot", "pass the head file the report signed"),
+    "vsa": Cap(1 * MiB, 1 * MiB, "a verification summary", "remove it from verifications/"),
+    "key": Cap(64 * KiB, 64 * KiB, "a key file", "point MARIN_SIGNING_KEY (or the option) at a PEM key"),
+    "params": Cap(1 * MiB, 1 * MiB, "params.yaml", "trim it; the shipped one is about 5 KB"),
+    "tokenizer": Cap(32 * MiB, 32 * MiB, "a tokenizer.json", "use a smaller vocabulary"),
+    "task": Cap(64 * MiB, 1 * MiB, "task data", "trim the task file"),
+    "config": Cap(1 * MiB, 1 * MiB, "a config file", "regenerate it with the stage that writes it"),
+    "json": Cap(16 * MiB, 16 * MiB, "a JSON file", "regenerate it with the stage that writes it"),
+    "text": Cap(16 * MiB, 16 * MiB, "a text file", "trim it"),
+}
+
+
+class ReadError(MarinError):
+    """A file is not a regular file, or is over the cap for its kind; nothing of it was kept."""
+
+
+def _over(where: str, cap: Cap, size: str, limit: int) -> str:
+    return f"{where}: {size}, over the {limit:,}-byte cap for {cap.what}; it was not read; {cap.fix}"
+
+
+@contextmanager
+def opened(path: str | os.PathLike[str], kind: str,
+           error: type[MarinError] = ReadError) -> Iterator[BinaryIO]:
+    """``path`` opened for reading as a file of ``kind``: a regular file within its size cap, else
+    ``error`` in one line. FileNotFoundError passes through (callers say what a missing file means)."""
+    cap = CAPS[kind]
+    try:
+        f = open_regular(path)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise error(f"{shown(path)}: {e.strerror}, not {cap.what}; {cap.fix}") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size > cap.size:
+            raise error(_over(shown(path), cap, f"{size:,} bytes", cap.size))
+        yield f
+
+
+def read_bytes(path: str | os.PathLike[str], kind: str, error: type[MarinError] = ReadError) -> bytes:
+    """All of ``path``, a regular file of ``kind`` within its cap (checked before reading and while)."""
+    cap = CAPS[kind]
+    with opened(path, kind, error) as f:
+        data = f.read(cap.size + 1)  # it may have grown since fstat
+    if len(data) > cap.size:
+        raise error(_over(shown(path), cap, f"over {cap.size:,} bytes", cap.size))
+    return data
+
+
+def read_text(path: str | os.PathLike[str], kind: str, error: type[MarinError] = ReadError) -> str:
+    """:func:`read_bytes` decoded as UTF-8 (a byte that is not UTF-8 is ``error`` in one line)."""
+    data = read_bytes(path, kind, error)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{shown(path)}: not UTF-8 (byte {e.start}); {CAPS[kind].fix}") from None
+
+
+def read_json(path: str | os.PathLike[str], kind: str = "json", error: type[MarinError] = ReadError):
+    """The JSON value in ``path`` (bounded as :func:`read_bytes`); unparsable JSON is ``error``."""
+    import json
+
+    try:
+        return json.loads(read_bytes(path, kind, error))
+    except ValueError as e:
+        raise error(f"{shown(path)}: not JSON ({e}); {CAPS[kind].fix}") from None
+
+
+def lines(path: str | os.PathLike[str], kind: str, error: type[MarinError] = ReadError) -> Iterator[bytes]:
+    """The lines of ``path``, newline kept (a last line without one is yielded as it is), streamed:
+    a file over the size cap is refused before reading, and a line over the line cap when the cap
+    is reached, without reading the rest of it."""
+    with opened(path, kind, error) as f:
+        yield from stream_lines(f, path, kind, error)
+
+
+def stream_lines(f: BinaryIO, path: str | os.PathLike[str], kind: str,
+                 error: type[MarinError] = ReadError) -> Iterator[bytes]:
+    """The lines of the open file ``f`` (see :func:`lines`), within ``kind``'s caps."""
+    cap, total, n = CAPS[kind], 0, 0
+    while line := f.readline(cap.line + 1):
+        n += 1
+        total += len(line)
+        if len(line) > cap.line:
+            raise error(f"{shown(path)} line {n}: over the {cap.line:,}-byte cap for one line of {cap.what}; "
+                        f"it was not read; {cap.fix}")
+        if total > cap.size:
+            raise error(_over(shown(path), cap, f"over {cap.size:,} bytes", cap.size))
+        yield line
