@@ -10,6 +10,7 @@ reads a whole file or a whole line.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +36,7 @@ CAPS: dict[str, Cap] = {
     "listing": Cap(4096 * MiB, 64 * KiB, "a listing file", "restore ledger/listings/ from git"),
     "snapshot": Cap(1 * MiB, 1 * MiB, "a ledger snapshot", "pass the head file the report signed"),
     "vsa": Cap(1 * MiB, 1 * MiB, "a verification summary", "remove it from verifications/"),
+    "trust": Cap(1 * MiB, 1 * MiB, "a verifiers list", "list verifiers, not data (verifications/verifiers.json)"),
     "key": Cap(64 * KiB, 64 * KiB, "a key file", "point MARIN_SIGNING_KEY (or the option) at a PEM key"),
     "params": Cap(1 * MiB, 1 * MiB, "params.yaml", "trim it; the shipped one is about 5 KB"),
     "tokenizer": Cap(32 * MiB, 32 * MiB, "a tokenizer.json", "use a smaller vocabulary"),
@@ -53,9 +55,7 @@ def _over(where: str, cap: Cap, size: str, limit: int) -> str:
     return f"{where}: {size}, over the {limit:,}-byte cap for {cap.what}; it was not read; {cap.fix}"
 
 
-@contextmanager
-def opened(path: str | os.PathLike[str], kind: str,
-           error: type[MarinError] = ReadError) -> Iterator[BinaryIO]:
+def open_file(path: str | os.PathLike[str], kind: str, error: type[MarinError] = ReadError) -> BinaryIO:
     """``path`` opened for reading as a file of ``kind``: a regular file within its size cap, else
     ``error`` in one line. FileNotFoundError passes through (callers say what a missing file means)."""
     cap = CAPS[kind]
@@ -64,11 +64,27 @@ def opened(path: str | os.PathLike[str], kind: str,
     except FileNotFoundError:
         raise
     except OSError as e:
-        raise error(f"{shown(path)}: {e.strerror}, not {cap.what}; {cap.fix}") from None
-    with f:
-        size = os.fstat(f.fileno()).st_size
-        if size > cap.size:
-            raise error(_over(shown(path), cap, f"{size:,} bytes", cap.size))
+        raise error(f"{shown(path)}: {_why(e)}, not {cap.what}; {cap.fix}") from None
+    size = os.fstat(f.fileno()).st_size
+    if size > cap.size:
+        f.close()
+        raise error(_over(shown(path), cap, f"{size:,} bytes", cap.size))
+    return f
+
+
+def _why(e: OSError) -> str:
+    if e.errno == errno.ELOOP:  # O_NOFOLLOW met a link
+        return "is a symbolic link"
+    if e.errno == errno.EINVAL:  # open_regular's own: "is a fifo", ...
+        return e.strerror
+    return f"cannot be read ({os.strerror(e.errno).lower() if e.errno else e})"
+
+
+@contextmanager
+def opened(path: str | os.PathLike[str], kind: str,
+           error: type[MarinError] = ReadError) -> Iterator[BinaryIO]:
+    """:func:`open_file` as a context manager."""
+    with open_file(path, kind, error) as f:
         yield f
 
 

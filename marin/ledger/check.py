@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from marin import dvcfiles, fsutil, hashing, schemas
-from marin.errors import IntegrityError, SchemaError
+from marin.errors import IntegrityError, LedgerError, SchemaError
 from marin.ledger import head, listing, merkle
 from marin.ledger.head import Head
 from marin.ledger.index import hash_cache
 from marin.ledger.records import AFTER_FINISH, Record, content_digest
-from marin.ledger.store import RunLog, odd_files, open_run, read_run, run_files
+from marin.ledger.store import RunLog, odd_files, open_run, read_run, run_files, run_lines
 from marin.paths import ledger_dir
 from marin.schemas import UnpinnedSchema
 
@@ -158,22 +158,29 @@ def stream_run(path: Path, watch: int | None = None) -> RunCheck:
     is parsed without it, so the chain, digests and Merkle root are still checked."""
     name = path.name
     rc = RunCheck(name, name.removesuffix(".jsonl"), watch)
-    with open_run(path) as f:
-        for i, line in enumerate(f, start=1):
-            if not line.endswith(b"\n"):
-                rc.truncated(len(line))
-                break
-            try:
-                try:
-                    rec = Record.from_line(line, f"{name} line {i}")
-                except UnpinnedSchema:
-                    rec = _unvalidated(line, f"{name} line {i}")
-                    rc.unvalidated += 1
-            except SchemaError as e:
-                rc.bad_line(str(e))
-                continue
-            rc.feed(rec, content_digest(line))
+    try:
+        with open_run(path) as f:
+            for i, line in enumerate(run_lines(f, path), start=1):
+                if not line.endswith(b"\n"):
+                    rc.truncated(len(line))
+                    break
+                _feed(rc, line, f"{name} line {i}")
+    except LedgerError as e:  # over a cap: named as the run's problem, the rest of the file unread
+        rc.bad_line(str(e))
     return rc
+
+
+def _feed(rc: RunCheck, line: bytes, where: str) -> None:
+    try:
+        try:
+            rec = Record.from_line(line, where)
+        except UnpinnedSchema:
+            rec = _unvalidated(line, where)
+            rc.unvalidated += 1
+    except SchemaError as e:
+        rc.bad_line(str(e))
+        return
+    rc.feed(rec, content_digest(line))
 
 
 _USED = {"run.started": ("stage",), "run.finished": ("status", "records", "merkle_root"), "output": ("path", "digest")}

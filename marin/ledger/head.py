@@ -11,14 +11,15 @@ record is named. A run created after the snapshot is allowed (history grows).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from marin import hashing
+from marin import hashing, readers
 from marin.errors import LedgerError
 from marin.ledger import merkle
-from marin.ledger.store import open_run
+from marin.ledger.store import open_run, run_lines
 
 if TYPE_CHECKING:
     from marin.ledger.index import Index
@@ -79,7 +80,7 @@ def locate(ledger_dir: Path, snapshot: Head) -> dict[str, tuple[int | None, str 
             continue
         digest, last = None, None
         with f:
-            for line in f:
+            for line in run_lines(f, path):
                 if not line.endswith(b"\n"):
                     break
                 try:
@@ -114,7 +115,7 @@ def load_snapshot(path: Path) -> Head:
     """A snapshot from a JSON file (``marin ledger head --json``, or a report's ledger_head.json
     once its statement vouched for it: ``marin.report.check.report_snapshot``)."""
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(readers.read_bytes(os.path.realpath(path), "snapshot", LedgerError))
     except FileNotFoundError:
         raise LedgerError(f"{path}: no such snapshot; give a file from `marin ledger head --json` "
                           "or a report directory") from None

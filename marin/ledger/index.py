@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from marin import hashing
 from marin.ledger import merkle
 from marin.ledger.records import AFTER_FINISH
-from marin.ledger.store import open_run
+from marin.ledger.store import open_run, run_lines
 from marin.paths import ledger_dir
 
 VERSION = 1
@@ -182,7 +182,7 @@ class Index:
                 self._forget(run_id)
                 state = _FileState()
             f.seek(state.indexed)
-            for line in f:
+            for line in run_lines(f, path):
                 if not line.endswith(b"\n") or not state.add(line, self._entity(run_id)):
                     break  # a torn or unparsable line: `ledger check` names it; index what came before
         self.db.execute(

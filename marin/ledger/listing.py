@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from marin import fsutil, hashing
+from marin import fsutil, hashing, readers
 from marin.errors import IntegrityError
 
 LISTINGS = Path("ledger") / "listings"
@@ -46,17 +46,13 @@ def entries(root: Path, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
     path, h, first = root / body["listing"], hashlib.sha256(b"["), True
     try:
-        with fsutil.open_regular(path) as f:
-            for line in f:
-                h.update((b"" if first else b",") + line.rstrip(b"\n"))
-                first = False
-                yield json.loads(line)
+        for line in readers.lines(path, "listing", IntegrityError):
+            h.update((b"" if first else b",") + line.rstrip(b"\n"))
+            first = False
+            yield json.loads(line)
     except FileNotFoundError:
         raise IntegrityError(f"{body['listing']}: the listing of {body['path']} is missing; "
                              "restore ledger/listings/ from git") from None
-    except OSError as e:  # a fifo, a directory, a link: never opened, never waited on
-        raise IntegrityError(f"{body['listing']}: {e.strerror}, not a listing file; restore ledger/listings/ "
-                             "from git") from None
     h.update(b"]")
     if hashing.fmt(h.digest()) != body["digest"]:
         raise IntegrityError(f"{body['listing']}: does not hash to {body['digest']} (the listing was edited)")

@@ -11,6 +11,7 @@ ledger through here; the derived index (built once per command) is passed down.
 from __future__ import annotations
 
 import re
+import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 from marin import hashing
 from marin.errors import MarinError
+from marin.fsutil import not_regular
 from marin.ledger import listing
 from marin.ledger.index import Index, RunRow
 from marin.ledger.store import RunLog, load_run
@@ -143,6 +145,7 @@ class Ledger:
     def _resolve_path(self, target: str) -> Target:
         path = Path(target) if Path(target).is_absolute() else self.root / target
         rel = relpath(self.root, path)
+        _refuse_special(path, target)
         if path.exists():
             digest = hashing.digest_path(path, self.index.file_hashes).digest
             if self.producers_of(digest):
@@ -232,6 +235,18 @@ def _outputs(log: RunLog) -> list[dict[str, Any]]:
 def _latest(candidates: list[Found]) -> Found:
     """The latest succeeded run among candidates, else the latest one."""
     return max(candidates, key=lambda c: (c[0].status == "succeeded", c[0].records[0].time))
+
+
+def _refuse_special(path: Path, target: str) -> None:
+    """A device, fifo or socket is never read (``/dev/zero`` has no end, a fifo blocks)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    why = None if stat.S_ISDIR(mode) else not_regular(mode)
+    if why is not None:
+        raise UnknownTarget(f"{target}: {why}, not a file or folder; lineage is of a run id, a digest, "
+                            "or a file or folder a run wrote")
 
 
 def resolve(root: Path, target: str) -> Target:

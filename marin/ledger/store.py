@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from marin import hashing
+from marin import hashing, readers
 from marin.errors import LedgerError, SchemaError
-from marin.fsutil import disk_cause, not_regular, open_regular, shown, write_all
+from marin.fsutil import disk_cause, not_regular, shown, write_all
 from marin.ledger import merkle
 from marin.ledger.records import AFTER_FINISH, Record
 from marin.paths import ledger_dir
@@ -84,7 +84,7 @@ def read_run(path: str | os.PathLike[str], validate: bool = True, skip: tuple[st
     log = RunLog(path)
     marks = tuple(f'"kind":"{k}"'.encode() for k in skip)
     with open_run(path) as f:
-        for i, line in enumerate(f, start=1):
+        for i, line in enumerate(run_lines(f, path), start=1):
             if not line.endswith(b"\n"):
                 log.truncated = line
                 break
@@ -127,13 +127,20 @@ def read_started(root: Path, run_id: str) -> Record:
     """The first record of run ``run_id`` (``run.started``), read without the rest of the file."""
     path = run_path(root, run_id)
     with open_run(path) as f:
-        line = f.readline()
+        line = next(run_lines(f, path), b"")
     if not line.endswith(b"\n"):
         raise LedgerError(f"{path}: no complete first record; see `marin ledger check`")
     rec = Record.from_line(line, f"{path.name} line 1", False)
     if rec.kind != "run.started":
         raise LedgerError(f"{path}: line 1 is {rec.kind}, not run.started; see `marin ledger check`")
     return rec
+
+
+def _fd_name(fd: int) -> str:
+    try:
+        return shown(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        return "the run file"
 
 
 def _read_tail(fd: int) -> tuple[Record | None, bool]:
@@ -143,6 +150,9 @@ def _read_tail(fd: int) -> tuple[Record | None, bool]:
         return None, False
     chunk, pos, buf = 1 << 16, size, b""
     while pos > 0:
+        if len(buf) > readers.CAPS["run"].line:
+            raise LedgerError(f"{_fd_name(fd)}: the last line is over the {readers.CAPS['run'].line:,}-byte cap "
+                              "for one record; see `marin ledger check`")
         step = min(chunk, pos)
         pos -= step
         buf = os.pread(fd, step, pos) + buf
@@ -226,6 +236,9 @@ class RunFile:
         covered, tree = self._range or _seed(self.path, self.run_id, self._index)
         if covered > size:  # the file shrank under us (repair): start over
             covered, tree = 0, merkle.Builder()
+        if size - covered > readers.CAPS["run"].size:
+            raise LedgerError(f"{shown(self.path)}: over the {readers.CAPS['run'].size:,}-byte cap for a run file; "
+                              "see `marin ledger check`")
         if covered < size:
             for line in os.pread(fd, size - covered, covered).splitlines():
                 tree.append(hashing.parse(Record.from_line(line, self.path.name, validate=False).digest))
@@ -268,7 +281,7 @@ class RunFile:
             _, truncated = _read_tail(fd)
             if not truncated:
                 return None
-            data = self.path.read_bytes()
+            data = readers.read_bytes(self.path, "run", LedgerError)
             cut = data.rfind(b"\n") + 1
             torn = data[cut:]
             side = self.path.with_suffix(".jsonl.torn")
@@ -299,14 +312,14 @@ def _seed(path: Path, run_id: str, index: Index | None) -> tuple[int, merkle.Bui
 
 
 def open_run(path: Path) -> BinaryIO:
-    """A run file opened for reading: a regular file only, never a fifo (it would block) or a link."""
-    try:
-        return open_regular(path)
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        raise LedgerError(f"{shown(path)}: {e.strerror}, not a run file; move it out of ledger/runs/ "
-                          "(a run file is a regular file)") from None
+    """A run file opened for reading: a regular file only, never a fifo (it would block) or a link,
+    within the run file's size cap (:data:`marin.readers.CAPS`); a LedgerError in one line otherwise."""
+    return readers.open_file(path, "run", LedgerError)
+
+
+def run_lines(f: BinaryIO, path: Path) -> Iterator[bytes]:
+    """The lines of the open run file ``f``, each within the cap for one record (a LedgerError past it)."""
+    return readers.stream_lines(f, path, "run", LedgerError)
 
 
 def _why_odd(path: Path) -> str | None:

@@ -20,7 +20,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from marin import fsutil, hashing
+from marin import fsutil, hashing, readers
 from marin.errors import MarinError
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -87,10 +87,10 @@ def _write_new_private(path: Path, data: bytes) -> None:
 
 def _read_key_file(path: Path, what: str) -> bytes:
     try:
-        return Path(path).read_bytes()
+        return readers.read_bytes(os.path.realpath(path), "key", SigningKeyError)  # a link to a key is fine
     except FileNotFoundError:
         raise SigningKeyError(f"{path}: no such {what} key file; {_KEYGEN_HINT}") from None
-    except (IsADirectoryError, PermissionError) as e:
+    except PermissionError as e:
         raise SigningKeyError(f"{path}: cannot read {what} key ({e.strerror}); check path and permissions") from None
 
 
