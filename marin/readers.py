@@ -34,7 +34,8 @@ CAPS: dict[str, Cap] = {
     # largest record, an output naming 10,000 files inline (marin.ledger.run.MAX_ENTRIES), is ~2 MB
     "run": Cap(256 * MiB, 16 * MiB, "a run file", "move it out of ledger/runs/ and run `marin ledger check`"),
     "listing": Cap(4096 * MiB, 64 * KiB, "a listing file", "restore ledger/listings/ from git"),
-    "snapshot": Cap(1 * MiB, 1 * MiB, "a ledger snapshot", "pass the head file the report signed"),
+    "snapshot": Cap(1 * MiB, 1 * MiB, "a ledger snapshot",
+                    "give a file from `marin ledger head --json` or a report directory"),
     "vsa": Cap(1 * MiB, 1 * MiB, "a verification summary", "remove it from verifications/"),
     "trust": Cap(1 * MiB, 1 * MiB, "a verifiers list", "list verifiers, not data (verifications/verifiers.json)"),
     "key": Cap(64 * KiB, 64 * KiB, "a key file", "point MARIN_SIGNING_KEY (or the option) at a PEM key"),
