@@ -55,7 +55,7 @@ STAGES: tuple[Stage, ...] = (
           dep_notes={"tokenizer": "a pretrained tokenizer.json (tokenize.pretrained.path) lies here"}),
     Stage("train", deps=("data/tokens",), params=("seed", "model", "train", *RUNTIME_TRAIN),
           outs=(Out("models/final"), Out("metrics/train_curve.csv", "plots"))),
-    Stage("instructions", deps=("data/curated", "data/raw"), params=("fetch", "instructions"),
+    Stage("instructions", deps=("data/curated", "data/raw"), params=("fetch", "curate", "instructions"),
           outs=(Out("data/instructions"),),
           note="built-in instructions from the curated splits, and your own (fetch sources of format messages)"),
     Stage("sft", deps=("models/final", "data/tokens/tokenizer.json", "data/tokens/chat_template.jinja",

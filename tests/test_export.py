@@ -216,13 +216,13 @@ def test_batched_generation_with_left_padding_equals_each_prompt_alone(exported:
     model = transformers.AutoModelForCausalLM.from_pretrained(path)
     tok = transformers.AutoTokenizer.from_pretrained(path)
     prompts = [tok.eos_token + "ROMEO.", tok.eos_token + "Of Man's first disobedience, and the fruit"]
-    assert len({len(tok(p)["input_ids"]) for p in prompts}) == 2  # different lengths: one is padded
-    batch = tok(prompts, padding=True, return_tensors="pt")
+    assert len({len(tok(p, split_special_tokens=False)["input_ids"]) for p in prompts}) == 2  # one is padded
+    batch = tok(prompts, padding=True, split_special_tokens=False, return_tensors="pt")  # the EOS string: trusted
     with torch.no_grad():
         together = model.generate(**batch, max_new_tokens=8, do_sample=False)
     width = batch["input_ids"].shape[1]
     for i, p in enumerate(prompts):
-        alone = tok(p, return_tensors="pt")
+        alone = tok(p, split_special_tokens=False, return_tensors="pt")
         with torch.no_grad():
             one = model.generate(**alone, max_new_tokens=8, do_sample=False)
         assert together[i, width:].tolist() == one[0, alone["input_ids"].shape[1]:].tolist(), p

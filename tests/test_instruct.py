@@ -301,8 +301,8 @@ def test_transformers_answers_with_the_chat_template_exactly_as_the_jax_model(_s
     end = ours.token_to_id(chat.END)
     stopped = compared = 0
     for e, a in zip(heldout, answers, strict=True):
-        enc = tok.apply_chat_template(e["messages"][:-1], add_generation_prompt=True, return_tensors="pt",
-                                      return_dict=True)
+        enc = tok.apply_chat_template(e["messages"][:-1], add_generation_prompt=True, sanitize_control_tokens=True,
+                                      return_tensors="pt", return_dict=True)
         ids = enc["input_ids"]
         assert ids[0].tolist() == chat.prompt_ids(ours, e["messages"][:-1], tk.EOS).tolist()
         if ids.shape[1] + n > proj.params["model"]["seq_len"]:

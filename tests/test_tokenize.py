@@ -53,9 +53,11 @@ def tok() -> Tokenizer:
 
 def test_encode_batch_fast_gives_the_ids_of_encode_batch(tok: Tokenizer) -> None:
     texts = _docs(40, seed=9) + EDGE_TEXTS
-    slow = [e.ids for e in tok.encode_batch(texts)]
-    assert [e.ids for e in tok.encode_batch_fast(texts)] == slow
-    lengths, ids = tk.encode_task(tk.EncodeTask(tok.to_str(), texts))
+    plain = tk.plain(Tokenizer.from_str(tok.to_str()))  # as the workers encode: <|endoftext|> as text
+    slow = [e.ids for e in plain.encode_batch(texts)]
+    assert [e.ids for e in plain.encode_batch_fast(texts)] == slow
+    lengths, ids, carrying = tk.encode_task(tk.EncodeTask(tok.to_str(), texts))
+    assert carrying == 1 and tok.token_to_id(tk.EOS) not in ids.tolist()  # the one literal, never the id
     assert ids.dtype == np.uint16 and lengths.tolist() == [len(x) for x in slow]
     assert ids.tolist() == [i for x in slow for i in x]
 
@@ -173,7 +175,7 @@ def test_a_pinned_tokenizer_saved_with_truncation_and_padding_encodes_whole_docu
     saved.enable_padding(length=64)
     pinned = tk.pretrained(tmp_path, _pin(tmp_path, "t.json", saved.to_str().encode()))
     texts = _docs(5, seed=11)
-    lengths, ids = tk.encode_task(tk.EncodeTask(pinned.tokenizer.to_str(), texts))
+    lengths, ids, _ = tk.encode_task(tk.EncodeTask(pinned.tokenizer.to_str(), texts))
     assert lengths.tolist() == [len(tok.encode(t).ids) for t in texts] and all(n > 64 for n in lengths)
     assert ids.tolist() == [i for t in texts for i in tok.encode(t).ids]
     loaded = tk.load(tmp_path / "t.json")  # as evaluate loads data/tokens/tokenizer.json
@@ -271,7 +273,7 @@ def test_shard_files_read_back_as_written(tmp_path: Path, tok: Tokenizer) -> Non
     from marin.data.engine import Engine
 
     writer = tk.ShardWriter(tmp_path, "train", 2000)
-    for meta, lengths, ids in tk.encoded(path, tok.to_str(), Engine()):
+    for meta, lengths, ids, _ in tk.encoded(path, tok.to_str(), Engine()):
         writer.add(meta, lengths, ids)
     rows = [r for s in writer.close() for r in pq.read_table(tmp_path / s["file"]).to_pylist()]
     assert [tok.decode(r["tokens"]) for r in rows] == texts

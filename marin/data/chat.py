@@ -4,9 +4,12 @@ convention (``tokenizer.apply_chat_template``), stored with the tokenizer.
 A conversation renders as ``{eos}<|user|>question<|end|><|assistant|>answer<|end|>``: the
 end-of-text token first, as every pretraining document is read (marin.data.documents), then
 each message between its role token and ``<|end|>``; ``add_generation_prompt`` appends
-``<|assistant|>``. The special tokens split the text before byte-level BPE sees it, so a
-message's content encodes the same wherever it stands, and the ids marin trains on are the ids
-transformers gets from the same template and tokenizer (tests/test_instruct.py checks this).
+``<|assistant|>``. The ids are built piece by piece: each special token the template writes is
+its id, and each message's content is encoded as plain text (:func:`text_ids`), so a user who
+writes ``<|assistant|>`` in a message gets the ordinary tokens of that string, never a forged
+turn. For content without such strings the ids are those of the rendered text, the ids
+transformers gets from the same template and tokenizer; with them, the ids transformers gets
+with ``apply_chat_template(..., sanitize_control_tokens=True)`` (tests/test_special_tokens.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 import numpy as np
 
 ROLES = ("system", "user", "assistant")
+EOS = "<|endoftext|>"  # the end-of-text token of a tokenizer trained here
 END = "<|end|>"
 CHAT_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>", END)
 TEMPLATE_FILE = "chat_template.jinja"
@@ -53,22 +57,47 @@ def render(messages: Messages, eos: str, add_generation_prompt: bool = False) ->
     return _template().render(messages=list(messages), eos_token=eos, add_generation_prompt=add_generation_prompt)
 
 
+def text_ids(tok: Any, text: str) -> list[int]:
+    """The ids of ``text`` as plain text: a special token's string in it (``<|end|>``, the EOS)
+    becomes the ordinary tokens of that string, never the special id."""
+    old = tok.encode_special_tokens
+    tok.encode_special_tokens = True
+    try:
+        return tok.encode(text, add_special_tokens=False).ids
+    finally:
+        tok.encode_special_tokens = old
+
+
+def carries(text: str, specials: Sequence[str]) -> bool:
+    """Whether ``text`` holds the string of a special token (counted and warned about, encoded as text)."""
+    return any(s in text for s in specials)
+
+
+def _pieces(tok: Any, messages: Messages, eos: str, add_generation_prompt: bool) -> list[tuple[list[int], bool]]:
+    """(ids, learned) of each piece of the rendered conversation, in order: the template's special
+    tokens by id, each content as plain text; ``learned``: an assistant message's content and end."""
+    special = tok.token_to_id
+    out = [([special(eos)], False)]
+    for m in messages:
+        if m["role"] not in ROLES:
+            raise ValueError("roles are system, user and assistant")
+        learned = m["role"] == "assistant"
+        out += [([special(f"<|{m['role']}|>")], False), (text_ids(tok, m["content"]), learned),
+                ([special(END)], learned)]
+    if add_generation_prompt:
+        out.append(([special("<|assistant|>")], False))
+    return out
+
+
 def encode(tok: Any, messages: Messages, eos: str) -> tuple[np.ndarray, np.ndarray]:
     """(ids int32, mask bool) of a conversation: the mask marks the tokens of every assistant
     message and its ``<|end|>``, the tokens a fine-tune learns to predict."""
-    def ids(text: str) -> list[int]:
-        return tok.encode(text, add_special_tokens=False).ids
-
-    full = ids(render(messages, eos))
-    mask = np.zeros(len(full), dtype=bool)
-    for i, m in enumerate(messages):
-        if m["role"] != "assistant":
-            continue
-        start, end = len(ids(render(messages[:i], eos, True))), len(ids(render(messages[: i + 1], eos)))
-        mask[start:end] = True
-    return np.array(full, dtype=np.int32), mask
+    pieces = _pieces(tok, messages, eos, False)
+    ids = [i for p, _ in pieces for i in p]
+    mask = np.array([m for p, m in pieces for _ in p], dtype=bool)
+    return np.array(ids, dtype=np.int32), mask
 
 
 def prompt_ids(tok: Any, messages: Messages, eos: str) -> np.ndarray:
     """The ids a model answers from: the conversation so far and ``<|assistant|>``."""
-    return np.array(tok.encode(render(messages, eos, True), add_special_tokens=False).ids, dtype=np.int32)
+    return np.array([i for p, _ in _pieces(tok, messages, eos, True) for i in p], dtype=np.int32)

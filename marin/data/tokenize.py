@@ -34,7 +34,7 @@ from marin.data.engine import Engine
 from marin.errors import ParamsError, StageError
 from marin.paths import within
 
-EOS = "<|endoftext|>"
+EOS = chat.EOS
 SPECIAL_TOKENS = [EOS, *chat.CHAT_TOKENS]  # the chat tokens are reserved whether or not a fine-tune uses them
 READ_ROWS = 64  # rows per read batch (Arrow decodes a whole row group anyway: curate bounds those)
 ENCODE_BATCH_BYTES = 1 << 20  # text per engine task: a task costs ~100 bytes per token while it runs
@@ -112,10 +112,17 @@ def load(path: Path) -> Tokenizer:
 
 def plain(tok: Tokenizer) -> Tokenizer:
     """``tok`` with truncation and padding off: a file saved with either on would cut or pad
-    every document (a pretrained ``tokenizer.json`` may carry them)."""
+    every document (a pretrained ``tokenizer.json`` may carry them); and text is text: the
+    string of a special token in it encodes as ordinary tokens, never the special id."""
     tok.no_truncation()
     tok.no_padding()
+    tok.encode_special_tokens = True  # a runtime switch: tokenizer.json's bytes do not change
     return tok
+
+
+def specials(tok: Tokenizer) -> list[str]:
+    """The strings of ``tok``'s special tokens, in id order."""
+    return [t.content for _, t in sorted(tok.get_added_tokens_decoder().items()) if t.special]
 
 
 # -- a pretrained tokenizer, pinned by digest ---------------------------------------------
@@ -202,9 +209,8 @@ def describe(tok: Tokenizer, eos: str) -> dict[str, Any]:
     spec = json.loads(tok.to_str())
     model = (spec.get("model") or {}).get("type", "unknown")
     byte_level = "ByteLevel" in json.dumps(spec.get("pre_tokenizer"))
-    specials = [t.content for _, t in sorted(tok.get_added_tokens_decoder().items()) if t.special]
     return {"type": "byte-level BPE" if model == "BPE" and byte_level else model,
-            "vocab_size": tok.get_vocab_size(), "special_tokens": specials,
+            "vocab_size": tok.get_vocab_size(), "special_tokens": specials(tok),
             "eos_id": tok.token_to_id(eos), "library": "tokenizers"}
 
 
@@ -219,8 +225,9 @@ class EncodeTask:
 
 
 @functools.lru_cache(maxsize=2)
-def _tokenizer(spec: str) -> Tokenizer:
-    return Tokenizer.from_str(spec)
+def _tokenizer(spec: str) -> tuple[Tokenizer, list[str]]:
+    tok = plain(Tokenizer.from_str(spec))
+    return tok, specials(tok)
 
 
 @contextmanager
@@ -238,15 +245,17 @@ def _one_thread() -> Iterator[None]:
             os.environ["TOKENIZERS_PARALLELISM"] = old
 
 
-def encode_task(task: EncodeTask) -> tuple[np.ndarray, np.ndarray]:
-    """(token count per document int64, all ids uint16): ids without special tokens (the loader
-    adds EOS). ``encode_batch_fast`` skips offsets: the same ids as ``encode_batch``, less CPU."""
-    tok = _tokenizer(task.tokenizer)
+def encode_task(task: EncodeTask) -> tuple[np.ndarray, np.ndarray, int]:
+    """(token count per document int64, all ids uint16, documents holding a special token's
+    string): ids without special tokens (the loader adds EOS; such a string in a document encodes
+    as text). ``encode_batch_fast`` skips offsets: the same ids as ``encode_batch``, less CPU."""
+    tok, strings = _tokenizer(task.tokenizer)
     with _one_thread():
         encodings = tok.encode_batch_fast(task.texts, add_special_tokens=False)
     ids = [np.array(e.ids, dtype=np.uint16) for e in encodings]
     lengths = np.array([len(x) for x in ids], dtype=np.int64)
-    return lengths, np.concatenate(ids) if ids else np.zeros(0, np.uint16)
+    carrying = sum(chat.carries(t, strings) for t in task.texts)
+    return lengths, np.concatenate(ids) if ids else np.zeros(0, np.uint16), carrying
 
 
 def _read(path: Path) -> Iterator[tuple[pa.Table, list[str]]]:
@@ -268,8 +277,9 @@ def _take(parts: list[pa.RecordBatch]) -> tuple[pa.Table, list[str]]:
     return table.select(list(META)), table["text"].to_pylist()
 
 
-def encoded(path: Path, spec: str, engine: Engine) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:
-    """(metadata, token counts, ids) per batch of a split, in file order, encoded by ``engine``."""
+def encoded(path: Path, spec: str, engine: Engine) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray, int]]:
+    """(metadata, token counts, ids, documents holding a special token's string) per batch of a
+    split, in file order, encoded by ``engine``."""
     metas: deque[pa.Table] = deque()  # a task's metadata waits here for its result (results come in order)
 
     def tasks() -> Iterator[EncodeTask]:
@@ -277,8 +287,8 @@ def encoded(path: Path, spec: str, engine: Engine) -> Iterator[tuple[pa.Table, n
             metas.append(meta)
             yield EncodeTask(spec, texts)
 
-    for lengths, ids in engine.map(encode_task, tasks()):
-        yield metas.popleft(), lengths, ids
+    for lengths, ids, carrying in engine.map(encode_task, tasks()):
+        yield metas.popleft(), lengths, ids, carrying
 
 
 # -- shards --------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ per document) as they stream, write the manifest."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,13 @@ SPLITS = ("train", "validation")
 def tokenize_split(root: Path, tmp: Path, split: str, spec: str, params: Params, engine: Engine) -> dict[str, Any]:
     """Encode one split into shards under ``tmp``; its manifest entry, counted as it streams."""
     writer = tk.ShardWriter(tmp, split, params.tokenize.shard_max_tokens)
-    docs = tokens = n_bytes = 0
+    docs = tokens = n_bytes = carrying = 0
     corpora: dict[str, dict[str, int]] = {}
     path = root / CURATED / f"{split}.parquet"
     progress = meter(f"tokenize {split}", total=pq.ParquetFile(path).metadata.num_rows, unit=" docs")
-    for meta, lengths, ids in tk.encoded(path, spec, engine):
+    for meta, lengths, ids, n_special in tk.encoded(path, spec, engine):
         writer.add(meta, lengths, ids)
+        carrying += n_special
         progress.update(len(lengths))
         for c, n, b in zip(meta["corpus"].to_pylist(), lengths.tolist(), meta["n_bytes"].to_pylist(), strict=True):
             e = corpora.setdefault(c, {"docs": 0, "tokens": 0, "bytes": 0})
@@ -43,7 +45,17 @@ def tokenize_split(root: Path, tmp: Path, split: str, spec: str, params: Params,
     print(f"tokenize: {split}: {docs} docs, {tokens:,} tokens, "
           f"{n_bytes / max(tokens, 1):.3f} bytes/token, {len(shards)} shard(s)")
     return {"docs": docs, "tokens": tokens, "bytes": n_bytes, "bytes_per_token": round(n_bytes / max(tokens, 1), 6),
-            "shards": shards, "corpora": corpora}
+            "special_text_docs": carrying, "shards": shards, "corpora": corpora}
+
+
+def warn_special_text(splits: dict[str, dict[str, Any]], tok: Tokenizer) -> None:
+    """One line on stderr when documents hold the string of a special token (encoded as text)."""
+    n = {s: e["special_text_docs"] for s, e in splits.items() if e["special_text_docs"]}
+    if n:
+        each = ", ".join(f"{k} {v:,}" for k, v in n.items())
+        print(f"marin: warning: tokenize: {sum(n.values()):,} document(s) ({each}) "
+              f"hold the string of a special token ({', '.join(tk.specials(tok))}); encoded as ordinary tokens, "
+              "never the special id (special_text_docs in data/tokens/manifest.json)", file=sys.stderr)
 
 
 def tokenizer_file(root: Path, params: Params, pinned: tk.Pinned | None) -> tuple[bytes, Tokenizer, dict[str, Any]]:
@@ -92,6 +104,7 @@ def run_stage(root: Path, params: Params) -> None:
             fsutil.write_bytes(tmp / chat.TEMPLATE_FILE, chat.TEMPLATE.encode())
             spec = tok.to_str()  # compact JSON: what each engine task carries
             splits = {s: tokenize_split(root, tmp, s, spec, params, engine) for s in SPLITS}
+            warn_special_text(splits, tok)
             digests = {s: hashing.file_digest(root / CURATED / f"{s}.parquet") for s in SPLITS}
             if pinned is not None:
                 digests["pretrained_tokenizer"] = pinned.digest

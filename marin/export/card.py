@@ -107,8 +107,10 @@ def snippet(folder: str, sample: Sample) -> list[str]:
     return ["```python", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
             f'model = AutoModelForCausalLM.from_pretrained("{folder}")',
             f'tokenizer = AutoTokenizer.from_pretrained("{folder}")',
-            "# in training every document followed an end-of-text token: a prompt starts with one",
-            f"inputs = tokenizer(tokenizer.eos_token + {json.dumps(sample.prompt)}, return_tensors=\"pt\")",
+            "# in training every document followed an end-of-text token: a prompt starts with one (text",
+            "# never becomes a special token by default; split_special_tokens=False trusts this string)",
+            f"inputs = tokenizer(tokenizer.eos_token + {json.dumps(sample.prompt)}, split_special_tokens=False, "
+            "return_tensors=\"pt\")",
             f"out = model.generate(**inputs, max_new_tokens={sample.max_new_tokens}, do_sample=False)",
             'print(tokenizer.decode(out[0, inputs["input_ids"].shape[1]:]))', "```"]
 

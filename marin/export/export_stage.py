@@ -52,7 +52,7 @@ def card_sample(params: dict, config: dict, tokenizer_json: bytes) -> card.Sampl
     from tokenizers import Tokenizer
 
     prompt = params["evaluate"]["prompts"][0]
-    ids = Tokenizer.from_str(tokenizer_json.decode()).encode(prompt, add_special_tokens=False).ids
+    ids = chat.text_ids(Tokenizer.from_str(tokenizer_json.decode()), prompt)
     room = config["model"]["max_seq_len"] - 1 - len(ids)
     return card.Sample(prompt, max(1, min(params["evaluate"]["sample_tokens"], room)))
 

@@ -127,11 +127,19 @@ def tokenizer_config(eos: str, max_len: int, chat_template: str | None = None) -
     """tokenizer_config.json: the project's byte-level BPE as a fast tokenizer; no BOS is added
     (marin's documents start after an EOS separator, which the loader adds, not the tokenizer). Padding
     is on the left, as batched generation of a decoder needs; ``model_max_length`` is the context.
-    ``chat_template``: the Jinja template ``apply_chat_template`` renders (a chat model's)."""
+    ``chat_template``: the Jinja template ``apply_chat_template`` renders (a chat model's).
+
+    Text never becomes a special token, as in marin: without a template ``split_special_tokens``
+    makes ``tokenizer(text)`` encode ``<|endoftext|>`` or ``<|assistant|>`` in text as ordinary
+    tokens. A chat model cannot set it (transformers would split the template's own role tokens
+    too); ``apply_chat_template(..., sanitize_control_tokens=True)`` encodes the messages' content
+    as text instead, the ids marin's sft trains on (the card and tests/test_special_tokens.py)."""
     out = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos, "bos_token": eos, "pad_token": eos,
            "unk_token": None, "add_bos_token": False, "add_eos_token": False, "model_max_length": max_len,
            "padding_side": "left", "truncation_side": "left", "clean_up_tokenization_spaces": False}
-    return {**out, "chat_template": chat_template} if chat_template is not None else out
+    if chat_template is None:
+        return {**out, "split_special_tokens": True}
+    return {**out, "chat_template": chat_template}
 
 
 def generation_config(eos_id: int, stop: int | list[int]) -> dict[str, Any]:

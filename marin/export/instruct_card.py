@@ -62,8 +62,9 @@ def card(root: Path, recorded: dict[str, Any], config: dict[str, Any], tokenizer
              'model = AutoModelForCausalLM.from_pretrained("models/hf-instruct")',
              'messages = [{"role": "user", "content": "Which corpus is this line from? In the beginning God created '
              'the heaven and the earth."}]',
-             "ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors=\"pt\", "
-             "return_dict=True)",
+             "# sanitize_control_tokens: <|assistant|> or <|end|> in a message is text, never a forged turn",
+             "ids = tok.apply_chat_template(messages, add_generation_prompt=True, sanitize_control_tokens=True, "
+             "return_tensors=\"pt\", return_dict=True)",
              "out = model.generate(**ids, max_new_tokens=24, do_sample=False)",
              "print(tok.decode(out[0, ids[\"input_ids\"].shape[1]:], skip_special_tokens=True))", "```", "",
              "## Chat format", "",

@@ -1,18 +1,24 @@
 """Your own instruction data: JSONL files of ``{"messages": [{"role": ..., "content": ...}, ...]}``
 (the format of HF chat datasets and the OpenAI API), one conversation per line, in a fetch
 source whose extract has ``format: messages``. Every line is checked; the first bad one stops
-the stage with one line naming the file and the line."""
+the stage with one line naming the file and the line.
+
+Lines stream as curate's JSONL does (:func:`marin.data.shards.line_chunks`): a line over
+``curate.max_document_bytes`` is never held, and is refused in one line or, with
+``curate.oversize: drop``, skipped unread and counted."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from marin.config import Source
+from marin.config import CurateParams, Source
 from marin.data import archive
 from marin.data.chat import ROLES
+from marin.data.shards import Oversize, line_chunks, oversize
 from marin.errors import StageError
 from marin.fsutil import shown
 
@@ -38,20 +44,41 @@ def problem(line: bytes) -> str | None:
     return None
 
 
-def read(source: Source, path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
-    """(member, line number, conversation) of every line of the source's messages extracts."""
+def lines(stream: archive.Readable, where: str, p: CurateParams) -> Iterator[tuple[int, bytes | Oversize]]:
+    """(line number, bytes) of every non-blank line of ``stream``, or an :class:`Oversize` for a
+    line over the cap (refused by :func:`oversize` unless ``curate.oversize`` is drop)."""
+    over = partial(_over, where, p)
+    for first, chunk in line_chunks(stream, cap=p.max_document_bytes, over=over):
+        if isinstance(chunk, Oversize):
+            yield first, chunk
+            continue
+        for j, line in enumerate(chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")):
+            if len(line) > p.max_document_bytes:  # ended within the block that took it past the cap
+                yield first + j, over(first + j, len(line))
+            elif line.strip():
+                yield first + j, line
+
+
+def _over(where: str, p: CurateParams, line: int, n: int) -> Oversize:
+    return oversize(f"{where} line {line}", n, p)
+
+
+def read(source: Source, path: Path, p: CurateParams) -> Iterator[tuple[str, int, dict[str, Any] | Oversize]]:
+    """(member, line number, conversation) of every line of the source's messages extracts; an
+    :class:`Oversize` instead of a conversation for a line dropped over the cap."""
     for ex in source.extract:
         if ex.format != "messages":
             continue
         found = False
         for m in archive.open_members(path, ex.include, ex.exclude):
             found = True
-            for n, line in enumerate(archive.decompressed(m, path).read().split(b"\n"), 1):
-                if not line.strip():
+            where = m.name if path.is_file() else f"{shown(path)}: member {m.name!r}"
+            for n, line in lines(archive.decompressed(m, path), where, p):
+                if isinstance(line, Oversize):
+                    yield m.name, n, line
                     continue
                 why = problem(line)
                 if why is not None:
-                    where = m.name if path.is_file() else f"{shown(path)}: member {m.name!r}"
                     raise StageError(f"{where} line {n}: {why}; fix the line (fetch.sources[{source.name}]: "
                                      f"{source.kind}:{source.locator})")
                 yield m.name, n, {"messages": json.loads(line)["messages"]}
