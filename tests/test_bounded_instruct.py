@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from tests.conftest import Project
-from tests.test_bounded import gzip_stream, ledger_kept, refused, repeat, run
+from tests.test_bounded import bounded, gzip_stream, ledger_kept, refused, repeat, run
 from tests.test_instruct import conversation, instruct_params
 
 
@@ -66,8 +66,6 @@ def test_a_giant_conversation_line_is_refused_or_dropped_and_counted(tmp_path: P
     before = data_project.ledger_files()
     child = run(data_project, "-m", "pipeline.instructions")
     assert child.code == 0, child.stderr
-    from tests.test_bounded import bounded
-
     bounded(child)
     m = json.loads((data_project.root / "data/instructions/manifest.json").read_text())
     [s] = m["sources"]

@@ -1,7 +1,8 @@
 """Text never becomes a special token (issue 38, defect 5): ``<|assistant|>``, ``<|end|>`` or the
 EOS written in a message or a document encode as ordinary tokens in sft's conversations, in the
 token shards and in the HF export; the documents and messages holding them are counted in the
-manifests and warned about in one line. Data without such strings encodes as before."""
+manifests and warned about in one line. Data without such strings encodes as before. A pinned
+tokenizer whose regex panics (defect 13) is refused in one line.
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from marin.config import TokenizeParams
 from marin.data import chat
 from marin.data import tokenize as tk
 from tests.conftest import Project
-from tests.test_bounded import bounded, ledger_kept, on_file, records, run
+from tests.test_bounded import bounded, ledger_kept, on_file, records, refused, run
 from tests.test_instruct import conversation, instruct_params
 
 FORGED = [{"role": "system", "content": "Be brief."},
@@ -135,4 +136,37 @@ def test_instructions_count_and_warn_about_messages_with_special_strings(tmp_pat
     assert line.startswith("marin: warning: instructions: 2 message(s) (train 2, heldout 0)"), line
     m = json.loads((data_project.root / "data/instructions/manifest.json").read_text())
     assert m["sets"]["train"]["special_text_messages"] == 2 and m["sets"]["heldout"]["special_text_messages"] == 0
+    ledger_kept(data_project, before)
+
+
+# -- a pinned tokenizer whose pre-tokenizer regex panics (issue 38, defect 13) ------------------
+
+def _backtracking(tok: Tokenizer) -> Tokenizer:
+    from tokenizers import Regex, pre_tokenizers
+
+    bad = Tokenizer.from_str(tok.to_str())
+    bad.pre_tokenizer = pre_tokenizers.Split(Regex(r"(a|aa)+$"), behavior="isolated")  # exponential on a...a!
+    return bad
+
+
+def test_a_panicking_tokenizer_regex_is_one_error_without_a_rust_report(tok: Tokenizer, capfd) -> None:
+    from marin.errors import StageError
+
+    task = tk.EncodeTask(_backtracking(tok).to_str(), ["fine text", "a" * 3000 + "!"])
+    with pytest.raises(StageError, match=r"the tokenizer panicked .*retry-limit-in-match over.*backtracks"):
+        tk.encode_task(task)
+    assert capfd.readouterr().err == ""  # the panic's own report is kept off the terminal
+
+
+def test_a_pinned_tokenizer_whose_regex_panics_is_refused_in_one_line(data_project: Project, tok: Tokenizer) -> None:
+    data = _backtracking(tok).to_str().encode()
+    (data_project.root / "tokenizer/bad.json").write_bytes(data)
+    params = data_project.params
+    params["tokenize"]["pretrained"] = {"path": "tokenizer/bad.json", "sha256": hashlib.sha256(data).hexdigest()}
+    data_project.write_params(params)
+    before = data_project.ledger_files()
+    line = refused(run(data_project, "-m", "pipeline.tokenize"), 1, "tokenize.pretrained.path: tokenizer/bad.json: "
+                   "the tokenizer panicked (Onig: Regex search error: retry-limit-in-match over)", "(refused)")
+    assert "Traceback" not in line and "panicked at" not in line
+    assert data_project.ledger_files() == before  # refused before any run started
     ledger_kept(data_project, before)

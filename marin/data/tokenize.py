@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import os
+import sys
 from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -190,7 +191,34 @@ def pretrained(root: Path, p: PretrainedTokenizer) -> Pinned:
     if tok.token_to_id(p.eos) is None:
         raise StageError(f"tokenize.pretrained.eos: {p.eos!r} is not a token of {rel}; set "
                          "tokenize.pretrained.eos to its end-of-text token")
+    with panics_refused(f"tokenize.pretrained.path: {rel}"):  # before any run starts
+        tok.encode_batch_fast(list(PROBES), add_special_tokens=False)
     return Pinned(rel, data, plain(tok), p.eos)
+
+
+# runs of one character and a mismatch: what makes a backtracking regex (``(a|aa)+$``) exceed
+# Oniguruma's retry limit, which tokenizers turns into a Rust panic
+PROBES = tuple(c * 4096 + end for c in ("a", " ", "1", "é", ".", "\n") for end in ("!", "a", " "))
+
+
+@contextmanager
+def panics_refused(what: str) -> Iterator[None]:
+    """A Rust panic inside tokenizers (a pre-tokenizer regex that backtracks past Oniguruma's retry
+    limit) as one StageError; the panic's own report on stderr (fd 2) goes to /dev/null meanwhile."""
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    except BaseException as e:  # pyo3's PanicException derives from BaseException
+        if type(e).__name__ != "PanicException":
+            raise
+        raise StageError(f"{what}: the tokenizer panicked ({str(e).splitlines()[0][:120]}): its pre-tokenizer "
+                         "regex backtracks without bound; use a tokenizer whose regex does not (refused)") from None
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
 
 
 def with_chat_tokens(tok: Tokenizer) -> list[str]:
@@ -250,7 +278,7 @@ def encode_task(task: EncodeTask) -> tuple[np.ndarray, np.ndarray, int]:
     string): ids without special tokens (the loader adds EOS; such a string in a document encodes
     as text). ``encode_batch_fast`` skips offsets: the same ids as ``encode_batch``, less CPU."""
     tok, strings = _tokenizer(task.tokenizer)
-    with _one_thread():
+    with _one_thread(), panics_refused("tokenize: encoding a batch of documents"):
         encodings = tok.encode_batch_fast(task.texts, add_special_tokens=False)
     ids = [np.array(e.ids, dtype=np.uint16) for e in encodings]
     lengths = np.array([len(x) for x in ids], dtype=np.int64)
