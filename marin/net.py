@@ -1,5 +1,8 @@
 """Bounded network operations: every request marin makes has a connect timeout, a read timeout
-and a bounded number of tries, and a failure is one line naming the URL.
+and a bounded number of tries, and a failure is one line naming the URL. A download also has a
+total deadline over all its tries (a server that trickles a byte a second never times out a
+read) and a byte cap, and speaks http(s) only: no ``file:`` (``/dev/zero`` never ends), ``ftp:``
+or ``data:`` address, and no redirect to one.
 
 The bounds come from params.yaml's optional ``network`` section (:class:`marin.config.NetworkParams`;
 defaults there). The same approach, set up here, serves each client: urllib for ``url``
@@ -9,12 +12,14 @@ S3 DVC remote (:func:`bound_dvc_remotes`), and MLflow's REST client (:func:`mlfl
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
-import shutil
 import socket
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +31,7 @@ from marin.errors import MarinError
 T = TypeVar("T")
 TRANSIENT = (TimeoutError, socket.timeout, ConnectionError, urllib.error.URLError, http.client.HTTPException)
 DEFAULT = NetworkParams()
+SCHEMES = ("http", "https")
 MLFLOW_TIMEOUT_S = 10  # after a stage, MLflow is best effort: a short bound, no retry (the ledger has it all)
 
 
@@ -47,10 +53,52 @@ def bounds(t: NetworkParams) -> str:
             "tries (network.* in params.yaml)")
 
 
+class Deadline:
+    """The end of one download, every try included: when it passes, each socket the download
+    opened is shut, which wakes a read that is blocked, or crawling, at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.at, self.passed = seconds, time.monotonic() + seconds, False
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def left(self) -> float:
+        return max(0.0, self.at - time.monotonic())
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._socks.append(sock)
+            if self.passed:
+                _shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.passed = True
+            for sock in self._socks:
+                _shut(sock)
+
+    def close(self) -> None:
+        self._timer.cancel()
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already closed
+        # the plain socket's shutdown, also for TLS: SSLSocket.shutdown would drop its state under a reader
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _late(url: str, t: NetworkParams, what: str) -> NetworkError:
+    return NetworkError(f"{what}{url}: not finished within network.total_timeout_s ({t.total_timeout_s:g} s, every "
+                        "try included); check the server, or raise network.total_timeout_s in params.yaml")
+
+
 def retrying(url: str, fn: Callable[[], T], t: NetworkParams, transient: tuple[type[BaseException], ...] = TRANSIENT,
-             what: str = "") -> T:
+             what: str = "", deadline: Deadline | None = None) -> T:
     """``fn()``, tried again after a transient error at most ``t.retries`` times (backoff 0.5 s,
-    1 s, 2 s ... at most 5 s); then one NetworkError naming ``url`` and the bounds."""
+    1 s, 2 s ... at most 5 s), never past ``deadline``; then one NetworkError naming ``url`` and the bounds."""
     for i in range(t.retries + 1):
         try:
             return fn()
@@ -58,10 +106,15 @@ def retrying(url: str, fn: Callable[[], T], t: NetworkParams, transient: tuple[t
             if e.code < 500 or i == t.retries:
                 raise NetworkError(f"{what}{url}: HTTP {e.code} {e.reason}; check the URL") from None
         except transient as e:
+            if deadline is not None and deadline.passed:
+                raise _late(url, t, what) from None
             if i == t.retries:
                 raise NetworkError(f"{what}{url}: no answer ({cause(e)}) after {bounds(t)}; check the URL and the "
                                    "server, or raise the bounds") from None
-        time.sleep(min(0.5 * 2**i, 5.0))
+        pause = min(0.5 * 2**i, 5.0)
+        if deadline is not None and deadline.left() <= pause:
+            raise _late(url, t, what)
+        time.sleep(pause)
     raise AssertionError("unreachable")
 
 
@@ -72,13 +125,17 @@ def cause(e: BaseException) -> str:
 
 
 class _Read:
-    """A connection whose socket waits ``read_s`` for each read once it is connected."""
+    """A connection whose socket waits ``read_s`` for each read once it is connected, and is shut
+    at the ``deadline``."""
 
     read_s: float
+    deadline: Deadline | None
 
     def connect(self) -> None:
         super().connect()  # type: ignore[misc]  # connects within the connect timeout
         self.sock.settimeout(self.read_s)  # type: ignore[attr-defined]
+        if self.deadline is not None:
+            self.deadline.watch(self.sock)  # type: ignore[attr-defined]
 
 
 class _HTTP(_Read, http.client.HTTPConnection):
@@ -90,10 +147,10 @@ class _HTTPS(_Read, http.client.HTTPSConnection):
 
 
 class _Handler(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
-    def __init__(self, read_s: float):
+    def __init__(self, read_s: float, deadline: Deadline | None = None):
         urllib.request.HTTPHandler.__init__(self)
         urllib.request.HTTPSHandler.__init__(self)
-        self.read_s = read_s
+        self.read_s, self.deadline = read_s, deadline
 
     def http_open(self, req: Any) -> Any:
         return self.do_open(self._conn(_HTTP), req)
@@ -102,18 +159,77 @@ class _Handler(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
         return self.do_open(self._conn(_HTTPS), req, context=self._context)  # type: ignore[attr-defined]
 
     def _conn(self, cls: type) -> Any:
-        return type(cls.__name__, (cls,), {"read_s": self.read_s})
+        return type(cls.__name__, (cls,), {"read_s": self.read_s, "deadline": self.deadline})
+
+
+class _Redirect(urllib.request.HTTPRedirectHandler):
+    """Redirects to http(s) only (urllib's own would follow one to ``ftp:``, outside every bound)."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
+        if urllib.parse.urlsplit(newurl).scheme.lower() not in SCHEMES:
+            raise NetworkError(f"{req.full_url}: redirected to {newurl[:200]}; only http(s) addresses are followed")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def scheme_problem(url: str) -> str | None:
+    """Why ``url`` is not an address :func:`download` reads (http or https), or None."""
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme in SCHEMES:
+        return None
+    if scheme == "file":
+        return "a file: address is local data; use kind local for a directory, or kind file for one file"
+    return f"{scheme or 'no'} scheme; a url source is an http:// or https:// address"
+
+
+def _opener(t: NetworkParams, deadline: Deadline) -> urllib.request.OpenerDirector:
+    """urllib for http(s) alone: no file, ftp or data handler, so nothing reaches one."""
+    opener = urllib.request.OpenerDirector()
+    for h in (urllib.request.ProxyHandler(), _Handler(t.read_timeout_s, deadline), _Redirect(),
+              urllib.request.HTTPDefaultErrorHandler(), urllib.request.HTTPErrorProcessor()):
+        opener.add_handler(h)
+    return opener
+
+
+def _copy(r: Any, f: Any, url: str, t: NetworkParams, what: str) -> None:
+    """The body of ``r`` into ``f``, refused past ``t.max_bytes`` (a declared length at once)."""
+    declared = (r.headers.get("Content-Length") or "").strip()
+    if declared.isdigit() and int(declared) > t.max_bytes:
+        raise _too_big(url, t, what, f"the server declares {int(declared)} bytes, more than")
+    n = 0
+    while chunk := r.read1(1 << 20):  # read1: whatever has arrived, so the deadline is seen between reads too
+        n += len(chunk)
+        if n > t.max_bytes:
+            raise _too_big(url, t, what, "the server sent more than")
+        f.write(chunk)
+
+
+def _too_big(url: str, t: NetworkParams, what: str, did: str) -> NetworkError:
+    return NetworkError(f"{what}{url}: {did} network.max_bytes ({t.max_bytes} bytes); refusing the download "
+                        "(nothing kept); raise network.max_bytes in params.yaml if the source is that big")
 
 
 def download(url: str, out: Path, t: NetworkParams, what: str = "") -> None:
-    """``url`` (http(s) or file) into the file ``out``, within the bounds; a retry starts over."""
-    opener = urllib.request.build_opener(_Handler(t.read_timeout_s))
+    """``url`` (http or https) into the file ``out``, within the bounds: each try's timeouts, at
+    most ``t.max_bytes``, and ``t.total_timeout_s`` over all tries; a retry starts over."""
+    if problem := scheme_problem(url):
+        raise NetworkError(f"{what}{url[:200]}: {problem}")
+    deadline = Deadline(t.total_timeout_s)
+    opener = _opener(t, deadline)
 
     def once() -> None:
-        with opener.open(url, timeout=t.connect_timeout_s) as r, open(out, "wb") as f:
-            shutil.copyfileobj(r, f, 1 << 20)
+        with opener.open(url, timeout=max(0.001, min(t.connect_timeout_s, deadline.left()))) as r, \
+                open(out, "wb") as f:
+            _copy(r, f, url, t, what)
+        if deadline.passed:  # shut while reading: what arrived may be only a part
+            raise _late(url, t, what)
 
-    retrying(url, once, t, what=what)
+    try:
+        retrying(url, once, t, what=what, deadline=deadline)
+    except BaseException:
+        out.unlink(missing_ok=True)
+        raise
+    finally:
+        deadline.close()
 
 
 def pip_args(t: NetworkParams) -> list[str]:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from marin.config import Params, SelectRule, SweepParams, flatten, parse
+from marin.config import Params, SelectRule, SweepParams, flatten, parse, sweep_problem
 from marin.env import git
 from marin.errors import MarinError, ParamsError
 from marin.ledger.bodies import SelectionBody, TrialBody, TrialRun
@@ -44,7 +44,10 @@ class SweepError(MarinError):
 
 def trials(spec: SweepParams, root_seed: int) -> list[dict[str, Any]]:
     """Each trial's params (dotted key -> value): every combination of the lists in order for a
-    grid; ``spec.trials`` draws from ``random.Random(seed)`` for a random search."""
+    grid; ``spec.trials`` draws from ``random.Random(seed)`` for a random search. Their number is
+    counted first, and refused above ``spec.max_trials``, before any is built."""
+    if problem := sweep_problem(spec):
+        raise SweepError(f"params.yaml: {problem}")
     if spec.method == "grid":
         for d in spec.space:
             if "values" not in d:

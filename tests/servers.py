@@ -1,6 +1,7 @@
 """Real servers on 127.0.0.1 for the publishing and team-MLflow tests, started and stopped by them:
 an S3 API (moto's server), a throwaway PostgreSQL cluster (Debian's postgresql: initdb/pg_ctl,
-as the ``postgres`` user when the tests run as root), and ``mlflow server`` on both."""
+as the ``postgres`` user when the tests run as root), ``mlflow server`` on both, and the hostile
+HTTP servers of the network bounds tests (silent, a byte a second, endless zeros)."""
 
 from __future__ import annotations
 
@@ -157,3 +158,88 @@ class Silent:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class Http:
+    """An HTTP server on 127.0.0.1 that answers every request by calling ``answer(conn)``, one
+    thread per connection: a file, a trickle of a byte a second, endless zeros. ``served``
+    counts the requests."""
+
+    def __init__(self, answer) -> None:
+        import threading
+
+        self.answer = answer
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.served = 0
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed by stop()
+                return
+            self.conns.append(conn)
+            self.served += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            data = b""
+            while b"\r\n\r\n" not in data and len(data) < 65536:
+                got = conn.recv(4096)
+                if not got:
+                    return
+                data += got
+            self.answer(conn)
+        except OSError:  # the client gave up and closed it
+            pass
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+    def __enter__(self) -> Http:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def file_answer(data: bytes):
+    """A 200 with ``data`` as the body, its length declared."""
+    def answer(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(data) + data)
+    return answer
+
+
+def trickle(conn: socket.socket) -> None:
+    """A 200 whose body comes a byte a second, without end: no read ever times out."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n")
+    while True:
+        conn.sendall(b"\0")
+        time.sleep(1)
+
+
+def zeros(conn: socket.socket) -> None:
+    """A 200 whose body is zeros as fast as the client reads them, without end (no length declared)."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+    chunk = bytes(1 << 16)
+    while True:
+        conn.sendall(chunk)
+
+
+def huge(conn: socket.socket) -> None:
+    """A 200 that declares a terabyte and then sends zeros."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\nConnection: close\r\n\r\n")
+    zeros_body = bytes(1 << 16)
+    while True:
+        conn.sendall(zeros_body)

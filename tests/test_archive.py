@@ -210,7 +210,7 @@ def test_members_refuses_special_files_in_a_directory(tmp_path: Path, kind: str,
 def _project_on(tmp_path: Path, corpus: Path, src: Path) -> Project:
     params = mini_params(corpus)
     s = params["fetch"]["sources"][0]
-    s.update(kind="url", locator=src.as_uri(), sha256=hashlib.sha256(src.read_bytes()).hexdigest())
+    s.update(kind="file", locator=str(src), sha256=hashlib.sha256(src.read_bytes()).hexdigest())
     proj = new_project(tmp_path / "proj", params)
     proj.stage("fetch")
     return proj

@@ -24,6 +24,7 @@ from marin.config import Source
 from marin.data import pins, sources
 from marin.errors import FetchError
 from tests.conftest import BIN, Project, env_for_subprocess, new_project
+from tests.servers import Http, file_answer
 
 FILES = {"a.txt": b"alpha\n", "sub/b.txt": b"beta\n", "sub/deep/c.txt": b"gamma\n", ".hidden.txt": b"dot\n",
          "notes.md": b"# notes\n", "records.jsonl.gz": gzip.compress(b'{"text": "x"}\n', mtime=0)}
@@ -176,11 +177,15 @@ def test_url_kind_is_pinned_by_the_download(root: Path) -> None:
     archive = root / "corpus.tar.gz"
     with tarfile.open(archive, "w:gz") as tf:
         tf.add(root / "corpus", arcname="corpus")
-    pin = pins.pin(archive.as_uri(), "url", root, "mine")
-    assert pin.digest == _sha(archive.read_bytes()) and pin.container
-    assert "corpus/sub/b.txt" in pin.members and pin.extract()[0] == ("text", ["*.txt"])
-    got = _fetch(_src("url", archive.as_uri(), pin.digest), root)
+    with Http(file_answer(archive.read_bytes())) as server:
+        url = f"{server.url}/data/corpus.tar.gz"
+        pin = pins.pin(url, "url", root, "mine")
+        assert pin.digest == _sha(archive.read_bytes()) and pin.container
+        assert "corpus/sub/b.txt" in pin.members and pin.extract()[0] == ("text", ["*.txt"])
+        got = _fetch(_src("url", url, pin.digest), root)
     assert got.name == "corpus.tar.gz" and got.read_bytes() == archive.read_bytes()
+    with pytest.raises(FetchError, match="a file: address is local data; use kind local for a directory"):
+        pins.pin(archive.as_uri(), "url", root, "mine")
 
 
 def _toy_sdist(links: Path) -> Path:

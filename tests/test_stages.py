@@ -9,6 +9,7 @@ from tokenizers import Tokenizer
 
 from marin import hashing
 from marin.data.curate import STEPS
+from tests.servers import Http, file_answer
 
 
 def _outputs(proj, stage: str) -> dict[str, str]:
@@ -41,14 +42,16 @@ def test_fetch_url_source(project, corpus, tmp_path) -> None:
         tf.add(corpus, arcname="mini")
     params = project.params
     src = params["fetch"]["sources"][0]
-    src.update(kind="url", locator=archive.as_uri(), sha256=hashing.file_digest(archive)[7:])
-    for ex in src["extract"]:
-        ex["include"] = [f"mini/{p}" for p in ex["include"]]
-    project.write_params(params)
-    project.stage("fetch")
+    with Http(file_answer(archive.read_bytes())) as server:
+        url = f"{server.url}/mini.tar.gz"
+        src.update(kind="url", locator=url, sha256=hashing.file_digest(archive)[7:])
+        for ex in src["extract"]:
+            ex["include"] = [f"mini/{p}" for p in ex["include"]]
+        project.write_params(params)
+        project.stage("fetch")
     project.stage("curate")
     inputs = [r["body"] for r in project.runs("fetch")[-1] if r["kind"] == "input"]
-    assert inputs[0]["locator"] == f"url:{archive.as_uri()}" and inputs[0]["license"] == "CC0-1.0"
+    assert inputs[0]["locator"] == f"url:{url}" and inputs[0]["license"] == "CC0-1.0"
     assert inputs[0]["digest"] == hashing.file_digest(archive)
 
 

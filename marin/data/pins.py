@@ -113,6 +113,8 @@ def pin(locator: str, kind: str, root: Path, name: str) -> Pin:
         raise FetchError(f"--name {name!r}: a source name is 1-64 of a-z, 0-9, '_', '-' (starting with a-z or 0-9)")
     if kind == "pypi" and not _PYPI.match(locator):
         raise FetchError(f"pypi:{locator}: a package is pinned by an exact version, pypi:NAME==VERSION")
+    if kind == "url" and (problem := net.scheme_problem(locator)):  # file:///dev/zero would never end
+        raise FetchError(f"{locator[:200]}: {problem}")
     source = Source(name=name, kind=kind, locator=locator, sha256="0" * 64, license="NOASSERTION", extract=())
     if kind == "local":
         d = hashing.digest_path(local_dir(source, root))
@@ -149,7 +151,7 @@ def infer_kind(target: str, cwd: Path) -> str:
         return "file"
     if MAGIC.search(target):
         return "glob"
-    raise FetchError(f"{target}: no such file or directory, and not a glob, an http(s)/file URL or "
+    raise FetchError(f"{target}: no such file or directory, and not a glob, an http(s) URL or "
                      "pypi:NAME==VERSION; check the path (relative to the current directory)")
 
 

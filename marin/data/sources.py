@@ -1,21 +1,24 @@
-"""Pinned raw sources: a registry package by exact version (``pypi``), an http(s)/file URL
-(``url``), or local data: a directory (``local``), one file (``file``) or the files a glob
-matches (``glob``). Every archive is checked against its pinned sha256 before anything
-downstream may read it; :func:`marin.data.pins.pin` computes that sha256 the way :func:`fetch` will."""
+"""Pinned raw sources: a registry package by exact version (``pypi``), an http(s) URL
+(``url``; a ``file:`` address is refused: local data has its own kinds), or local data: a
+directory (``local``), one file (``file``) or the files a glob matches (``glob``). Every
+archive is checked against its pinned sha256 before anything downstream may read it;
+:func:`marin.data.pins.pin` computes that sha256 the way :func:`fetch` will."""
 
 from __future__ import annotations
 
 import glob
 import os
 import re
+import resource
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from marin import hashing, net
@@ -23,7 +26,6 @@ from marin.config import NetworkParams, Source
 from marin.data.archive import file_problem, tree_problem
 from marin.errors import FetchError
 
-_TIMEOUT_S = 120  # pip as a whole: 10 minutes at most (its own --timeout and --retries bound each request)
 KINDS = ("pypi", "url", "local", "file", "glob")
 LOCAL_KINDS = ("local", "file", "glob")  # read from this machine again on every fetch
 MAGIC = re.compile(r"[*?[]")
@@ -72,6 +74,15 @@ def failed(errors: Sequence[FetchError], total: int) -> FetchError:
     return FetchError(head + ":\n" + "\n".join(f"  {e}" for e in errors))
 
 
+def _file_cap(n: int) -> Callable[[], None]:
+    """For a child process: no file it writes may pass ``n`` bytes (RLIMIT_FSIZE; SIGXFSZ past it)."""
+    def cap() -> None:
+        hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+        limit = n if hard == resource.RLIM_INFINITY else min(n, hard)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return cap
+
+
 def pip_download(source: Source, dest: Path, bounds: NetworkParams = net.DEFAULT) -> Path:
     """Download a source distribution with pip, which itself checks the pinned hash."""
     req = dest.parent / f"{source.name}.requirements.txt"
@@ -81,10 +92,15 @@ def pip_download(source: Source, dest: Path, bounds: NetworkParams = net.DEFAULT
         "--require-hashes", "--disable-pip-version-check", "-q", *net.pip_args(bounds), "-r", str(req),
         "-d", str(dest),
     ]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT_S * 5)
+    try:  # pip's own --timeout and --retries bound each request; the deadline and the file size cap, the whole
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=bounds.total_timeout_s,
+                              preexec_fn=_file_cap(bounds.max_bytes))
     except subprocess.TimeoutExpired:
-        raise FetchError(f"fetch.sources[{source.name}]: pip download of {source.locator} timed out") from None
+        raise FetchError(f"fetch.sources[{source.name}]: pip download of {source.locator} not finished within "
+                         f"network.total_timeout_s ({bounds.total_timeout_s:g} s); raise it in params.yaml") from None
+    if proc.returncode == -signal.SIGXFSZ:  # the kernel stopped a write past the cap
+        raise FetchError(f"fetch.sources[{source.name}]: pip download of {source.locator} wrote more than "
+                         f"network.max_bytes ({bounds.max_bytes} bytes); raise it in params.yaml if it is that big")
     if proc.returncode != 0:
         got = re.search(r"Got\s+([0-9a-f]{64})", proc.stderr)
         if got:
