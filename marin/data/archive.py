@@ -4,8 +4,13 @@ Members are read as streams (:func:`open_members`), never extracted; :func:`memb
 each whole. An archive with any member that could escape it or is not a plain file or
 directory (a '..' or absolute name, a link, a device, a fifo) is refused whole, as is one
 declaring hostile sizes (over MAX_MEMBER_BYTES per member, or a zip member expanding more
-than MAX_RATIO times its compressed size). A ``.gz`` or ``.zst`` member read through
-:func:`decompressed` is held to the same ratio.
+than MAX_RATIO times its compressed size). A compressed tar, and a ``.gz`` or ``.zst`` member
+read through :func:`decompressed`, are held to the same ratio and read through
+:class:`marin.data.streams.Streams` (a run of zeros or empty streams is refused at the first).
+
+Members come in path order, whatever order a tar stores them in: a compressed tar is read in
+one streaming pass, each selected member spooled zstd-compressed, then read back sorted
+(:func:`_spooled`); an uncompressed one seeks.
 
 What a file is comes from its name, then its bytes are checked (:func:`kind`): ``.tar`` (also
 ``.tar.gz``/``.tgz``, ``.tar.bz2``, ``.tar.xz``) must carry a ustar header, ``.zip`` a zip
@@ -17,36 +22,31 @@ refused (:func:`file_problem`).
 
 from __future__ import annotations
 
-import bz2
 import fnmatch
 import gzip
-import io
 import lzma
 import os
 import re
 import shutil
 import stat
 import tarfile
+import tempfile
 import zipfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import zstandard
 
+from marin.data.streams import FORMATS, MAX_RATIO, Readable, Streams, read_exactly
 from marin.errors import StageError
 from marin.fsutil import SPECIAL, not_regular, shown
 
 MAX_MEMBER_BYTES = 4 << 30
-MAX_RATIO = 200  # deflate tops out near 1032:1; text compresses 3-10:1
 RATIO_MIN_BYTES = 1 << 20  # below this a high ratio cannot hurt
-ZSTD_MAX_WINDOW = 1 << 27  # zstd's default limit, spelled out: a frame cannot ask for more memory
 TAR_NAMES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
 ZIP_NAMES = (".zip",)
-_OPENERS = {".gz": gzip.open, ".tgz": gzip.open, ".bz2": bz2.open, ".tbz2": bz2.open, ".xz": lzma.open,
-            ".txz": lzma.open}
 _PSEUDO = ("/proc", "/sys", "/dev")  # kernel file systems: a file's size there says nothing of its bytes
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
@@ -73,11 +73,11 @@ def kind(path: Path) -> str:
         return "dir"
     name = path.name.lower()
     if name.endswith(TAR_NAMES):
-        opener = _OPENERS.get(Path(name).suffix, open)
         try:
-            with opener(path, "rb") as f:
-                block = f.read(512)
-        except (OSError, EOFError, lzma.LZMAError) as e:
+            with open(path, "rb") as raw:
+                f = Streams(raw, name, path) if Path(name).suffix in FORMATS else raw
+                block = read_exactly(f, 512)
+        except (OSError, EOFError, lzma.LZMAError, zlib.error, zstandard.ZstdError) as e:
             block = b""
             detail = f" ({e})"
         else:
@@ -169,10 +169,6 @@ def _selected(name: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> 
     )
 
 
-class Readable(Protocol):
-    def read(self, n: int = -1, /) -> bytes: ...
-
-
 @dataclass
 class Member:
     """A selected regular file of an archive; ``stream`` is readable until the next member."""
@@ -212,6 +208,24 @@ def open_members(
             yield Member(archive.name, os.fstat(f.fileno()).st_size, f, archive)
 
 
+def tar_names(archive: Path) -> list[str]:
+    """The regular files of a tar (already :func:`kind`-checked), sorted, each header checked, in one
+    pass through bounded streams (:class:`Streams`), its data skipped."""
+    with open(archive, "rb") as raw:
+        compressed = Path(archive.name.lower()).suffix in FORMATS
+        stream = Streams(raw, archive.name, archive, _tar_limit(archive)) if compressed else raw
+        try:
+            tf = tarfile.open(fileobj=stream, mode="r|")  # noqa: SIM115 (closed by the with below)
+        except _READ_ERRORS as e:
+            raise _unreadable(archive, "tar", e) from None
+        with tf:
+            return sorted(m.name for m in _tar_infos(archive, tf))
+
+
+def _tar_limit(archive: Path) -> int:
+    return max(archive.stat().st_size * MAX_RATIO, RATIO_MIN_BYTES)
+
+
 def _dir_members(archive: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[Member]:
     bad = tree_problem(archive)
     if bad is not None:
@@ -232,47 +246,75 @@ def _unreadable(archive: Path, kind: str, e: BaseException) -> StageError:
     return StageError(f"{shown(archive)}: not a readable {kind} archive ({e or type(e).__name__}); fetch it again")
 
 
-def _tar_infos(archive: Path, tf: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    infos = []
-    try:
-        for m in tf:  # header by header: a bad one is refused before its data is even skipped
-            why = tar_problem(m)
-            if why is not None:
-                raise _refuse(archive, m.name, why)
-            if m.isfile():
-                infos.append(m)
-    except _READ_ERRORS as e:
-        raise _unreadable(archive, "tar", e) from None
-    return infos
+def _tar_infos(archive: Path, tf: tarfile.TarFile, lazy: bool = False) -> Iterator[tarfile.TarInfo]:
+    """The regular files of ``tf``, header by header: a bad one is refused before its data is even skipped.
+    Checked all before the first is given, unless ``lazy`` (a stream, whose members are read as they come)."""
+    def walk() -> Iterator[tarfile.TarInfo]:
+        try:
+            for m in tf:
+                why = tar_problem(m)
+                if why is not None:
+                    raise _refuse(archive, m.name, why)
+                if m.isfile():
+                    yield m
+        except _READ_ERRORS as e:
+            raise _unreadable(archive, "tar", e) from None
+    return walk() if lazy else iter(list(walk()))
 
 
 def _tar_members(
     archive: Path, include: tuple[str, ...], exclude: tuple[str, ...], spool: Path | None
 ) -> Iterator[Member]:
+    if archive.name.lower().endswith(".tar"):  # seekable: headers first, then members read in path order
+        try:
+            tf = tarfile.open(archive)  # noqa: SIM115 (closed by the with below; its opening is what may fail)
+        except _READ_ERRORS as e:
+            raise _unreadable(archive, "tar", e) from None
+        with tf:
+            for m in sorted((m for m in _tar_infos(archive, tf) if _selected(m.name, include, exclude)),
+                            key=lambda m: m.name):
+                f = tf.extractfile(m)
+                if f is None:
+                    raise StageError(f"{shown(archive)}: cannot read member {m.name}")
+                yield Member(m.name, m.size, _Checked(f, archive, m.name))
+        return
+    if spool is None:
+        with tempfile.TemporaryDirectory(prefix="marin-tar-") as tmp:
+            yield from _tar_members(archive, include, exclude, Path(tmp))
+        return
+    yield from _spooled(archive, include, exclude, spool)
+
+
+def _spooled(archive: Path, include: tuple[str, ...], exclude: tuple[str, ...], spool: Path) -> Iterator[Member]:
+    """A compressed tar in one streaming pass, whatever its member order: every header checked,
+    each selected member copied to ``spool`` zstd-compressed (a seek back in a gzip or xz stream
+    decompresses again from the start; spooling the whole tar cost 7.5 GiB for a 1.2 MB .tar.xz),
+    then the members read back in path order, each file removed once read."""
+    kept: list[tuple[str, int, Path]] = []
     try:
-        tf = tarfile.open(archive)  # noqa: SIM115 (closed by the with below; its opening is what may fail)
-    except _READ_ERRORS as e:
-        raise _unreadable(archive, "tar", e) from None
-    with tf:
-        infos = _tar_infos(archive, tf)
-        wanted = [m for m in sorted(infos, key=lambda m: m.name) if _selected(m.name, include, exclude)]
-        compressed = not isinstance(tf.fileobj, io.BufferedReader)
-        if spool is not None and compressed and wanted != sorted(wanted, key=lambda m: m.offset):
-            # a backward seek in a gzip stream decompresses again from the start: O(members x size)
-            plain = spool / f"{archive.name}.tar"
-            tf.fileobj.seek(0)
-            with open(plain, "wb") as out:
-                shutil.copyfileobj(_Checked(tf.fileobj, archive, "(the archive)"), out, 1 << 20)
-            try:
-                yield from _tar_members(plain, include, exclude, None)
-            finally:
-                plain.unlink(missing_ok=True)
-            return
-        for m in wanted:
-            f = tf.extractfile(m)
-            if f is None:
-                raise StageError(f"{shown(archive)}: cannot read member {m.name}")
-            yield Member(m.name, m.size, _Checked(f, archive, m.name))
+        with open(archive, "rb") as raw:
+            stream = Streams(raw, archive.name, archive, _tar_limit(archive))
+            with tarfile.open(fileobj=stream, mode="r|") as tf:
+                for i, m in enumerate(_tar_infos(archive, tf, lazy=True)):
+                    if _selected(m.name, include, exclude):
+                        kept.append((m.name, m.size, _spool_member(tf, m, archive, spool / f"member-{i}.zst")))
+        for name, size, path in sorted(kept, key=lambda k: k[0]):  # stable: a repeated name keeps archive order
+            with open(path, "rb") as f:
+                reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
+                yield Member(name, size, _Checked(reader, archive, name))
+            path.unlink()
+    finally:
+        for _, _, path in kept:
+            path.unlink(missing_ok=True)
+
+
+def _spool_member(tf: tarfile.TarFile, m: tarfile.TarInfo, archive: Path, dest: Path) -> Path:
+    f = tf.extractfile(m)
+    if f is None:
+        raise StageError(f"{shown(archive)}: cannot read member {m.name}")
+    with open(dest, "wb") as out, zstandard.ZstdCompressor(level=1).stream_writer(out, closefd=False) as w:
+        shutil.copyfileobj(_Checked(f, archive, m.name), w, 1 << 20)
+    return dest
 
 
 def _zip_members(archive: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[Member]:
@@ -319,12 +361,7 @@ class _Checked:
 def decompressed(m: Member, archive: Path) -> Readable:
     """``m``'s bytes, decompressed if its name ends in ``.gz`` or ``.zst``, at most MAX_RATIO
     times its stored size (or RATIO_MIN_BYTES); other members as they are."""
-    limit = max(m.size * MAX_RATIO, RATIO_MIN_BYTES)
-    if m.name.endswith(".gz"):
-        raw: Readable = gzip.GzipFile(fileobj=m.stream, mode="rb")
-    elif m.name.endswith(".zst"):
-        zd = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
-        raw = zd.stream_reader(m.stream, read_across_frames=True)
-    else:
+    if not m.name.endswith((".gz", ".zst")):
         return m.stream
-    return _Checked(raw, archive, m.name, limit)
+    limit = max(m.size * MAX_RATIO, RATIO_MIN_BYTES)
+    return _Checked(Streams(m.stream, m.name, archive, label=m.name), archive, m.name, limit)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tarfile
 import tempfile
 import zipfile
 from dataclasses import dataclass, replace
@@ -81,8 +80,7 @@ def _members(path: Path) -> tuple[tuple[str, ...], bool]:
     """(member names, container?) of a fetched file: a tar or zip archive's files, else its own name."""
     what = archive.kind(path)
     if what == "tar":
-        with tarfile.open(path) as tf:
-            return tuple(sorted(m.name for m in tf if m.isfile())), True
+        return tuple(archive.tar_names(path)), True  # bounded streams: no spin on a run of zeros
     if what == "zip":
         with zipfile.ZipFile(path) as zf:
             return tuple(sorted(n for n in zf.namelist() if not n.endswith("/"))), True
