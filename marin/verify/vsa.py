@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from marin.errors import MarinError
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog, load_run
 from marin.report import attest
+from marin.verify import verifiers
 
 VSA_TYPE = "https://slsa.dev/verification_summary/v1"
 VERIFIER_ID = "https://marin.local/verifier/marin-verify@v1"
@@ -99,15 +101,36 @@ def summary(stage: str, rec: Record, kid: str) -> dict[str, Any]:
     return attest.statement(subjects, predicate, predicate_type=VSA_TYPE)
 
 
-def signing_key(root: Path, explicit: Path | None) -> Path:
-    """``--key``, else $MARIN_SIGNING_KEY, else ``report.signing_key``: checked to be a usable ed25519 key."""
-    if explicit is None:
-        from marin import config
-        from marin.report.build import signing_key as configured
+def signing_key(root: Path, explicit: Path | None, as_lab: bool = False) -> Path:
+    """``--key``, else $MARIN_SIGNING_KEY, else ``report.signing_key``: checked to be a usable ed25519 key.
+    The lab's report key (the default) only with ``as_lab``: a VSA it signs is the lab's own replay,
+    never an independent one, and the report counts it so."""
+    configured = _report_key(root)
+    key = explicit or configured
+    if key is None:
+        raise attest.SigningKeyError("no signing key: give --key KEY (`marin keygen KEY` makes one)")
+    attest.load_private_key(key)
+    if not as_lab and configured is not None and configured.exists() and _kid_of(key) == _kid_of(configured):
+        raise attest.SigningKeyError(
+            f"{fsutil.shown(key)} is the lab's report signing key: a VSA signed with it is the lab's own replay, "
+            "not an independent verification; sign with your own key (--key KEY, `marin keygen KEY` makes one), "
+            "or pass --as-lab to sign as the lab")
+    return key
 
-        explicit = configured(root, config.load(Path(root) / "params.yaml").report)
-    attest.load_private_key(explicit)
-    return explicit
+
+def _report_key(root: Path) -> Path | None:
+    """The lab's report signing key ($MARIN_SIGNING_KEY, else report.signing_key), or None when unset."""
+    from marin import config
+    from marin.report.build import signing_key as configured
+
+    try:
+        return configured(root, config.load(Path(root) / "params.yaml").report)
+    except attest.SigningKeyError:
+        return None
+
+
+def _kid_of(private: Path) -> str:
+    return attest.keyid(attest.load_private_key(private).public_key())
 
 
 def publish_key(root: Path, key: Path) -> tuple[str, Path]:
@@ -213,21 +236,69 @@ def _statement_problem(stmt: dict[str, Any], filed_run: str, kid: str, runs: dic
     return None
 
 
+def backing_problem(stmt: dict[str, Any], log: RunLog, kid: str, as_of: str) -> str | None:
+    """Why a validly signed VSA about ``log``'s run is not backed by the ledger (None: it is). It
+    must cite a verification record of that run by seq and digest, be exactly the statement marin
+    builds from that record for key ``kid`` (so its result, CPU and time are the record's, never
+    the signer's say-so), and the record's time must lie between the run's end and ``as_of`` (the
+    report's build)."""
+    ref = stmt["predicate"][NS].get("verification_record")
+    seq = ref.get("seq") if isinstance(ref, dict) else None
+    rec = next((r for r in log.records if r.kind == "verification" and r.seq == seq), None)
+    if rec is None:
+        return (f"it cites verification record seq {seq}, but {log.run_id} has no verification record there: "
+                "no `marin verify` it summarises is in the ledger")
+    if ref.get("digest") != rec.digest:
+        return f"it cites verification record seq {seq} as {ref.get('digest')}, the ledger's is {rec.digest}"
+    want = json.loads(hashing.canonical_json(summary(log.started.body["stage"], rec, kid)))
+    if (where := _first_difference(want, stmt)) is not None:
+        ptr, want_v, got_v = where
+        return f"its {ptr} is {_short(got_v)}, but verification record seq {seq} gives {_short(want_v)}"
+    if _when(rec.time) < _when(log.finished.time):
+        return f"verified at {rec.time}, before the run it verifies ended ({log.finished.time})"
+    if _when(rec.time) > _when(as_of):
+        return f"verified at {rec.time}, after the report was built ({as_of})"
+    return None
+
+
+def _first_difference(want: Any, got: Any, ptr: str = "") -> tuple[str, Any, Any] | None:
+    """The JSON pointer of the first place ``got`` differs from ``want``, with both values there."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        for k in sorted(set(want) | set(got)):
+            if (d := _first_difference(want.get(k), got.get(k), f"{ptr}/{k}")) is not None:
+                return d
+        return None
+    if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
+        return next((d for i, (a, b) in enumerate(zip(want, got, strict=True))
+                     if (d := _first_difference(a, b, f"{ptr}/{i}")) is not None), None)
+    return None if want == got and type(want) is type(got) else (ptr or "/", want, got)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _when(ts: str) -> datetime:
+    return datetime.fromisoformat(ts)
+
+
 def files(root: Path) -> list[str]:
-    """Every VSA and public key file under verifications/, project-relative, sorted."""
+    """Every VSA and public key file under verifications/, and the lab's verifiers list, project-relative, sorted."""
     base = Path(root) / DIR
     if not base.is_dir():
         return []
-    found = [*(p for p in base.glob(f"*/*{SUFFIX}") if p.parent.name != KEYS), *(base / KEYS).glob("*.pub")]
+    found = [*(p for p in base.glob(f"*/*{SUFFIX}") if p.parent.name != KEYS), *(base / KEYS).glob("*.pub"),
+             base / Path(verifiers.FILE).name]
     return sorted(p.relative_to(root).as_posix() for p in found if p.is_file())
 
 
-def sign_recorded(root: Path, recorded: list[tuple[str, int]], key: Path | None) -> list[Path]:
+def sign_recorded(root: Path, recorded: list[tuple[str, int]], key: Path | None, as_lab: bool = False) -> list[Path]:
     """``marin verify --sign``: a VSA for each (run id, verification record seq), signed with ``key``
-    (else the configured signing key). Without a usable key: a SigningKeyError saying how to make
-    one; the verification records stay in the ledger, unsigned."""
+    (else the configured signing key, only ``as_lab``). Without a usable key: a SigningKeyError saying
+    how to make one; the verification records stay in the ledger, unsigned."""
     try:
-        key = signing_key(root, key)
+        key = signing_key(root, key, as_lab)
     except attest.SigningKeyError as e:
         where = ", ".join(f"{r} seq {s}" for r, s in recorded) or "nothing"
         raise attest.SigningKeyError(f"--sign: {e}; the verification is recorded ({where}) but not signed") from None
