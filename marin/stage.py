@@ -57,7 +57,7 @@ def execute(stage: StageFn, root: Path) -> int:
 
     for problem in schemas.pin_problems()[:1]:  # records are written only against the pinned schemas
         raise SchemaError(problem)
-    remove_leftovers(root, stage.__module__.rsplit(".", 1)[-1].removesuffix("_stage"))
+    remove_leftovers(root)
     mirrored = stage(root, params)
     stage_ledger_for_experiment(root)
     if mirrored is False:
@@ -68,16 +68,15 @@ def execute(stage: StageFn, root: Path) -> int:
     return 0
 
 
-def remove_leftovers(root: Path, name: str) -> None:
-    """Remove what killed runs of stage ``name`` left beside its outputs (temporary folders, a version
-    set aside mid-rename), leaving any a live run holds: the stage owns those folders."""
-    from marin import dvcfiles, fsutil, stages
+def remove_leftovers(root: Path) -> None:
+    """Remove what killed runs of every stage left beside the outputs dvc.yaml declares (temporary
+    folders, a version set aside mid-rename), leaving any a live run holds (each under its folder's
+    lock). Every stage does it as it starts, ``marin report`` too: a killed curate's folder went only
+    at curate's next start, and a plain ``dvc repro`` that reruns another stage left it."""
+    from marin import dvcfiles, fsutil
 
-    declared = stages.get(name)
-    for out in declared.outs if declared is not None else ():
-        path = dvcfiles.interpolate(root, out.path)
-        if path is not None:
-            fsutil.remove_leftovers(root / path)
+    for out in sorted(dvcfiles.declared_outs(root)):
+        fsutil.remove_leftovers(root / out)
 
 
 def stage_ledger_for_experiment(root: Path) -> None:

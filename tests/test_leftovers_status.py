@@ -1,0 +1,41 @@
+"""Issue 38, defect 12: any stage's start (``marin report`` too) removes the temporary folders
+killed runs of every stage left, and keeps the one a live run holds. Each command runs as a
+measured child process (tests/test_bounded.py's helpers); the ledger keeps every earlier record.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+
+import pytest
+
+from tests.conftest import Project
+from tests.test_bounded import bounded, ledger_kept, run
+from tests.test_bounded_ledger import HOLDER, _started
+
+
+@pytest.mark.parametrize("argv", [("-m", "pipeline.evalsets"), ("-m", "pipeline.tokenize"),
+                                  ("-m", "marin.cli", "report")])
+def test_a_killed_curates_folder_is_removed_by_another_stages_start_and_a_live_one_kept(
+        data_project: Project, argv: tuple[str, ...]) -> None:
+    root, python = data_project.root, sys.executable
+    live, held = _started([python, "-c", HOLDER, "data/curated"], root)  # a concurrent curate, alive
+    killed, left = _started([python, "-c", HOLDER, "data/curated"], root)
+    os.kill(killed.pid, signal.SIGKILL)  # kill -9 mid-write, as a killed curate leaves its folder
+    killed.wait()
+    before = data_project.ledger_files()
+    try:
+        child = run(data_project, *argv)
+        if argv[-1] != "report":  # report refuses later (no trained model here): its start cleaned all the same
+            assert child.code == 0, child.stderr[-2000:]
+        bounded(child)
+        assert f"marin: removed data/{left}, left behind by a stage that was killed" in child.stderr, child.stderr
+        assert not (root / "data" / left).exists() and (root / "data" / held).is_dir()  # the live one stays
+    finally:
+        live.kill()
+        live.wait()
+    shutil.rmtree(root / "data" / held)
+    ledger_kept(data_project, before)
