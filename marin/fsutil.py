@@ -92,10 +92,11 @@ def not_regular(mode: int) -> str | None:
     return next((w for test, w in SPECIAL if test(mode)), "is not a regular file")
 
 
-def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+def open_regular(path: str | os.PathLike[str], *, follow: bool = False) -> BinaryIO:
     """``path`` opened for reading only if it is a regular file, never blocking (a fifo opens at once
-    with O_NONBLOCK) nor following a link; an OSError naming what it is otherwise."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with O_NONBLOCK) nor following a link (unless ``follow``: digests of a DVC checkout, whose cache
+    may link); an OSError naming what it is otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW) | os.O_CLOEXEC)
     try:
         why = not_regular(os.fstat(fd).st_mode)
         if why is not None:

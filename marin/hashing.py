@@ -16,6 +16,7 @@ from typing import Any
 import rfc8785
 
 from marin.errors import IntegrityError
+from marin.fsutil import open_regular
 
 PREFIX = "sha256:"
 _CHUNK = 1 << 20
@@ -67,7 +68,7 @@ def unchanged(path: str | os.PathLike[str], before: os.stat_result, after: os.st
 
 def file_digest(path: str | os.PathLike[str]) -> str:
     """sha256 of a file's bytes, streamed; ChangedWhileRead if the file changed meanwhile."""
-    with open(path, "rb") as f:
+    with open_regular(path, follow=True) as f:  # a fifo would block the digest forever
         before = os.fstat(f.fileno())
         digest = fmt(hashlib.file_digest(f, "sha256").digest())
         unchanged(path, before, os.fstat(f.fileno()))
@@ -78,7 +79,7 @@ def file_digests(path: str | os.PathLike[str]) -> tuple[str, str, int]:
     """(sha256 ``sha256:<hex>``, DVC's md5 hex, size) of a file, read once for both;
     ChangedWhileRead if the file changed meanwhile."""
     sha, md5, size = hashlib.sha256(), hashlib.md5(), 0
-    with open(path, "rb") as f:
+    with open_regular(path, follow=True) as f:  # a fifo would block the digest forever
         before = os.fstat(f.fileno())
         while chunk := f.read(_CHUNK):
             sha.update(chunk)
@@ -184,12 +185,12 @@ def dvc_md5(path: str | os.PathLike[str]) -> str:
     """
     p = Path(path)
     if not p.is_dir():
-        with open(p, "rb") as f:
+        with open_regular(p, follow=True) as f:
             return hashlib.file_digest(f, "md5").hexdigest()
     entries = []
     for f in p.rglob("*"):
         if f.is_file():
-            with open(f, "rb") as fh:
+            with open_regular(f, follow=True) as fh:
                 entries.append(
                     {"md5": hashlib.file_digest(fh, "md5").hexdigest(),
                      "relpath": f.relative_to(p).as_posix()}

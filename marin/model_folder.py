@@ -16,7 +16,7 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file
 
-from marin import hashing
+from marin import hashing, readers
 from marin.errors import IntegrityError
 from marin.fsutil import shown
 
@@ -28,7 +28,7 @@ def read_config(directory: Path) -> dict[str, Any]:
     """The folder's config.json, an object naming its weights file and their tensor digest."""
     path = directory / CONFIG
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = json.loads(readers.read_bytes(path, "config", IntegrityError))
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise IntegrityError(f"{shown(path)}: not a readable model config ({e}); {ADVICE}") from None
     if not isinstance(config, dict) or not all(isinstance(config.get(k), str) for k in ("weights", "tensor_digest")):

@@ -43,6 +43,9 @@ CAPS: dict[str, Cap] = {
     "tokenizer": Cap(32 * MiB, 32 * MiB, "a tokenizer.json", "use a smaller vocabulary"),
     "task": Cap(64 * MiB, 1 * MiB, "task data", "trim the task file"),
     "config": Cap(1 * MiB, 1 * MiB, "a config file", "regenerate it with the stage that writes it"),
+    "report": Cap(64 * MiB, 64 * MiB, "a report file", "rebuild the report (marin report)"),
+    "manifest": Cap(256 * MiB, 256 * MiB, "a manifest", "restore it (dvc checkout) or rerun its stage (dvc repro)"),
+    "dvc_dir": Cap(256 * MiB, 256 * MiB, "a DVC directory listing", "restore the DVC cache (dvc fetch)"),
     "json": Cap(16 * MiB, 16 * MiB, "a JSON file", "regenerate it with the stage that writes it"),
     "text": Cap(16 * MiB, 16 * MiB, "a text file", "trim it"),
 }

@@ -12,7 +12,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from marin import fsutil, schemas
+from marin import fsutil, readers, schemas
+from marin.errors import StageError
 
 BATCH = 1024  # list entries validated at a time
 
@@ -28,7 +29,7 @@ def write(obj: dict[str, Any], path: Path) -> None:
 
 
 def read(path: Path, kind: str) -> dict[str, Any]:
-    obj = json.loads(path.read_text())
+    obj = readers.read_json(path, "manifest", StageError)
     schemas.validate(obj, f"manifest/{kind}", f"manifest {path}")
     return obj
 

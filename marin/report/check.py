@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marin import hashing
+from marin import hashing, readers
 from marin.errors import LedgerError, MarinError
 from marin.ledger.check import check_run
 from marin.ledger.head import Head, load_snapshot, locate, since
@@ -135,8 +135,8 @@ def _load(directory: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
     if not env_path.is_file():
         raise ReportError(f"{env_path}: missing; is {directory} a report directory (marin report)?")
     try:
-        old = json.loads(report_json.read_text()) if report_json.is_file() else None
-        return json.loads(env_path.read_text()), old
+        old = json.loads(readers.read_bytes(report_json, "report", ReportError)) if report_json.is_file() else None
+        return json.loads(readers.read_bytes(env_path, "report", ReportError)), old
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ReportError(f"{directory}: report.json or {build.ENVELOPE} is not valid JSON ({e}): changed after "
                           "it was written") from None
@@ -226,8 +226,15 @@ def _rerender(ledger: Ledger, directory: Path, old: dict[str, Any], refs: Refere
         return
     for name, data in sorted(files.items()):
         path = directory / name
-        if path.is_file() and path.read_bytes() != data:
-            v.problems.append(f"{name}: {_first_line_diff(path.read_bytes(), data)}")
+        if not path.is_file():
+            continue
+        try:
+            got = readers.read_bytes(path, "report", ReportError)
+        except ReportError as e:
+            v.problems.append(str(e))
+            continue
+        if got != data:
+            v.problems.append(f"{name}: {_first_line_diff(got, data)}")
 
 
 # -- step 5: facts at their sources ---------------------------------------------------------
@@ -314,7 +321,9 @@ def _recorded_file(root: Path, rec: Record, src: dict[str, Any], where: str) -> 
         raise _Gone(f"its source file {body['path']} hashes to {got}, {rec.run_id} seq {rec.seq} recorded "
                     f"{body['digest']}")
     try:
-        return json.loads(path.read_text())
+        return json.loads(readers.read_bytes(path, "manifest", ReportError))
+    except ReportError as e:
+        raise _Gone(f"its source file {e}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise _Gone(f"its source file {body['path']} is not JSON ({e})") from None
 

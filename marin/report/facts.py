@@ -9,7 +9,6 @@ reads each one again at exactly its source (``marin.report.check``).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marin import hashing
+from marin import hashing, readers
 from marin.errors import MarinError
 from marin.ledger.query import Ledger, Step, upstream
 from marin.ledger.records import Record
@@ -140,7 +139,7 @@ def read_output_file(root: Path, rec: Record) -> dict[str, Any]:
     if got != rec.body["digest"]:
         raise ReportError(f"{rec.body['path']}: hashes to {got}, but {rec.run_id} seq {rec.seq} recorded "
                           f"{rec.body['digest']}; the report is built only from recorded outputs")
-    return json.loads(path.read_text())
+    return readers.read_json(path, "manifest", ReportError)
 
 
 def _output(log: RunLog, name: str) -> Record:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 from collections.abc import Callable
@@ -10,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marin import readers
 from marin.verify.compare import Divergence, describe_cpu
 from marin.verify.workspace import CannotVerify, Workspace
 
@@ -71,7 +71,7 @@ def json_run(ws: Workspace, replay_env: dict[str, str], args: list[str], out: Ou
         env = {**replay_env, "PYTHONPATH": os.pathsep.join([str(cwd), replay_env["PYTHONPATH"]])}
         out.verifier["tensor_pass"] = f"verifier's code at {cwd} (the recorded commit predates it)"
     ws.run(["-m", "marin.train.replay", *args, "--out", str(dest)], env, f"replay {args[0]}", cwd)
-    return json.loads(dest.read_text())
+    return readers.read_json(dest, "json", CannotVerify)
 
 
 def counts(c: dict[str, int]) -> str:

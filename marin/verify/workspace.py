@@ -9,7 +9,6 @@ variables the run recorded.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -21,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from marin import hashing
+from marin import hashing, readers
 from marin.env import GitError, git, recorded_env_vars
 from marin.errors import MarinError
 from marin.ledger.check import entry_changes
@@ -84,7 +83,7 @@ class Workspace:
     def _restore_params(self, recorded: dict[str, Any]) -> None:
         """params.yaml at the commit, with every section the run recorded put back as recorded."""
         path = self.root / "params.yaml"
-        base = yaml.safe_load(path.read_text()) if path.is_file() else {}
+        base = yaml.safe_load(readers.read_text(path, "params", CannotVerify)) if path.is_file() else {}
         path.write_text(yaml.safe_dump(deep_merge(base or {}, recorded), sort_keys=False))
 
     def restore_input(self, rec: dict[str, Any], entries: list[dict[str, Any]] | None = None) -> str:
@@ -126,7 +125,7 @@ class Workspace:
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(obj, dest)
             return True
-        for entry in json.loads(obj.read_text()):
+        for entry in readers.read_json(obj, "dvc_dir", CannotVerify):
             f = cache / entry["md5"][:2] / entry["md5"][2:]
             if not f.is_file():
                 return False

@@ -1,0 +1,61 @@
+"""Reads switched to :mod:`marin.readers` (issue 38, defect 6): each refuses a fifo at once and a
+huge sparse file unread, in one line of its module's own error class, so callers' handling holds."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from marin import hashing, model_folder
+from marin.data import manifest
+from marin.errors import IntegrityError, MarinError, StageError
+from marin.report import check
+from marin.report.facts import ReportError
+
+GiB = 1 << 30
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _huge(path: Path) -> None:
+    path.touch()
+    os.truncate(path, 10 * GiB)
+
+
+CASES: list[tuple[str, str, Callable[[Path], object], type[MarinError]]] = [
+    ("model config", "config.json", model_folder.read_config, IntegrityError),
+    ("manifest", "manifest.json", lambda d: manifest.read(d / "manifest.json", "tokenize"), StageError),
+    ("report.json", "report.json", check._load, ReportError),
+]
+
+
+@pytest.mark.parametrize("hostile", [_fifo, _huge], ids=["fifo", "10GiB"])
+@pytest.mark.parametrize("what, name, read, error", CASES, ids=[c[0] for c in CASES])
+def test_a_switched_read_refuses_a_fifo_or_a_huge_file_in_one_line(tmp_path: Path, hostile, what: str, name: str,
+                                                                   read, error: type[MarinError]) -> None:
+    if name == "report.json":  # _load wants the envelope beside it
+        from marin.report import build
+        (tmp_path / build.ENVELOPE).write_text("{}")
+    hostile(tmp_path / name)
+    if name == "report.json" and hostile is _fifo:  # not a file: read as absent, never opened
+        assert check._load(tmp_path)[1] is None
+        return
+    with pytest.raises(error) as e:
+        read(tmp_path)
+    assert "\n" not in str(e.value) and name in str(e.value), str(e.value)
+
+
+def test_a_missing_model_config_still_says_so(tmp_path: Path) -> None:
+    with pytest.raises(IntegrityError, match="not a readable model config"):
+        model_folder.read_config(tmp_path)
+
+
+def test_hashing_refuses_a_fifo_at_once(tmp_path: Path) -> None:
+    _fifo(tmp_path / "f")
+    with pytest.raises((OSError, MarinError)):
+        hashing.file_digest(tmp_path / "f")
