@@ -39,3 +39,33 @@ def test_a_killed_curates_folder_is_removed_by_another_stages_start_and_a_live_o
         live.wait()
     shutil.rmtree(root / "data" / held)
     ledger_kept(data_project, before)
+
+
+def test_status_after_a_clean_merge_names_an_evaluation_of_the_previous_model(tmp_path, trained_project) -> None:
+    from tests.conftest import copy_project
+
+    proj = copy_project(trained_project, tmp_path / "merge")
+    proj.dvc("commit", "-f", "-q", "-d", "evaluate")  # the stages ran as scripts: record evaluate of model v1
+    proj.git("add", "-A")
+    proj.git("commit", "-qm", "A: model v1, evaluated")
+    clean = run(proj, "-m", "marin.cli", "status")
+    assert "up to date: evaluate" in clean.stdout and "stale: evaluate" not in clean.stderr, clean.stderr
+    base = proj.git("rev-parse", "--abbrev-ref", "HEAD").strip()
+    proj.git("checkout", "-q", "-b", "retrain", base)
+    params = proj.params
+    params["train"]["steps"] = params["train"]["steps"] - 4
+    proj.write_params(params)
+    proj.dvc("repro", "--single-item", "train")  # B: model v2, not evaluated
+    proj.git("add", "-A")
+    proj.git("commit", "-qm", "B: retrained")
+    proj.git("checkout", "-q", base)
+    proj.dvc("checkout", "-q", "train")  # A's model v1 back on disk
+    proj.git("merge", "-q", "--no-edit", "retrain")  # clean: B only touched params, dvc.lock's train
+    proj.dvc("checkout", "-q", "train")  # the merged model on disk
+    before = proj.ledger_files()
+    child = run(proj, "-m", "marin.cli", "status")
+    assert child.code == 1, child.stdout + child.stderr
+    bounded(child)
+    [line] = [x for x in child.stderr.splitlines() if x.startswith("stale: evaluate ")]
+    assert "models/final is not the version the run read" in line, line
+    ledger_kept(proj, before)
