@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from marin import readers
 from marin.errors import LedgerError, MarinError
 
 DVC_YAML, DVC_LOCK = "dvc.yaml", "dvc.lock"
@@ -19,7 +20,7 @@ def _load(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.safe_load(readers.read_text(path, "text", LedgerError)) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise LedgerError(f"{path}: not readable YAML ({e}); restore it from git") from None
     if not isinstance(data, dict):

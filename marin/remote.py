@@ -6,14 +6,13 @@ and the published checkpoints of a train run fetched by digest (every file check
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marin import fsutil, hashing, net
+from marin import fsutil, hashing, net, readers
 from marin.errors import IntegrityError, MarinError
 from marin.ledger.index import Index
 from marin.ledger.store import RunLog, load_run
@@ -158,7 +157,7 @@ def _fetch_checkpoint(remote: Remote, pub: dict[str, Any], dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         _fetch(remote, pub["manifest"], Path(tmp) / "manifest.json", f"{where} (manifest)")
-        manifest = json.loads((Path(tmp) / "manifest.json").read_text())
+        manifest = readers.read_json(Path(tmp) / "manifest.json", "manifest", IntegrityError)
         if (manifest.get("schema"), manifest.get("digest"), manifest.get("step")) != (MANIFEST, pub["digest"],
                                                                                       pub["step"]):
             raise IntegrityError(f"{where}: the manifest at {pub['url']} is not the one of this checkpoint")
@@ -184,7 +183,7 @@ def remote_objects(root: Path, rec: dict[str, Any], changed: list[str]) -> str:
             if not md5.endswith(".dir"):
                 return f"; published as {pub['url']}"
             listing = Path(repo.cache.local.path) / md5[:2] / md5[2:]
-            by_path = {e["relpath"]: e["md5"] for e in json.loads(listing.read_text())}
+            by_path = {e["relpath"]: e["md5"] for e in readers.read_json(listing, "dvc_dir")}
     except (RemoteError, OSError, ValueError, KeyError):
         return f"; published at {pub['url']}"
     named = [f"{rel} = {remote.md5_url(by_path[rel])}" for rel in changed if rel in by_path]

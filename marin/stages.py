@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from marin import closure
+from marin import closure, readers
 
 DVC_YAML = "dvc.yaml"
 
@@ -152,7 +152,7 @@ def check(root: Path) -> list[str]:
     path = Path(root) / DVC_YAML
     if not path.is_file():
         return [f"{DVC_YAML} is missing; run `marin stages --write`"]
-    text = path.read_text(encoding="utf-8")
+    text = readers.read_text(path, "text")
     if text == render(root):
         return []
     import yaml

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from marin import hashing, model_folder
+from marin import dvcfiles, hashing, model_folder
 from marin.data import manifest
-from marin.errors import IntegrityError, MarinError, StageError
+from marin.errors import IntegrityError, LedgerError, MarinError, StageError
+from marin.evaluate import harness_run
 from marin.report import check
 from marin.report.facts import ReportError
 
@@ -31,6 +32,8 @@ CASES: list[tuple[str, str, Callable[[Path], object], type[MarinError]]] = [
     ("model config", "config.json", model_folder.read_config, IntegrityError),
     ("manifest", "manifest.json", lambda d: manifest.read(d / "manifest.json", "tokenize"), StageError),
     ("report.json", "report.json", check._load, ReportError),
+    ("dvc.lock", "dvc.lock", lambda d: dvcfiles._load(d / "dvc.lock"), LedgerError),
+    ("task yaml", "task.yaml", lambda d: harness_run._task_of(d / "task.yaml"), StageError),
 ]
 
 
@@ -42,8 +45,8 @@ def test_a_switched_read_refuses_a_fifo_or_a_huge_file_in_one_line(tmp_path: Pat
         from marin.report import build
         (tmp_path / build.ENVELOPE).write_text("{}")
     hostile(tmp_path / name)
-    if name == "report.json" and hostile is _fifo:  # not a file: read as absent, never opened
-        assert check._load(tmp_path)[1] is None
+    if name in ("report.json", "dvc.lock") and hostile is _fifo:  # not a file: read as absent, never opened
+        read(tmp_path)
         return
     with pytest.raises(error) as e:
         read(tmp_path)

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from marin import fsutil
+from marin import fsutil, readers
 from marin.config import Params, RuntimeParams
+from marin.errors import StageError
 from marin.train import runtime
 
 MODELS = {"base": Path("models/final"), "instruct": Path("models/instruct")}
@@ -114,7 +115,7 @@ def run_stage(root: Path, params: Params) -> None:
     with Run.start(root, "evaluate_instruct", params=recorded, inputs=inputs,
                    det_class=runtime.determinism_class(rt, fp), fingerprint=fp) as run:
         tok = tk.load(root / TOKENIZER)
-        examples = [json.loads(x) for x in (root / HELDOUT).read_text(encoding="utf-8").splitlines()]
+        examples = [json.loads(x) for x in readers.lines(root / HELDOUT, "task", StageError) if x.strip()]
         metrics: dict[str, Any] = {}
         for name, path in MODELS.items():
             rows = answer_all(weights.load(root / path), tok, examples, n)

@@ -24,8 +24,9 @@ from typing import Any
 
 import yaml
 
-from marin import hashing
+from marin import hashing, readers
 from marin.config import HarnessParams
+from marin.errors import StageError
 from marin.ledger import exact
 
 BUILTIN = Path(__file__).parent / "tasks"
@@ -89,7 +90,7 @@ _Lenient.add_multi_constructor("!", lambda loader, suffix, node: None)
 
 def _task_of(path: Path) -> str:
     try:
-        cfg = yaml.load(path.read_text(encoding="utf-8"), Loader=_Lenient)
+        cfg = yaml.load(readers.read_text(path, "task", StageError), Loader=_Lenient)
     except yaml.YAMLError:
         return ""
     return cfg.get("task", "") if isinstance(cfg, dict) and isinstance(cfg.get("task"), str) else ""

@@ -9,17 +9,16 @@ models/instruct into models/hf-instruct, with the chat template in ``tokenizer_c
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marin import fsutil, hashing, model_folder
+from marin import fsutil, hashing, model_folder, readers
 from marin.config import Params
 from marin.data import chat
 from marin.data.tokenize import EOS
-from marin.errors import IntegrityError
+from marin.errors import IntegrityError, StageError
 from marin.export import card, hf
 from marin.ledger import Input, Run
 
@@ -69,7 +68,7 @@ def base_target(**card_kw: Any) -> Target:
     ``extra_results`` (``marin.export.card.hub_card``)."""
     return Target("export", MODEL, OUT, inputs=(Input("eval", EVAL.as_posix()),),
                   card=lambda root, recorded, config, tok: model_card(
-                      recorded, config, tok, json.loads((root / EVAL).read_text()), OUT, **card_kw),
+                      recorded, config, tok, readers.read_json(root / EVAL, "json", StageError), OUT, **card_kw),
                   recorded=lambda params: params.section(*(n for n in CARD_PARAMS if n in params.raw)))
 
 
@@ -85,11 +84,11 @@ def export(root: Path, params: Params, target: Target) -> None:
     recorded = target.recorded(params)
     with Run.start(root, target.stage, params=recorded, inputs=[*inputs, *target.inputs]) as run:
         tensors, config = model_folder.read(root / target.model)
-        tok = (root / TOKENIZER).read_bytes()
+        tok = readers.read_bytes(root / TOKENIZER, "tokenizer", StageError)
         if hashing.bytes_digest(tok) != config["tokenizer"]["digest"]:
             raise IntegrityError(f"{TOKENIZER}: is not the tokenizer the model was trained with "
                                  f"({config['tokenizer']['digest']}); rerun `dvc repro` from tokenize")
-        template = (root / TEMPLATE).read_text(encoding="utf-8") if target.chat else None
+        template = readers.read_text(root / TEMPLATE, "text", StageError) if target.chat else None
         readme = target.card(root, recorded, config, tok)
         files = hf.files(tensors, config, tok, EOS, {"marin_tensor_digest": config["tensor_digest"]}, readme,
                          template)

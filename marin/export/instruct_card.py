@@ -6,14 +6,15 @@ model's config.json and the instruction manifest, both inputs of the export run.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
+from marin import readers
 from marin.config import Params
 from marin.data import chat
+from marin.errors import StageError
 from marin.export.card import hf_license
 
 MANIFEST = Path("data/instructions/manifest.json")
@@ -44,7 +45,7 @@ def card(root: Path, recorded: dict[str, Any], config: dict[str, Any], tokenizer
     """README.md of models/hf-instruct, from the params the export run records (:func:`recorded`)."""
     base, lic = recorded["report"]["model_name"], recorded["report"]["license"]
     name = f"{base}-instruct"
-    m = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    m = readers.read_json(root / MANIFEST, "manifest", StageError)
     hf_lic = hf_license(lic)
     data = ModelCardData(license=hf_lic, license_name=lic if hf_lic == "other" else None, base_model=base,
                          language=recorded["report"].get("language") or None,

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marin import hashing, model_folder
+from marin import hashing, model_folder, readers
 from marin.config import Params, TrainParams
 from marin.data import chat
 from marin.data import tokenize as tk
@@ -66,7 +66,9 @@ def encoded(path: Path, tok: Any, eos_id: int, seq_len: int) -> tuple[np.ndarray
     """(inputs, targets, weights), one row per conversation of a JSONL file."""
     eos = tok.id_to_token(eos_id)
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in readers.lines(path, "task", StageError):
+        if not line.strip():
+            continue
         ids, mask = chat.encode(tok, json.loads(line)["messages"], eos)
         seq = np.full(seq_len + 1, eos_id, np.int32)
         w = np.zeros(seq_len + 1, np.float32)

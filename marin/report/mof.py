@@ -4,11 +4,11 @@ with a license and a location in the project, and the class they reach.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
+from marin import readers
 from marin.report.cards import NR, Ctx, licence_names
 from marin.report.facts import ReportError
 
@@ -85,7 +85,7 @@ def mof(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) -> dic
 def _accepted(licenses_json: Path) -> dict[str, set[str]]:
     """Licence ids the MOF accepts, by content type, from its mof-licenses.json."""
     try:
-        entries = json.loads(Path(licenses_json).read_text())["licenses"]
+        entries = readers.read_json(licenses_json, "json", ReportError)["licenses"]
         out: dict[str, set[str]] = {}
         for lic in entries:
             types = lic.get("ContentType", [])

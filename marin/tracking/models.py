@@ -7,14 +7,13 @@ and the others delete theirs, so every stage links to the same one."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from marin import hashing
+from marin import hashing, readers
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
 
@@ -54,7 +53,7 @@ class LoggedModels:
         if self.id(b["digest"]):
             return
         path = self.root / b["path"]
-        config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
+        config = readers.read_json(path / "config.json", "config") if (path / "config.json").is_file() else {}
         hf = b["name"] == "hf_model"
         model = self.client.create_logged_model(
             self.exp, name=f"marin-{'hf-' if hf else ''}{log.run_id}", source_run_id=mlflow_id,

@@ -12,11 +12,12 @@ marin.evaluate) stays out of the code of the stages that only mirror themselves 
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 
 import mlflow.pyfunc
+
+from marin import readers
 
 MAX_NEW_TOKENS = 40  # the evaluate stage's default sample length (evaluate.sample_tokens)
 GENERATOR = Path(__file__).with_name("generator_model.py")
@@ -26,7 +27,7 @@ def save(dest: Path, model_dir: Path, tokenizer: Path) -> None:
     """The pyfunc model of ``model_dir`` (models/final) and its tokenizer, written to ``dest``."""
     from importlib.metadata import version
 
-    config = json.loads((model_dir / "config.json").read_text())
+    config = readers.read_json(model_dir / "config.json", "config")
     with warnings.catch_warnings():  # "no input example": one would run the model at every sync
         warnings.simplefilter("ignore", UserWarning)
         mlflow.pyfunc.save_model(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marin import readers
 from marin.errors import MarinError
 from marin.ledger.index import Index
 from marin.ledger.records import Record
@@ -307,7 +308,7 @@ class _Syncer:
         if log.started.body["stage"] == "report" and b["name"] == "report" and path.is_dir():
             self.client.log_artifacts(mlflow_id, str(path), "report")  # the report itself, beside its ledger
         if log.started.body["stage"] == "report" and b["name"] == "report_json" and path.is_file():
-            self.models.register(mlflow_id, log, json.loads(path.read_text()))
+            self.models.register(mlflow_id, log, readers.read_json(path, "report"))
 
 
 def _made(run: Any) -> tuple[int, str]:
