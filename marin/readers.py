@@ -42,6 +42,8 @@ CAPS: dict[str, Cap] = {
     "params": Cap(1 * MiB, 1 * MiB, "params.yaml", "trim it; the shipped one is about 5 KB"),
     "tokenizer": Cap(32 * MiB, 32 * MiB, "a tokenizer.json", "use a smaller vocabulary"),
     "task": Cap(64 * MiB, 1 * MiB, "task data", "trim the task file"),
+    "conversations": Cap(1024 * MiB, 1 * MiB, "a conversations file",
+                         "fewer or shorter conversations (params.yaml: instructions)"),
     "config": Cap(1 * MiB, 1 * MiB, "a config file", "regenerate it with the stage that writes it"),
     "report": Cap(64 * MiB, 64 * MiB, "a report file", "rebuild the report (marin report)"),
     "manifest": Cap(256 * MiB, 256 * MiB, "a manifest", "restore it (dvc checkout) or rerun its stage (dvc repro)"),

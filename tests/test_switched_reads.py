@@ -62,3 +62,17 @@ def test_hashing_refuses_a_fifo_at_once(tmp_path: Path) -> None:
     _fifo(tmp_path / "f")
     with pytest.raises((OSError, MarinError)):
         hashing.file_digest(tmp_path / "f")
+
+
+def test_a_conversation_line_over_its_cap_is_refused_naming_the_line(tmp_path: Path) -> None:
+    from marin.instruct import sft
+
+    class Tok:
+        def id_to_token(self, i: int) -> str:
+            return "<eos>"
+
+    path = tmp_path / "train.jsonl"
+    path.write_bytes(b"x" * (2 << 20) + b"\n")
+    with pytest.raises(StageError, match=r"train.jsonl line 1: over the 1,048,576-byte cap") as e:
+        sft.encoded(path, Tok(), 0, 8)
+    assert "\n" not in str(e.value)

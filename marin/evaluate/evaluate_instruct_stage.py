@@ -115,7 +115,7 @@ def run_stage(root: Path, params: Params) -> None:
     with Run.start(root, "evaluate_instruct", params=recorded, inputs=inputs,
                    det_class=runtime.determinism_class(rt, fp), fingerprint=fp) as run:
         tok = tk.load(root / TOKENIZER)
-        examples = [json.loads(x) for x in readers.lines(root / HELDOUT, "task", StageError) if x.strip()]
+        examples = [json.loads(x) for x in readers.lines(root / HELDOUT, "conversations", StageError) if x.strip()]
         metrics: dict[str, Any] = {}
         for name, path in MODELS.items():
             rows = answer_all(weights.load(root / path), tok, examples, n)

@@ -66,7 +66,7 @@ def encoded(path: Path, tok: Any, eos_id: int, seq_len: int) -> tuple[np.ndarray
     """(inputs, targets, weights), one row per conversation of a JSONL file."""
     eos = tok.id_to_token(eos_id)
     rows = []
-    for line in readers.lines(path, "task", StageError):
+    for line in readers.lines(path, "conversations", StageError):
         if not line.strip():
             continue
         ids, mask = chat.encode(tok, json.loads(line)["messages"], eos)
