@@ -220,6 +220,13 @@ class NetworkParams:
 
 
 @dataclass(frozen=True)
+class LedgerParams:
+    """How ``marin ledger check`` judges the ledger; never part of a recipe."""
+
+    clock_skew_s: float = 300.0  # record times may disagree this much (machines' clocks differ a little)
+
+
+@dataclass(frozen=True)
 class HarnessParams:
     """lm-evaluation-harness tasks run on the model (marin/evaluate/harness_run.py)."""
 
@@ -282,6 +289,7 @@ class Params:
     sft: TrainParams | None = None  # optional: only the sft stage reads it (the train section's fields)
     instructions: InstructionsParams | None = None  # optional: only the instructions and sft stages read it
     network: NetworkParams = NetworkParams()  # optional: timeouts and retries of network operations
+    ledger: LedgerParams = LedgerParams()  # optional: the clock skew `marin ledger check` allows
     sweep: SweepParams | None = None  # optional: only `marin sweep` reads it
 
     def section(self, *names: str) -> dict[str, Any]:
@@ -339,6 +347,7 @@ _NESTED: dict[tuple[str, str], type] = {
     ("EvaluateParams", "harness"): HarnessParams,
     ("Params", "report"): ReportParams,
     ("Params", "network"): NetworkParams,
+    ("Params", "ledger"): LedgerParams,
     ("ReportParams", "energy"): EnergyAssumptions,
     ("Params", "sweep"): SweepParams,
     ("SweepParams", "select"): SelectRule,

@@ -1,4 +1,4 @@
-"""``marin ledger check``: schema, chain, Merkle root, outputs on disk, dvc.lock.
+"""``marin ledger check``: schema, chain, Merkle root, outputs on disk, dvc.lock, clocks.
 
 Each check is a numbered step with its own message; every failure names the run file,
 the record seq and what differs.
@@ -14,7 +14,7 @@ from typing import Any
 
 from marin import dvcfiles, fsutil, hashing, schemas
 from marin.errors import IntegrityError, LedgerError, SchemaError
-from marin.ledger import head, listing, merkle
+from marin.ledger import clock, head, listing, merkle
 from marin.ledger.head import Head
 from marin.ledger.index import hash_cache
 from marin.ledger.records import AFTER_FINISH, Record, content_digest
@@ -52,9 +52,10 @@ class RunCheck:
     as records arrive): lines parse and match their schemas, seq/prev/digest chain, run.started
     first and run.finished last (only verification records may follow it), Merkle root."""
 
-    def __init__(self, name: str, run_id: str, watch: int | None = None):
+    def __init__(self, name: str, run_id: str, watch: int | None = None, skew_s: float = clock.SKEW_S):
         self.name, self.run_id = name, run_id
-        self.watch, self.watched = watch, None  # the digest at seq ``watch`` (for --since)
+        self.watch, self.watched, self.watched_time = watch, None, ""  # the record at seq ``watch`` (for --since)
+        self.clock = clock.Clock(skew_s)
         self.last_seq: int | None = None
         self.problems: list[Problem] = []
         self.records = 0
@@ -95,8 +96,9 @@ class RunCheck:
         self._shape(r)
         self._merkle.append(hashing.parse(r.digest))
         self._prev, self.records, self.last_seq = (r.seq, r.digest), self.records + 1, r.seq
+        self.clock.feed(r)
         if r.seq == self.watch:
-            self.watched = r.digest
+            self.watched, self.watched_time = r.digest, r.time
         if r.kind == "checkpoint" and "files_digest" in r.body:
             self.checkpoints.append((r.seq, r.body["path"], r.body["files_digest"]))
         if r.kind == "output":  # kept for the output checks; entries are re-read if a file differs
@@ -152,12 +154,12 @@ def check_run(log: RunLog) -> list[Problem]:
     return rc.close()
 
 
-def stream_run(path: Path, watch: int | None = None) -> RunCheck:
+def stream_run(path: Path, watch: int | None = None, skew_s: float = clock.SKEW_S) -> RunCheck:
     """Steps 1-4 for one run file, read a line at a time: each line parsed, checked for its
     canonical form and validated once. A record whose schema is edited (reported by step 0)
     is parsed without it, so the chain, digests and Merkle root are still checked."""
     name = path.name
-    rc = RunCheck(name, name.removesuffix(".jsonl"), watch)
+    rc = RunCheck(name, name.removesuffix(".jsonl"), watch, skew_s)
     try:
         with open_run(path) as f:
             for i, line in enumerate(run_lines(f, path), start=1):
@@ -355,13 +357,16 @@ def leftovers(root: Path) -> list[str]:
     return out
 
 
-def check(root: Path, since: Head | None = None, rehash: bool = False) -> Report:
+def check(root: Path, since: Head | None = None, rehash: bool = False, skew_s: float | None = None) -> Report:
     """Check the whole ledger of the project at ``root`` (and that it only grew since ``since``),
     one run file at a time; output files are re-read only when their inode, size or times
-    changed since they were last hashed (``rehash`` reads them all)."""
+    changed since they were last hashed (``rehash`` reads them all). ``skew_s``: the clock skew
+    allowed (None: params.yaml's ``ledger.clock_skew_s``)."""
     pinned = schemas.pin_problems()  # 0. the schemas that judge the records are the released ones
+    skew_s = clock.skew_of(root) if skew_s is None else skew_s
     watch = {leaf.run_id: leaf.seq for leaf in since.leaves} if since is not None else {}
-    runs = [stream_run(path, watch.get(path.name.removesuffix(".jsonl"))) for path in run_files(ledger_dir(root))]
+    runs = [stream_run(path, watch.get(path.name.removesuffix(".jsonl")), skew_s)
+            for path in run_files(ledger_dir(root))]
     runs.sort(key=lambda rc: (rc.started_time, rc.run_id))  # oldest first
     report = Report(runs=len(runs), records=sum(rc.records for rc in runs))
     report.problems.extend(Problem(*p.split(": ", 1)) for p in pinned)
@@ -381,4 +386,8 @@ def check(root: Path, since: Head | None = None, rehash: bool = False) -> Report
     if since is not None:  # 8. nothing in the snapshot was deleted, rolled back or rewritten
         found = {rc.run_id: (rc.last_seq, rc.watched) for rc in runs}
         report.problems.extend(Problem(where, what) for where, what in head.since(since, found))
+        known = {leaf.run_id for leaf in since.leaves}  # 8b. and nothing was added to it backdated
+        at = clock.head_time(since.time, [rc.watched_time for rc in runs if rc.watched_time])
+        report.problems.extend(Problem(w, what) for w, what in clock.backdated(at, known, runs, skew_s))
+    report.problems.extend(Problem(where, what) for where, what in clock.check_chain(runs, skew_s))  # 9. clocks
     return report

@@ -5,7 +5,9 @@ per run: the canonical JSON of ``{"run_id", "seq", "digest"}`` of its last recor
 snapshot (the root, the run count and the leaves) kept by someone else, or signed inside a
 report, lets ``marin ledger check --since SNAPSHOT`` prove that every run it names is still
 there, unchanged or only extended: a deleted run file, a rolled-back tail or a rewritten
-record is named. A run created after the snapshot is allowed (history grows).
+record is named. A run created after the snapshot is allowed (history grows), if dated after
+the snapshot's ``time`` (the latest start or end of its runs; outside the root, which older
+snapshots without it keep: ``marin.ledger.clock``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from marin import hashing, readers
 from marin.errors import LedgerError
-from marin.ledger import merkle
+from marin.ledger import clock, merkle
 from marin.ledger.store import open_run, run_lines
 
 if TYPE_CHECKING:
@@ -41,6 +43,7 @@ class Leaf:
 class Head:
     root: str
     leaves: tuple[Leaf, ...]
+    time: str | None = None  # the latest run.started or run.finished time of its runs (None: an older snapshot)
 
     @property
     def runs(self) -> int:
@@ -48,6 +51,7 @@ class Head:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": SNAPSHOT_KIND, "root": self.root, "runs": self.runs,
+                **({"time": self.time} if self.time else {}),
                 "leaves": [{"run_id": x.run_id, "seq": x.seq, "digest": x.digest} for x in self.leaves]}
 
 
@@ -65,7 +69,8 @@ def head(ledger_dir: Path, exclude: set[str] = frozenset(), index: Index | None 
         rows = [r for r in idx.runs(include_unstarted=True) if r.last_digest is not None and r.run_id not in exclude]
     leaves = tuple(sorted((Leaf(r.run_id, r.last_seq, r.last_digest) for r in rows),  # type: ignore[arg-type]
                           key=lambda x: x.run_id))
-    return Head(root_of(leaves), leaves)
+    times = [t for r in rows for t in (r.started, r.finished) if t]
+    return Head(root_of(leaves), leaves, max(times, key=clock.parse) if times else None)
 
 
 def locate(ledger_dir: Path, snapshot: Head) -> dict[str, tuple[int | None, str | None]]:
@@ -101,6 +106,9 @@ def parse_snapshot(data: Any, where: str) -> Head:
             raise ValueError(f"kind is {data.get('kind')!r}, expected {SNAPSHOT_KIND!r}")
         leaves = tuple(Leaf(str(x["run_id"]), int(x["seq"]), str(x["digest"])) for x in data["leaves"])
         root, runs = str(data["root"]), int(data["runs"])
+        time = data.get("time")
+        if time is not None and not isinstance(time, str):
+            raise ValueError(f"time is {time!r}, not an ISO 8601 time")
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise LedgerError(f"{where}: not a ledger snapshot ({e}); make one with `marin ledger head --json`") from None
     if runs != len(leaves) or [x.run_id for x in leaves] != sorted({x.run_id for x in leaves}):
@@ -108,7 +116,7 @@ def parse_snapshot(data: Any, where: str) -> Head:
     if root_of(leaves) != root:
         raise LedgerError(f"{where}: the snapshot's leaves hash to {root_of(leaves)}, not its root {root} "
                           "(the snapshot was edited)")
-    return Head(root, leaves)
+    return Head(root, leaves, time)
 
 
 def load_snapshot(path: Path) -> Head:

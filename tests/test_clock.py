@@ -1,0 +1,140 @@
+"""Clock skew: runs forged with a shifted clock (a valid hash chain, times moved) fail `marin ledger check`
+(issue 38, defect 8); times within ``ledger.clock_skew_s`` pass."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from pathlib import Path
+
+import rfc8785
+
+from marin.ledger import clock
+from marin.ledger.merkle import merkle_root
+from tests.conftest import Project
+
+NOW = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
+
+
+# -- the pure comparisons ----------------------------------------------------------------
+
+
+def test_behind_counts_only_beyond_the_skew() -> None:
+    assert clock.behind("2026-06-01T12:00:00.000000Z", "2026-06-01T11:56:00.000000Z", 300) is None
+    assert clock.behind("2026-06-01T12:00:00.000000Z", "2026-06-01T11:54:00.000000Z", 300) == 360
+    assert clock.behind("2026-06-01T12:00:00Z", "2026-06-01T12:10:00Z", 0) is None  # later is not behind
+
+
+def test_ahead_counts_only_beyond_the_skew() -> None:
+    assert clock.ahead("2026-06-01T12:04:59Z", NOW, 300) is None
+    assert clock.ahead("2026-06-02T12:00:00Z", NOW, 300) == 86400
+
+
+def test_a_record_going_back_and_one_in_the_future_are_named() -> None:
+    c = clock.Clock(300, NOW)
+    for seq, t in enumerate(("2026-06-01T10:00:00Z", "2026-06-01T09:58:00Z", "2026-06-01T09:00:00Z",
+                             "2026-06-02T10:00:00Z")):
+        c.feed(_Rec(seq, t))
+    where = [w for w, _ in c.problems("r.jsonl")]
+    assert where == ["r.jsonl seq 2", "r.jsonl seq 3"]
+    assert "the clock went back" in c.problems("r.jsonl")[0][1]
+    assert "in the future" in c.problems("r.jsonl")[1][1]
+
+
+def test_head_time_is_the_snapshots_own_else_the_latest_found() -> None:
+    assert clock.head_time("2026-06-01T12:00:00Z", ["2027-01-01T00:00:00Z"]) == "2026-06-01T12:00:00Z"
+    assert clock.head_time(None, ["2026-06-01T12:00:00Z", "2026-06-01T13:00:00Z"]) == "2026-06-01T13:00:00Z"
+    assert clock.head_time(None, []) is None
+
+
+class _Rec:
+    kind, body = "metric", {}
+
+    def __init__(self, seq: int, time: str):
+        self.seq, self.time = seq, time
+
+
+# -- forged runs, checked by the command ------------------------------------------------
+
+
+def rewrite_chain(path: Path, recs: list[dict]) -> None:
+    """What a forger does: recompute every digest, prev link and the Merkle root (independently of marin's
+    record code: sha256 over RFC 8785 canonical JSON without the digest)."""
+    prev = None
+    for r in recs:
+        r["prev"] = prev
+        if r["kind"] == "run.finished":
+            r["body"]["merkle_root"] = "sha256:" + merkle_root(
+                [bytes.fromhex(x["digest"].split(":")[1]) for x in recs[: r["seq"]]]).hex()
+        content = rfc8785.dumps({k: v for k, v in r.items() if k != "digest"})
+        r["digest"] = "sha256:" + hashlib.sha256(content).hexdigest()
+        prev = r["digest"]
+    path.write_bytes(b"".join(rfc8785.dumps(r) + b"\n" for r in recs))
+
+
+def shifted(recs: list[dict], by: dt.timedelta) -> list[dict]:
+    for r in recs:
+        t = dt.datetime.fromisoformat(r["time"]) + by
+        r["time"] = t.isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return recs
+
+
+def run_path(proj: Project, stage: str) -> Path:
+    return proj.root / "ledger" / "runs" / f"{proj.runs(stage)[-1][0]['run_id']}.jsonl"
+
+
+def fails_naming(p, name: str, what: str) -> None:
+    assert p.returncode == 1, p.stdout + p.stderr
+    lines = [x for x in p.stderr.splitlines() if x.startswith(f"FAIL {name}") and what in x]
+    assert len(lines) == 1, p.stderr
+
+
+def test_a_run_dated_a_year_back_after_a_snapshot_is_refused_by_since(data_project: Project) -> None:
+    proj = data_project
+    (proj.root / "head.json").write_text(proj.marin("ledger", "head", "--json", check=True).stdout)
+    recs = proj.runs("fetch")[-1]
+    new_id = recs[0]["run_id"][:-8] + "0badc10c"
+    for r in recs:
+        r["run_id"] = new_id
+    rewrite_chain(proj.root / "ledger" / "runs" / f"{new_id}.jsonl", shifted(recs, -dt.timedelta(days=365)))
+    assert "backdated" not in proj.marin("ledger", "check").stderr  # without a snapshot, no head to predate
+    p = proj.marin("ledger", "check", "--since", "head.json")
+    fails_naming(p, f"{new_id}.jsonl seq 0", "before the snapshot's head")
+    old = json.loads((proj.root / "head.json").read_text())
+    del old["time"]  # an older snapshot: its head time is found from its runs' records in the ledger
+    (proj.root / "old.json").write_text(json.dumps(old))
+    fails_naming(proj.marin("ledger", "check", "--since", "old.json"), f"{new_id}.jsonl seq 0", "snapshot's head")
+
+
+def test_a_run_dated_a_day_ahead_is_in_the_future(data_project: Project) -> None:
+    path = run_path(data_project, "tokenize")
+    rewrite_chain(path, shifted(data_project.runs("tokenize")[-1], dt.timedelta(days=1)))
+    fails_naming(data_project.marin("ledger", "check"), path.name, "in the future")
+
+
+def _start_before_input(proj: Project, seconds: float) -> Path:
+    """The tokenize run moved to start ``seconds`` before curate recorded the split it read."""
+    curated = {(r["body"]["path"], r["body"]["digest"]): r["time"]
+               for r in proj.runs("curate")[-1] if r["kind"] == "output"}
+    recs = proj.runs("tokenize")[-1]
+    read = min((curated[(r["body"]["path"], r["body"]["digest"])] for r in recs
+                if r["kind"] == "input" and (r["body"]["path"], r["body"]["digest"]) in curated),
+               key=clock.parse)
+    by = clock.parse(read) - clock.parse(recs[0]["time"]) - dt.timedelta(seconds=seconds)
+    path = run_path(proj, "tokenize")
+    rewrite_chain(path, shifted(recs, by))
+    return path
+
+
+def test_a_run_starting_before_its_input_was_recorded_is_flagged(data_project: Project) -> None:
+    path = _start_before_input(data_project, 3600)
+    fails_naming(data_project.marin("ledger", "check"), f"{path.name} seq 0", "before its input")
+
+
+def test_a_start_within_the_skew_passes_and_the_skew_is_a_param(data_project: Project) -> None:
+    _start_before_input(data_project, 60)
+    p = data_project.marin("ledger", "check")
+    assert p.returncode == 0, p.stdout + p.stderr
+    data_project.write_params({**data_project.params, "ledger": {"clock_skew_s": 10}})
+    assert data_project.marin("ledger", "check").returncode == 1
