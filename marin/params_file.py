@@ -6,15 +6,17 @@ naming the file and the key (:mod:`marin.config` then validates and builds the c
 from __future__ import annotations
 
 import codecs
+import errno
 import math
+import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from marin.errors import ParamsError
+from marin.fsutil import open_regular
 
 MAX_BYTES = 1 << 20  # the shipped params.yaml is about 5 KB
 MAX_DEPTH = 16  # the shipped file nests 7 deep (fetch.sources[0].extract[0].include)
@@ -35,18 +37,19 @@ def _too_large(path: Path, size: str) -> str:
 
 def _read(path: Path) -> str:
     """The text of a regular file of at most MAX_BYTES, UTF-8 without a byte order mark."""
-    try:
-        st = path.stat()
-        if not stat.S_ISREG(st.st_mode):
-            raise ParamsError(f"{path}: not a regular file; params.yaml must be a plain YAML file")
-        if st.st_size > MAX_BYTES:
-            raise ParamsError(_too_large(path, f"{st.st_size} bytes"))
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)  # it may have grown since stat
+    try:  # checked on the open file, not a stat before it: a fifo swapped in meanwhile would block
+        f = open_regular(path, follow=True)
     except FileNotFoundError:
         raise ParamsError(f"{path}: not found; run from the project root or set MARIN_ROOT") from None
     except OSError as e:
+        if e.errno == errno.EINVAL:  # open_regular's own: a fifo, a directory, a device
+            raise ParamsError(f"{path}: not a regular file; params.yaml must be a plain YAML file") from None
         raise ParamsError(f"{path}: cannot read ({e.strerror}); check the file") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_BYTES:
+            raise ParamsError(_too_large(path, f"{size} bytes"))
+        data = f.read(MAX_BYTES + 1)  # it may have grown since fstat
     if len(data) > MAX_BYTES:
         raise ParamsError(_too_large(path, f"over {MAX_BYTES} bytes"))
     if data.startswith(codecs.BOM_UTF8):
