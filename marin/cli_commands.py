@@ -283,16 +283,17 @@ def sweep(args: argparse.Namespace) -> int:
 
 
 def stages(args: argparse.Namespace) -> int:
+    from marin import dvcyaml
     from marin import stages as st
 
     if args.write:
         from marin.fsutil import write_bytes
 
-        write_bytes(args.root / st.DVC_YAML, st.render(args.root).encode())
+        write_bytes(args.root / st.DVC_YAML, dvcyaml.render(args.root).encode())
         print(f"wrote {st.DVC_YAML}: {len(st.STAGES)} stages, code dependencies from their imports")
         return 0
     if args.check:
-        problems = st.check(args.root)
+        problems = dvcyaml.check(args.root)
         for line in problems:
             print(line, file=sys.stderr)
         print(f"stages: {st.DVC_YAML} {'matches' if not problems else 'does not match'} the declared stages and "

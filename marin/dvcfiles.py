@@ -38,6 +38,12 @@ def lock_outs(root: Path) -> dict[str, dict[str, str]]:
     return out
 
 
+def stage_deps(root: Path, stage: str) -> list[str]:
+    """The dependencies ``dvc.yaml`` lists for ``stage`` (POSIX paths, as written)."""
+    deps = ((_load(Path(root) / DVC_YAML).get("stages") or {}).get(stage) or {}).get("deps") or []
+    return [Path(str(d)).as_posix() for d in deps]
+
+
 def declared_outs(root: Path) -> dict[str, bool]:
     """Every output path ``dvc.yaml`` declares (outs, metrics, plots), ``${…}`` resolved from
     params -> whether DVC caches it (``cache: false`` outputs are kept in git instead)."""

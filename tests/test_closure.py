@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from marin import closure, stages
+from marin import closure, dvcyaml, stages
 from tests.conftest import REPO
 
 
@@ -115,7 +115,7 @@ def test_dvc_yaml_lists_every_module_the_stage_imports(stage: str) -> None:
 
 
 def test_dvc_yaml_is_what_the_declarations_generate() -> None:
-    assert stages.check(REPO) == []
+    assert dvcyaml.check(REPO) == []
     r = subprocess.run([sys.executable, "-m", "marin.cli", "stages", "--check"], cwd=REPO, capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stderr
@@ -132,7 +132,7 @@ def test_stages_check_names_a_missing_dependency(tmp_path: Path) -> None:
             (tmp_path / rel).write_bytes(src.read_bytes())
     text = (tmp_path / "dvc.yaml").read_text()
     (tmp_path / "dvc.yaml").write_text(text.replace("      - marin/data/shards.py\n", "", 1))
-    problems = stages.check(tmp_path)
+    problems = dvcyaml.check(tmp_path)
     assert any("marin/data/shards.py" in p for p in problems), problems
     r = subprocess.run([sys.executable, "-m", "marin.cli", "--root", str(tmp_path), "stages", "--check"],
                        capture_output=True, text=True)

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from marin import fsutil
-from marin.config import Params, RuntimeParams
+from marin.config import HarnessParams, Params, RuntimeParams
+from marin.errors import StageError
 from marin.train import runtime
 
 MODEL, TOKENS, METRICS = Path("models/final"), Path("data/tokens"), Path("metrics/eval.json")
@@ -37,6 +38,7 @@ def run_stage(root: Path, params: Params) -> None:
     inputs = [Input("model", MODEL.as_posix()), Input("tokens", TOKENS.as_posix())]
     if (root / EVALSETS).is_dir():  # else the built-in harness tasks fail, each in one line
         inputs.append(Input("evalsets", EVALSETS.as_posix()))
+    inputs += [Input(f"task:{p}", p) for p in _task_deps(root, params.evaluate.harness)]
     recorded = {**params.section("evaluate"),
                 "runtime": {"xla_cpu_threads": rt.xla_cpu_threads, "determinism": rt.determinism}}
     with Run.start(root, "evaluate", params=recorded, inputs=inputs,
@@ -124,3 +126,18 @@ def _metrics(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
             "per_corpus": {c: v["bits_per_byte"] for c, v in results["model"].items() if c != "all"},
             "unigram_per_corpus": {c: v["bits_per_byte"] for c, v in results["unigram_baseline"].items()
                                    if c != "all"}}
+
+
+def _task_deps(root: Path, hp: HarnessParams) -> list[str]:
+    """The lab's task folders and data files (marin.evaluate.task_files), refused unless dvc.yaml lists
+    each as a dependency of evaluate: an edit DVC cannot see would leave the stage "up to date"."""
+    from marin import dvcfiles
+    from marin.evaluate import task_files
+
+    paths = task_files.task_paths(root, hp)
+    listed = set(dvcfiles.stage_deps(root, "evaluate"))
+    missing = [p for p in paths if p not in listed]
+    if missing:
+        raise StageError(f"dvc.yaml: stage evaluate does not list {missing[0]}, which evaluate.harness reads: "
+                         "run `marin stages --write` and commit dvc.yaml, so that DVC sees an edit to it")
+    return paths

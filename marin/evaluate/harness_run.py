@@ -22,16 +22,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from marin import hashing, readers
+from marin import hashing
 from marin.config import HarnessParams
-from marin.errors import StageError
+from marin.evaluate import task_files
 from marin.ledger import exact
 
 BUILTIN = Path(__file__).parent / "tasks"
 SPLIT = "harness"
-LOCAL_FORMATS = ("json", "csv", "parquet", "text", "arrow")
 BOOTSTRAP_ITERS = 1000  # perplexity's stderr is a bootstrap (seeded, in this process)
 
 
@@ -81,28 +78,16 @@ def task_names(root: Path, hp: HarnessParams) -> tuple[list[str], list[Path]]:
     return names, folders
 
 
-class _Lenient(yaml.SafeLoader):
-    """Reads lm-eval's ``!function`` tags as nothing: only the ``task`` name is wanted here."""
-
-
-_Lenient.add_multi_constructor("!", lambda loader, suffix, node: None)
-
-
 def _task_of(path: Path) -> str:
-    try:
-        cfg = yaml.load(readers.read_text(path, "task", StageError), Loader=_Lenient)
-    except yaml.YAMLError:
-        return ""
-    return cfg.get("task", "") if isinstance(cfg, dict) and isinstance(cfg.get("task"), str) else ""
+    cfg = task_files.config_of(path)
+    return cfg["task"] if isinstance(cfg.get("task"), str) else ""
 
 
 def missing_data(root: Path, name: str, cfg: dict[str, Any]) -> str | None:
     """Why a task's data is not local (one line), or None."""
     path = cfg.get("dataset_path")
-    files = (cfg.get("dataset_kwargs") or {}).get("data_files")
-    if path in LOCAL_FORMATS:
-        listed = [files] if isinstance(files, str) else list(files.values()) if isinstance(files, dict) else files
-        flat = [f for x in listed or [] for f in ([x] if isinstance(x, str) else x)]
+    if path in task_files.LOCAL_FORMATS:
+        flat = task_files.data_files(cfg)
         if not flat:
             return f"harness task {name!r}: dataset_path {path} without dataset_kwargs.data_files; name local files"
         for f in flat:
