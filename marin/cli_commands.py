@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from marin import config
 from marin.paths import ledger_dir
@@ -172,7 +173,8 @@ def diff(args: argparse.Namespace) -> int:
 def verify(args: argparse.Namespace) -> int:
     from marin import verify
 
-    kw = {"segments": args.segments, "seed": args.seed, "xla_flags": tuple(args.xla_flags), "keep": args.keep}
+    kw = {"segments": args.segments, "seed": args.seed, "xla_flags": tuple(args.xla_flags), "keep": args.keep,
+          "signer": _signer(args) if args.sign else None}
     if args.upstream:  # one ledger index for every run verified (verify.verify_upstream opens it)
         rows = verify.verify_upstream(args.root, args.target, **kw)
         code, outcomes = verify.upstream_exit(rows), [o for _, _, o in rows if isinstance(o, verify.Outcome)]
@@ -187,6 +189,18 @@ def verify(args: argparse.Namespace) -> int:
         for path in vsa.sign_recorded(args.root, recorded, args.key, args.as_lab):
             print(f"signed: {shown(path)} (commit {vsa.DIR}/ to publish it)")
     return code
+
+
+def _signer(args: argparse.Namespace) -> str | None:
+    """``--sign``: the key id the records will be signed with, written into them (None: no usable key;
+    the verification is still recorded, and signing then fails in one line saying why)."""
+    from marin.report import attest
+    from marin.verify import vsa
+
+    try:
+        return vsa.key_id(vsa.signing_key(args.root, args.key, args.as_lab))
+    except attest.SigningKeyError:
+        return None
 
 
 def report(args: argparse.Namespace) -> int:
@@ -209,21 +223,17 @@ def report_verify(args: argparse.Namespace) -> int:
     print(f"report verify {args.directory}: {v.signature}, {v.checked.get('files', 0)} files, "
           f"{v.checked.get('verifications', 0)} counted verifications re-checked, "
           f"{v.checked.get('facts', 0)} facts re-derived from the ledger: {status}")
-    if args.trust is not None:
-        print(_trusted(args.directory, args.trust))
+    if args.trust is not None and v.ok and v.report is not None:  # the recount rests on a report that verified
+        print(_trusted(v.report, args.trust))
     return 0 if v.ok else 1
 
 
-def _trusted(directory: Path, trust_file: Path) -> str:
-    """``--trust FILE``: the report's verifications recounted by the reader's own list of keys."""
-    import json
-
-    from marin import readers
+def _trusted(report: dict[str, Any], trust_file: Path) -> str:
+    """``--trust FILE``: the (verified) report's verifications recounted by the reader's own list of keys."""
     from marin.report import verifications
     from marin.verify import verifiers
 
     trust = verifiers.load_reader_list(trust_file)
-    report = json.loads(readers.read_bytes(directory / "report.json", "json"))
     n = verifications.recount(report["doc"].get("independent_verification") or {}, report["facts"], trust)
     who = f" ({', '.join(n['names'])})" if n["names"] else ""
     return (f"trust {trust_file}: {n['trusted']} verification(s) by {n['keys']} key(s) you trust{who}, "

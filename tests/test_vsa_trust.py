@@ -123,34 +123,25 @@ def test_forged_verifications_are_not_counted_and_a_reader_recounts(trained_proj
     proj = trained_project
     proj.marin("keygen", check=True)
     lab_kid = _kid(proj.root / ".marin/keys/report.key.pub")
-    proj.marin("keygen", str(tmp_path / "tp.key"), check=True)
+    for name in ("tp", "sybil"):
+        proj.marin("keygen", str(tmp_path / f"{name}.key"), check=True)
     tp_kid = _kid(tmp_path / "tp.key.pub")
     fetch, curate = run_id(run_file(proj, "fetch")), run_id(run_file(proj, "curate"))
-    # the real ones: a third party's replay of fetch, and the lab's own replay of curate
+    # the real ones: a third party's replay of fetch, the lab's own of curate, and an unlisted key's of curate
     assert proj.marin("verify", fetch, "--sign", "--key", str(tmp_path / "tp.key")).returncode == 0
     assert proj.marin("verify", curate, "--sign", "--as-lab").returncode == 0
+    assert proj.marin("verify", curate, "--sign", "--key", str(tmp_path / "sybil.key")).returncode == 0
+    sybil_path = f"verifications/{curate}/{_kid(tmp_path / 'sybil.key.pub')}.intoto.json"
     real = _statement(proj.root / "verifications" / fetch / f"{tp_kid}.intoto.json")
-    rec = [x for x in records(run_file(proj, "fetch")) if x["kind"] == "verification"][-1]
-    # keys the lab vouches for, each signing one forgery about fetch's run (one file per run and key)
-    k = _vouched(6)
-    forgeries = {
-        "seq 999": _as(real, k[0], verification_record={"seq": 999, "digest": rec["digest"], "time": rec["time"]}),
-        "/predicate/marin/exit_code": _as(real, k[1], result="mismatch", exit_code=1),  # PASSED over a mismatch
-        "2099": _time(_as(real, k[2]), "2099-01-01T00:00:00.000000Z"),
-        "2001": _time(_as(real, k[3]), "2001-01-01T00:00:00.000000Z"),
-        "/predicate/marin/verifier/cpu_model": _cpu(_as(real, k[4]), "AMD EPYC 9654 96-Core (independent lab)"),
-    }
-    expect = {_file(proj, fetch, stmt, key): ("unbacked", why)
-              for key, (why, stmt) in zip(k, forgeries.items(), strict=False)}
-    # a true copy of the real one by another vouched key: one replay counts once (the later path is the duplicate)
-    copy_path, real_path = _file(proj, fetch, _as(real, k[5]), k[5]), f"verifications/{fetch}/{tp_kid}.intoto.json"
-    expect[max(copy_path, real_path)] = ("duplicate", "one replay counts once")
-    sybils = _vouched(20)  # 20 fresh keys, each a correct summary of the real record: nobody vouches for them
-    expect.update({_file(proj, fetch, _as(real, s), s): ("unvouched", "not in verifications/verifiers.json")
-                   for s in sybils})
+    lab_own = _statement(proj.root / "verifications" / curate / f"{lab_kid}.intoto.json")
+    expect = {sybil_path: ("unvouched", "not in verifications/verifiers.json")}
+    sybils = _vouched(20)  # 20 fresh keys, each re-signing the third party's real record as its own
+    expect.update({_file(proj, fetch, _as(real, k), k): ("unbacked", f"names key {tp_kid} as its signer")
+                   for k in sybils})
+    k = _vouched(1)[0]  # a key the lab vouches for claims the lab's own replay: the record names its signer
+    expect[_file(proj, curate, _as(lab_own, k), k)] = ("unbacked", f"names key {lab_kid} as its signer")
     _verifiers(proj, [{"keyid": tp_kid, "name": "Example University NLP", "contact": "verify@example.org",
-                       "published": "https://example.org/keys/tp.pub", "role": "third-party"},
-                      *(_entry(key, f"v{i}") for i, key in enumerate(k))])
+                       "published": "https://example.org/keys/tp.pub", "role": "third-party"}, _entry(k, "v0")])
     proj.marin("report", check=True)
     out = proj.root / "reports" / "marin-tiny"
     doc = json.loads((out / "report.json").read_text())["doc"]["independent_verification"]
@@ -162,16 +153,15 @@ def test_forged_verifications_are_not_counted_and_a_reader_recounts(trained_proj
     assert ("**1 third-party verification(s) by 1 verifier(s) the lab vouches for**, 1 passed; "
             f"1 by the lab itself (not independent), 1 passed; {len(expect)} file(s) not counted.") in sec, sec[:3000]
     assert "| Example University NLP | third-party | verify@example.org | https://example.org/keys/tp.pub |" in sec
-    counted = "Example University NLP" if real_path < copy_path else "v5"
-    assert f"| fetch | `{fetch}` | {counted} | third-party |" in sec
+    assert f"| fetch | `{fetch}` | Example University NLP | third-party |" in sec
     assert f"| curate | `{curate}` | the lab (report signing key) | lab |" in sec
     assert "sybils" in sec and "clock" in sec  # what a VSA cannot prove, and the time source, said where the count is
     ok = proj.marin("report", "verify", str(out))
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    # a reader's own list: one sybil and the lab key; the lab key is never independent
+    # a reader's own list: the unlisted key and the lab key; the lab key is never independent
     reader = tmp_path / "mine.json"
     reader.write_text(json.dumps({"schema": "marin.verifiers@1", "verifiers": [
-        {"keyid": _raw_kid(sybils[0].public_key()), "name": "a friend"}, {"keyid": lab_kid}]}))
+        {"keyid": _kid(tmp_path / "sybil.key.pub"), "name": "a friend"}, {"keyid": lab_kid}]}))
     r = proj.marin("report", "verify", str(out), "--trust", str(reader))
     assert r.returncode == 0, r.stderr
     line = r.stdout.strip().splitlines()[-1]
@@ -185,8 +175,24 @@ def test_forged_verifications_are_not_counted_and_a_reader_recounts(trained_proj
     assert proj.marin("ledger", "check").returncode == 0
 
 
-def test_a_vsa_counts_only_between_the_runs_end_and_the_reports_build(trained_project: Project,
-                                                                       tmp_path: Path) -> None:
+def test_an_unsigned_report_vouches_for_no_verifier(trained_project: Project, tmp_path: Path) -> None:
+    proj = trained_project
+    proj.marin("keygen", str(tmp_path / "tp.key"), check=True)
+    tp_kid = _kid(tmp_path / "tp.key.pub")
+    fetch = run_id(run_file(proj, "fetch"))
+    assert proj.marin("verify", fetch, "--sign", "--key", str(tmp_path / "tp.key")).returncode == 0
+    _verifiers(proj, [{"keyid": tp_kid, "name": "Example University NLP", "contact": "verify@example.org",
+                       "published": "https://example.org/keys/tp.pub", "role": "third-party"}])
+    proj.marin("report", check=True)  # no report key: unsigned
+    out = proj.root / "reports" / "marin-tiny"
+    sec = _section((out / "report.md").read_text())
+    assert "**0 third-party verification(s) by 0 verifier(s) the lab vouches for**" in sec, sec[:2000]
+    assert "| unvouched | the report is not signed" in sec
+    assert proj.marin("report", "verify", str(out)).returncode == 0
+
+
+def test_each_forgery_of_a_record_is_named_and_counts_only_in_its_window(trained_project: Project,
+                                                                         tmp_path: Path) -> None:
     from marin.ledger.store import load_run
     from marin.verify import vsa
 
@@ -195,13 +201,25 @@ def test_a_vsa_counts_only_between_the_runs_end_and_the_reports_build(trained_pr
     fetch = run_id(run_file(proj, "fetch"))
     assert proj.marin("verify", fetch, "--sign", "--key", str(tmp_path / "tp.key")).returncode == 0
     kid = _kid(tmp_path / "tp.key.pub")
+    tp = serialization.load_pem_private_key((tmp_path / "tp.key").read_bytes(), None)
     stmt = _statement(proj.root / "verifications" / fetch / f"{kid}.intoto.json")
     log = load_run(proj.root, fetch)
     rec = [x for x in records(run_file(proj, "fetch")) if x["kind"] == "verification"][-1]
+    assert rec["body"]["signer"] == {"keyid": kid}  # written by `verify --sign`, before signing
     assert vsa.backing_problem(stmt, log, kid, rec["time"]) is None  # at the very build time: counted
     why = vsa.backing_problem(stmt, log, kid, log.finished.time)  # a report built before the replay
     assert why is not None and "after the report was built" in why
-    assert "key" in (vsa.backing_problem(stmt, log, "0" * 64, rec["time"]) or "")  # another key's summary
+    ref = stmt["predicate"]["marin"]["verification_record"]
+    forged = {  # each by the record's own signer, so that only the forged field can be what is named
+        "has no verification record there": _as(stmt, tp, verification_record={**ref, "seq": 999}),
+        "/predicate/marin/exit_code": _as(stmt, tp, result="mismatch", exit_code=1),  # PASSED over a mismatch
+        'time is "2099': _time(_as(stmt, tp), "2099-01-01T00:00:00.000000Z"),
+        'time is "2001': _time(_as(stmt, tp), "2001-01-01T00:00:00.000000Z"),
+        "/predicate/marin/verifier/cpu_model": _cpu(_as(stmt, tp), "AMD EPYC 9654 96-Core (independent lab)"),
+    }
+    for words, bad in forged.items():
+        why = vsa.backing_problem(bad, log, kid, "2100-01-01T00:00:00Z")
+        assert why is not None and words in why, (words, why)
 
 
 @pytest.mark.parametrize(("doc", "words"), [

@@ -153,6 +153,7 @@ class VerificationBody(TypedDict):
     distances: NotRequired[dict[str, Any]]
     segments: NotRequired[dict[str, Any]]
     replay_run_id: NotRequired[str]
+    signer: NotRequired[dict[str, str]]  # {"keyid": ...}: the key `marin verify --sign` signs it with
     time: dict[str, float]
 
 

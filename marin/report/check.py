@@ -42,6 +42,8 @@ class Verdict:
     problems: list[str] = field(default_factory=list)
     checked: dict[str, int] = field(default_factory=dict)
     signature: str = "signature not checked"
+    signer: str | None = None  # the key id the signature verified with (None: not signed)
+    report: dict[str, Any] | None = None  # report.json as verified
 
     @property
     def ok(self) -> bool:
@@ -68,7 +70,8 @@ def verify(root: Path, directory: Path, public_key: Path | None = None,
     if old is None:
         v.problems.append("report.json: missing; cannot re-derive the report")
         return v
-    _lab_key(envelope, old, v)
+    v.report = old
+    _lab_key(old, v)
     try:
         _rederive(root, directory, stmt, signed, old, v)
     except (KeyError, TypeError, AttributeError) as e:  # report.json is not what marin report writes
@@ -111,6 +114,7 @@ def _rederive(root: Path, directory: Path, stmt: dict[str, Any], signed: dict[st
     """Steps 3-6."""
     ledger = Ledger(root)  # one index for the whole verification
     _ledger(ledger, directory, stmt, old, v)  # 3
+    _as_of(ledger, directory, old, v)
     refs, ref_problems = reference.recorded(root, old.get("references"))  # 4
     v.problems.extend(ref_problems)
     listed = old["doc"].get("independent_verification") or {}
@@ -161,19 +165,33 @@ def _signature(root: Path, envelope: dict[str, Any], public_key: Path | None, re
         raise ReportError(f"{build.ENVELOPE}: signed by key {kids}, but there is no public key at {public_key}: "
                           "give the signer's public key with --key PUB")
     stmt = attest.verify(envelope, public_key)
-    v.signature = "signature ok"
+    v.signature, v.signer = "signature ok", attest.keyid(attest.load_public_key(public_key))
     return stmt
 
 
-def _lab_key(envelope: dict[str, Any], old: dict[str, Any], v: Verdict) -> None:
-    """Step 1b: the key the Independent verification section counts as the lab's is the key that signed
-    the report (none when it is not signed): a lab cannot pass its own replays off as a third party's."""
-    sec = (old.get("doc") or {}).get("independent_verification") or {}
-    signers = sorted({str(s.get("keyid")) for s in envelope.get("signatures") or [] if isinstance(s, dict)})
-    lab = sec.get("lab_key")
-    if (lab is None and signers) or (lab is not None and lab not in signers):
+def _lab_key(old: dict[str, Any], v: Verdict) -> None:
+    """Step 1b: the key the Independent verification section counts as the lab's is the key the
+    signature verified with (none when it is not signed): a lab cannot pass its own replays off as a
+    third party's, nor vouch for verifiers without signing."""
+    lab = ((old.get("doc") or {}).get("independent_verification") or {}).get("lab_key")
+    if lab != v.signer:
         v.problems.append(f"report.json: the Independent verification section counts key {lab} as the lab's, but "
-                          f"the report is signed by {', '.join(signers) or 'nobody'}; rebuild it with `marin report`")
+                          f"the report's signature verifies with {v.signer or 'no key (not signed)'}; rebuild it "
+                          "with `marin report`")
+
+
+def _as_of(ledger: Ledger, directory: Path, old: dict[str, Any], v: Verdict) -> None:
+    """Step 3b: the time the Independent verification section judged VSAs as of is the start of the
+    report run that recorded this very envelope (a VSA of a later replay cannot be passed off as
+    earlier by editing report.json and re-signing without a run)."""
+    as_of = (old["doc"].get("independent_verification") or {}).get("as_of")
+    digest = hashing.file_digest(directory / build.ENVELOPE)
+    starts = {ledger.runs[r].started.time for r, _, role, b in ledger.index.entities(digest=digest)
+              if role == "output" and str(b.get("path", "")).endswith(build.ENVELOPE)}
+    if as_of not in starts:
+        v.problems.append(f"report.json: its Independent verification section is as of {as_of}, but no report run "
+                          f"in the ledger that recorded this {build.ENVELOPE} started then "
+                          f"({', '.join(sorted(starts)) or 'none recorded it'}); rebuild it with `marin report`")
 
 
 def _files(directory: Path, signed: dict[str, str], v: Verdict) -> None:

@@ -93,18 +93,19 @@ class Judged:
     path: str
     found: Found
     checked: vsa.Checked
-    status: str  # valid (counted), invalid, unsigned, unverifiable, unbacked, duplicate, unvouched
+    status: str  # valid (counted), invalid, unsigned, unverifiable, unbacked, unvouched
     why: str
     role: str | None  # lab, third-party, or None (a key nobody vouches for)
 
 
 def judge(files: Files, runs: dict[str, RunLog], lab_key: str | None, as_of: str) -> list[Judged]:
     """Every VSA filed under one of ``runs``, judged in path order: signature and subject
-    (``vsa.check``), backed by a verification record in time (``vsa.backing_problem``), one VSA per
-    record, and a key the lab vouches for (its report key, or one in verifiers.json)."""
+    (``vsa.check``), backed by a verification record made for its key, in time
+    (``vsa.backing_problem``), and a key the lab vouches for: its report key, or one in
+    verifiers.json. An unsigned report vouches for nobody: it has no key to answer for the list."""
     keys = {p: x.data for p, x in files.items() if Path(p).parent.name == vsa.KEYS}
     trust, _ = _trust_list(files)
-    out, claimed = [], {}
+    out = []
     for p, found in sorted(files.items()):
         parts = Path(p).parts
         if len(parts) != 3 or parts[1] == vsa.KEYS or parts[1] not in runs:
@@ -112,15 +113,11 @@ def judge(files: Files, runs: dict[str, RunLog], lab_key: str | None, as_of: str
         c = vsa.check(p, found.data, keys, runs)
         status, why = _status(c, runs[parts[1]], as_of)
         role = _role(c.keyid, lab_key, trust)
-        if status == "valid" and role is None:  # an unvouched key claims nothing: a sybil cannot crowd out a verifier
+        if status == "valid" and role is None:
             status, why = "unvouched", (f"key {c.keyid} is not in {verifiers.FILE}: the lab does not vouch for "
-                                        "its holder (a reader may, with `marin report verify --trust FILE`)")
-        elif status == "valid":
-            rec = (parts[1], c.statement["predicate"]["marin"]["verification_record"]["seq"])  # type: ignore[index]
-            if rec in claimed:
-                status, why = "duplicate", (f"verification record seq {rec[1]} is already summarised by "
-                                            f"{claimed[rec]}: one replay counts once")
-            claimed.setdefault(rec, p)
+                                        "its holder (a reader may, with `marin report verify --trust FILE`)"
+                                        if lab_key else "the report is not signed, so nobody vouches for "
+                                        f"{verifiers.FILE}: sign the report (`marin keygen`)")
         out.append(Judged(p, found, c, status, why, role))
     return out
 
@@ -160,7 +157,9 @@ def _trust_list(files: Files) -> tuple[verifiers.TrustList, dict[str, Any]]:
 
 
 def _role(kid: str | None, lab_key: str | None, trust: verifiers.TrustList) -> str | None:
-    return verifiers.LAB if kid is not None and kid == lab_key else trust.role(kid)
+    if lab_key is None:  # unsigned: no one answers for the list
+        return None
+    return verifiers.LAB if kid == lab_key else trust.role(kid)
 
 
 def _who(kid: str | None, trust: verifiers.TrustList) -> dict[str, str]:
@@ -296,7 +295,8 @@ def lines(v: Callable[[str | None], str], doc: dict[str, Any], items: dict[str, 
            "only when its ed25519 signature verifies with the public key committed as "
            "`verifications/keys/<key id>.pub` (the key id is the sha256 of the key, so a substituted key cannot "
            "match), its subject is that run with its recorded `run.finished` and recipe digests, it is exactly "
-           "the summary of a verification record of that run in the ledger (one VSA per record), verified "
+           "the summary of a verification record of that run in the ledger, made by `marin verify --sign` for that "
+           "very key, verified "
            f"between the run's end and this report's build ({md_escape(sec['as_of'])}), and its key is the lab's "
            "or one the lab vouches for.", "", WHAT_IT_PROVES, ""]
     counted = sec["counted"]

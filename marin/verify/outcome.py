@@ -33,6 +33,7 @@ class Outcome:
     seconds: dict[str, float] = field(default_factory=dict)
     record_seq: int | None = None
     cpu: dict[str, Any] | None = None  # how the verifier's CPU differs from the recorder's (None: the same)
+    signer: str | None = None  # the key id that will sign the record (marin verify --sign), recorded in it
 
     @property
     def result(self) -> str:

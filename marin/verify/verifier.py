@@ -47,15 +47,17 @@ from marin.verify.workspace import CannotVerify, InputUnavailable, Workspace
 
 @with_index
 def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | None = None,
-           xla_flags: tuple[str, ...] = (), keep: bool = False, say: Say = print, index: Index) -> Outcome:
+           xla_flags: tuple[str, ...] = (), keep: bool = False, say: Say = print, signer: str | None = None,
+           index: Index) -> Outcome:
     """Verify one run (steps 1-8) and append the verification record. ``index``: the command's
-    ledger index (else one is opened for this run)."""
+    ledger index (else one is opened for this run); ``signer``: the key id that will sign the
+    record (``--sign``), written into it so that no other key's summary is backed by it."""
     t0 = time.perf_counter()
     index.refresh()
     log = _load(root, run_id)  # 1
     if segments is not None:
         check_segments(root, log, segments, index)
-    out = Outcome(run_id, log.started.body["stage"], "segments" if segments else "full")
+    out = Outcome(run_id, log.started.body["stage"], "segments" if segments else "full", signer=signer)
     return Verifier(root, log, index, out, say, t0).run(segments, seed, xla_flags, keep)
 
 
@@ -324,6 +326,8 @@ class Verifier:
             body["segments"] = out.segments
         if out.replay_run_id:
             body["replay_run_id"] = out.replay_run_id
+        if out.signer:
+            body["signer"] = {"keyid": out.signer}
         return body
 
 

@@ -79,8 +79,9 @@ def parse(data: bytes, where: str, default_role: str | None = None) -> TrustList
         raise TrustListError(f"{where}: {len(data)} bytes, over the {MAX_BYTES}-byte cap of a verifiers list")
     try:
         doc = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TrustListError(f"{where}: not JSON ({e}); see {FILE} in README.md for the format") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise TrustListError(f"{where}: not JSON ({type(e).__name__}: {str(e)[:80]}); see {FILE} in README.md for "
+                             "the format") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("verifiers"), list):
         raise TrustListError(f'{where}: not a verifiers list (an object with "schema": "{SCHEMA}" and a '
                              '"verifiers" list); see README.md, Independent verification')

@@ -110,7 +110,7 @@ def signing_key(root: Path, explicit: Path | None, as_lab: bool = False) -> Path
     if key is None:
         raise attest.SigningKeyError("no signing key: give --key KEY (`marin keygen KEY` makes one)")
     attest.load_private_key(key)
-    if not as_lab and configured is not None and configured.exists() and _kid_of(key) == _kid_of(configured):
+    if not as_lab and configured is not None and configured.exists() and key_id(key) == key_id(configured):
         raise attest.SigningKeyError(
             f"{fsutil.shown(key)} is the lab's report signing key: a VSA signed with it is the lab's own replay, "
             "not an independent verification; sign with your own key (--key KEY, `marin keygen KEY` makes one), "
@@ -129,7 +129,8 @@ def _report_key(root: Path) -> Path | None:
         return None
 
 
-def _kid_of(private: Path) -> str:
+def key_id(private: Path) -> str:
+    """The key id (sha256 of the raw public key) of the private key at ``private``."""
     return attest.keyid(attest.load_private_key(private).public_key())
 
 
@@ -153,6 +154,10 @@ def sign(root: Path, run_id: str, seq: int, key: Path) -> Path:
     rec = next((r for r in log.records if r.seq == seq and r.kind == "verification"), None)
     if rec is None:
         raise MarinError(f"{run_id}: no verification record at seq {seq} to sign")
+    kid = key_id(key)
+    if (rec.body.get("signer") or {}).get("keyid") != kid:
+        raise attest.SigningKeyError(f"{run_id} seq {seq}: the verification record names another signer than key "
+                                     f"{kid}; verify again with `marin verify --sign --key` this key")
     kid, _ = publish_key(root, key)
     envelope = attest.sign(summary(log.started.body["stage"], rec, kid), key)
     path = envelope_path(root, run_id, kid)
@@ -187,8 +192,8 @@ def check(rel: str, data: bytes, keys: dict[str, bytes], runs: dict[str, RunLog]
     filed_run, kid = parts[-2], parts[-1].removesuffix(SUFFIX)
     try:
         envelope = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        return Checked(rel, "invalid", f"not JSON ({e})")
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        return Checked(rel, "invalid", f"not JSON ({type(e).__name__})")
     if not attest.is_signed(envelope):
         return Checked(rel, "unsigned", "no signatures: nobody vouches for it")
     if not _KEYID.match(kid):
@@ -250,6 +255,10 @@ def backing_problem(stmt: dict[str, Any], log: RunLog, kid: str, as_of: str) -> 
                 "no `marin verify` it summarises is in the ledger")
     if ref.get("digest") != rec.digest:
         return f"it cites verification record seq {seq} as {ref.get('digest')}, the ledger's is {rec.digest}"
+    signer = (rec.body.get("signer") or {}).get("keyid")
+    if signer != kid:
+        return (f"verification record seq {seq} names " + (f"key {signer} as its signer, not {kid}" if signer else
+                "no signer (it was not made by `marin verify --sign`)") + ": whoever signed this did not make it")
     want = json.loads(hashing.canonical_json(summary(log.started.body["stage"], rec, kid)))
     if (where := _first_difference(want, stmt)) is not None:
         ptr, want_v, got_v = where
@@ -284,13 +293,14 @@ def _when(ts: str) -> datetime:
 
 
 def files(root: Path) -> list[str]:
-    """Every VSA and public key file under verifications/, and the lab's verifiers list, project-relative, sorted."""
+    """Every VSA and public key file under verifications/, and the lab's verifiers list, project-relative,
+    sorted. A symbolic link is never read: what is committed there is the file itself."""
     base = Path(root) / DIR
     if not base.is_dir():
         return []
     found = [*(p for p in base.glob(f"*/*{SUFFIX}") if p.parent.name != KEYS), *(base / KEYS).glob("*.pub"),
              base / Path(verifiers.FILE).name]
-    return sorted(p.relative_to(root).as_posix() for p in found if p.is_file())
+    return sorted(p.relative_to(root).as_posix() for p in found if p.is_file() and not p.is_symlink())
 
 
 def sign_recorded(root: Path, recorded: list[tuple[str, int]], key: Path | None, as_lab: bool = False) -> list[Path]:
