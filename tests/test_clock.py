@@ -42,8 +42,9 @@ def test_a_record_going_back_and_one_in_the_future_are_named() -> None:
     assert "in the future" in c.problems("r.jsonl")[1][1]
 
 
-def test_head_time_is_the_snapshots_own_else_the_latest_found() -> None:
-    assert clock.head_time("2026-06-01T12:00:00Z", ["2027-01-01T00:00:00Z"]) == "2026-06-01T12:00:00Z"
+def test_head_time_is_the_latest_of_the_snapshots_own_and_the_records_it_holds() -> None:
+    assert clock.head_time("2026-06-01T12:00:00Z", ["2027-01-01T00:00:00Z"]) == "2027-01-01T00:00:00Z"
+    assert clock.head_time("2026-06-01T12:00:00Z", ["2026-01-01T00:00:00Z"]) == "2026-06-01T12:00:00Z"
     assert clock.head_time(None, ["2026-06-01T12:00:00Z", "2026-06-01T13:00:00Z"]) == "2026-06-01T13:00:00Z"
     assert clock.head_time(None, []) is None
 
@@ -53,6 +54,28 @@ class _Rec:
 
     def __init__(self, seq: int, time: str):
         self.seq, self.time = seq, time
+
+
+class _Run:
+    def __init__(self, run_id: str, since_seq: int, times: list[str]):
+        self.name, self.run_id, self.started_time, self.outputs = f"{run_id}.jsonl", run_id, times[0], []
+        self.clock = clock.Clock(300, NOW, since_seq)
+        for seq, t in enumerate(times):
+            self.clock.feed(_Rec(seq, t))
+
+
+def test_records_appended_to_a_held_run_dated_before_the_head_are_backdated() -> None:
+    """A killed run the snapshot holds up to seq 1, then an end (or a verification) appended dated before the
+    snapshot's head: the earliest such record is named; a run appended to after the head passes."""
+    head = "2026-06-01T12:00:00Z"
+    late = _Run("late", 1, ["2026-06-01T09:00:00Z", "2026-06-01T09:01:00Z", "2026-06-01T09:30:00Z",
+                            "2026-06-01T09:20:00Z"])
+    fine = _Run("fine", 1, ["2026-06-01T09:00:00Z", "2026-06-01T09:01:00Z", "2026-06-01T12:30:00Z"])
+    new = _Run("new", -1, ["2026-06-01T11:00:00Z"])
+    got = clock.backdated(head, {"late", "fine"}, [late, fine, new], 300)
+    assert [w for w, _ in got] == ["late.jsonl seq 3", "new.jsonl seq 0"]
+    assert "appended after the snapshot, which holds the run up to seq 1" in got[0][1]
+    assert "not in the snapshot" in got[1][1]
 
 
 # -- forged runs, checked by the command ------------------------------------------------
@@ -138,3 +161,47 @@ def test_a_start_within_the_skew_passes_and_the_skew_is_a_param(data_project: Pr
     assert p.returncode == 0, p.stdout + p.stderr
     data_project.write_params({**data_project.params, "ledger": {"clock_skew_s": 10}})
     assert data_project.marin("ledger", "check").returncode == 1
+
+
+def test_a_record_appended_to_a_killed_run_of_the_snapshot_dated_before_its_head_is_refused(
+        data_project: Project) -> None:
+    """The audit's repro: a killed run (no outputs, no end) is in the snapshot; its outputs and run.finished
+    are appended later, dated an hour before the snapshot's head (after the run's own records, so its clock
+    never goes back): `--since` names the first appended record, a plain check cannot tell."""
+    proj = data_project
+    recs = shifted([r for r in proj.runs("fetch")[-1] if r["kind"] != "input"], -dt.timedelta(hours=1))
+    new_id = recs[0]["run_id"][:-8] + "0badc10c"
+    for seq, r in enumerate(recs):  # no inputs: an hour back is then no earlier than anything it read
+        r["run_id"], r["seq"] = new_id, seq
+    recs[-1]["body"]["records"] = recs[-1]["seq"]
+    path = proj.root / "ledger" / "runs" / f"{new_id}.jsonl"
+    cut = next(i for i, r in enumerate(recs) if r["kind"] == "output")
+    rewrite_chain(path, recs[:cut])  # killed before its outputs
+    (proj.root / "head.json").write_text(proj.marin("ledger", "head", "--json", check=True).stdout)
+    rewrite_chain(path, recs)  # the same first records, then the rest appended
+    assert proj.marin("ledger", "check").returncode == 0
+    p = proj.marin("ledger", "check", "--since", "head.json")
+    fails_naming(p, f"{new_id}.jsonl seq {cut}", "appended after the snapshot")
+    assert "before the snapshot's head" in p.stderr
+
+
+def test_a_snapshot_whose_time_is_not_a_time_is_refused(data_project: Project) -> None:
+    """Garbage parsed as the epoch would disable the backdating check: the snapshot is refused in one line."""
+    snap = json.loads(data_project.marin("ledger", "head", "--json", check=True).stdout)
+    snap["time"] = "yesterday-ish"  # outside the root: the root still matches
+    (data_project.root / "bad.json").write_text(json.dumps(snap))
+    p = data_project.marin("ledger", "check", "--since", "bad.json")
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("marin: error: bad.json: not a ledger snapshot (time is 'yesterday-ish', not an "
+                               "ISO 8601 time)"), p.stderr
+
+
+def test_problems_for_checks_runs_read_into_memory(data_project: Project) -> None:
+    """What `marin report verify` calls for the runs behind a report: the same step 9 lines as ledger check."""
+    from marin.ledger.store import read_run
+
+    path = _start_before_input(data_project, 3600)
+    logs = [read_run(p, validate=False) for p in sorted(path.parent.glob("*.jsonl"))]
+    got = clock.problems_for(logs, 300)
+    assert len(got) == 1 and got[0].startswith(f"{path.name} seq 0: started ") and "before its input" in got[0]
+    assert clock.problems_for(logs, 7200) == []

@@ -55,7 +55,7 @@ class RunCheck:
     def __init__(self, name: str, run_id: str, watch: int | None = None, skew_s: float = clock.SKEW_S):
         self.name, self.run_id = name, run_id
         self.watch, self.watched, self.watched_time = watch, None, ""  # the record at seq ``watch`` (for --since)
-        self.clock = clock.Clock(skew_s)
+        self.clock = clock.Clock(skew_s, since_seq=-1 if watch is None else watch)
         self.last_seq: int | None = None
         self.problems: list[Problem] = []
         self.records = 0

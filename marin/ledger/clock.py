@@ -1,12 +1,14 @@
 """Clock checks of ``marin ledger check``: record times that go backwards, lie in the future,
-or predate what the run read (step 9), and runs backdated before a snapshot (step 8b).
+or predate what the run read (step 9), and records backdated before a snapshot (step 8b): a run the
+snapshot does not hold, or a record appended to one it holds after the seq it holds.
 
 A run's chain, for the clock, is the runs whose outputs it read: an input record names a path
 and digest, and the runs that recorded an output of that path and digest are its producers.
 A run cannot start before the earliest producer recorded that output, nor a record precede the
 record before it in the same run file, nor any record lie ahead of now, by more than
 ``ledger.clock_skew_s`` (machines' clocks differ a little; a year back or a day ahead is a clock
-set wrong, or a run forged with a shifted clock).
+set wrong, or a run forged with a shifted clock). The skew is the reader's to choose: ``marin ledger
+check --clock-skew-s S`` overrides the checked project's own params.yaml, which its author wrote.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from marin.ledger.head import Head
     from marin.ledger.records import Record
+    from marin.ledger.store import RunLog
 
 SKEW_S = 300.0  # the default of ledger.clock_skew_s
 
@@ -60,11 +64,14 @@ class Clock:
 
     skew_s: float = SKEW_S
     now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    since_seq: int = -1  # the seq a snapshot holds of the run (-1: none): records after it were added since
+    first_after: tuple[int, str] | None = None  # (seq, time) of the earliest-dated record after ``since_seq``
     latest: tuple[int, str] | None = None  # (seq, time) of the latest record so far
     back: list[tuple[int, str, str]] = field(default_factory=list)  # (seq, time, the latest time before it)
     inputs: list[tuple[int, str, str]] = field(default_factory=list)  # (seq, path, digest) of input records
 
     _at: dt.datetime | None = None  # the latest time, parsed (each record's time is parsed once)
+    _first_at: dt.datetime | None = None  # the time of ``first_after``, parsed
 
     def feed(self, r: Record) -> None:
         t = parse(r.time)
@@ -72,6 +79,8 @@ class Clock:
             self.back.append((r.seq, r.time, self.latest[1]))
         if self._at is None or t > self._at:
             self.latest, self._at = (r.seq, r.time), t
+        if r.seq > self.since_seq and (self._first_at is None or t < self._first_at):
+            self.first_after, self._first_at = (r.seq, r.time), t
         if r.kind == "input" and isinstance(r.body.get("path"), str):
             self.inputs.append((r.seq, r.body["path"], str(r.body.get("digest"))))
 
@@ -115,23 +124,66 @@ def _first(made: Iterable[tuple[str, _Run, int]], rc: _Run) -> list[tuple[str, _
 
 
 def backdated(head_time: str | None, known: set[str], runs: list[_Run], skew_s: float) -> list[tuple[str, str]]:
-    """Step 8b: a run the snapshot does not hold, dated before the snapshot's head, was added since
-    with its clock set back (history grows forward)."""
+    """Step 8b: a record added since the snapshot (of a run it does not hold, or after the seq it holds
+    of one it does) dated before the snapshot's head was added with its clock set back (history grows
+    forward). One line per run: its earliest-dated such record."""
     if not head_time:
         return []
-    return [(f"{rc.name} seq 0", f"not in the snapshot, yet started {rc.started_time}, {lag:.0f} s before the "
-                                 f"snapshot's head ({head_time}; ledger.clock_skew_s is {skew_s:g}): "
-                                 "added since, backdated")
-            for rc in runs if rc.run_id not in known and rc.started_time
-            and (lag := behind(head_time, rc.started_time, skew_s)) is not None]
+    out = []
+    for rc in runs:
+        if rc.clock.first_after is None:
+            continue
+        seq, t = rc.clock.first_after
+        if (lag := behind(head_time, t, skew_s)) is None:
+            continue
+        held = "not in the snapshot" if rc.run_id not in known else \
+            f"appended after the snapshot, which holds the run up to seq {rc.clock.since_seq}"
+        out.append((f"{rc.name} seq {seq}", f"{held}, yet dated {t}, {lag:.0f} s before the snapshot's head "
+                                            f"({head_time}; ledger.clock_skew_s is {skew_s:g}): added since, "
+                                            "backdated"))
+    return out
 
 
 def head_time(snapshot_time: str | None, watched: list[str]) -> str | None:
-    """The snapshot's head time: as it records it, else (an older snapshot) the latest time of its
-    runs' records at the seqs it holds, as found in the ledger."""
-    if snapshot_time:
-        return snapshot_time
-    return max(watched, key=parse) if watched else None
+    """The snapshot's head time: the latest of the time it records (older snapshots have none) and the
+    times of its runs' records at the seqs it holds, as found in the ledger (a run in progress when the
+    snapshot was taken may have written after its last start or end)."""
+    times = [t for t in (snapshot_time, *watched) if t]
+    return max(times, key=parse) if times else None
+
+
+@dataclass
+class _Fed:
+    """A run read into memory, as the clock checks see it (:func:`problems_for`)."""
+
+    name: str
+    run_id: str
+    started_time: str
+    outputs: list[Record]
+    clock: Clock
+
+
+def problems_for(runs: Iterable[RunLog], skew_s: float = SKEW_S, now: dt.datetime | None = None,
+                 snapshot: Head | None = None) -> list[str]:
+    """Steps 8b and 9 over runs already read (``marin report verify``: the runs behind a report), one
+    ``"<run file> seq N: what"`` line each: clocks that went back, records in the future, runs started
+    before their inputs were recorded, and, with ``snapshot``, records added since it yet dated before it."""
+    now = now or dt.datetime.now(dt.UTC)
+    held = {leaf.run_id: leaf.seq for leaf in snapshot.leaves} if snapshot is not None else {}
+    fed, watched = [], []
+    for log in runs:
+        c = Clock(skew_s, now, held.get(log.run_id, -1))
+        for r in log.records:
+            c.feed(r)
+            if r.seq == held.get(log.run_id):
+                watched.append(r.time)
+        started = log.started
+        fed.append(_Fed(log.path.name, log.run_id, started.time if started is not None else "",
+                        [r for r in log.records if r.kind == "output"], c))
+    out = check_chain(fed, skew_s)
+    if snapshot is not None:
+        out += backdated(head_time(snapshot.time, watched), set(held), fed, skew_s)
+    return [f"{where}: {what}" for where, what in out]
 
 
 def skew_of(root: Path) -> float:

@@ -5,13 +5,15 @@ per run: the canonical JSON of ``{"run_id", "seq", "digest"}`` of its last recor
 snapshot (the root, the run count and the leaves) kept by someone else, or signed inside a
 report, lets ``marin ledger check --since SNAPSHOT`` prove that every run it names is still
 there, unchanged or only extended: a deleted run file, a rolled-back tail or a rewritten
-record is named. A run created after the snapshot is allowed (history grows), if dated after
-the snapshot's ``time`` (the latest start or end of its runs; outside the root, which older
-snapshots without it keep: ``marin.ledger.clock``).
+record is named. A run created after the snapshot, or a record appended to one of its runs, is
+allowed (history grows), if dated after the snapshot's head time: the latest of its ``time`` (the
+latest start or end of its runs; outside the root; an ISO 8601 time, else the snapshot is refused)
+and its runs' records at the seqs it holds (``marin.ledger.clock``).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from dataclasses import dataclass
@@ -107,8 +109,8 @@ def parse_snapshot(data: Any, where: str) -> Head:
         leaves = tuple(Leaf(str(x["run_id"]), int(x["seq"]), str(x["digest"])) for x in data["leaves"])
         root, runs = str(data["root"]), int(data["runs"])
         time = data.get("time")
-        if time is not None and not isinstance(time, str):
-            raise ValueError(f"time is {time!r}, not an ISO 8601 time")
+        if time is not None and not _iso(time):  # garbage would read as the epoch: no record predates it
+            raise ValueError(f"time is {str(time)[:60]!r}, not an ISO 8601 time")
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise LedgerError(f"{where}: not a ledger snapshot ({e}); make one with `marin ledger head --json`") from None
     if runs != len(leaves) or [x.run_id for x in leaves] != sorted({x.run_id for x in leaves}):
@@ -117,6 +119,13 @@ def parse_snapshot(data: Any, where: str) -> Head:
         raise LedgerError(f"{where}: the snapshot's leaves hash to {root_of(leaves)}, not its root {root} "
                           "(the snapshot was edited)")
     return Head(root, leaves, time)
+
+
+def _iso(t: Any) -> bool:
+    try:
+        return isinstance(t, str) and bool(dt.datetime.fromisoformat(t))
+    except ValueError:
+        return False
 
 
 def load_snapshot(path: Path) -> Head:
