@@ -55,6 +55,17 @@ exit status:
   4  cannot verify here (uncommitted code, an input nowhere to be found)"""
 
 
+def seconds(text: str) -> float:
+    """A non-negative, finite number of seconds (an option's value)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0 or more)")
+    return value
+
+
 # -- the parser: one function per command group, in the order `marin --help` lists them ----------
 
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -74,6 +85,9 @@ def _ledger(sub: Sub) -> None:
                           "and times are unchanged)")
     chk.add_argument("--require-outputs", action="store_true",
                      help="fail when a recorded output of the latest runs is not on disk")
+    chk.add_argument("--clock-skew-s", type=seconds, metavar="S",
+                     help="the clock skew allowed between records, in seconds (default: ledger.clock_skew_s of "
+                          "the checked project's params.yaml, which its author wrote: an auditor passes their own)")
     chk.set_defaults(fn=cmd.ledger_check)
     hd = lsub.add_parser("head", help="RFC 6962 root over every run's last record: a snapshot to keep or sign")
     hd.add_argument("--json", action="store_true", help="the whole snapshot (root, runs, leaves) for --since")

@@ -196,6 +196,16 @@ def test_a_snapshot_whose_time_is_not_a_time_is_refused(data_project: Project) -
                                "ISO 8601 time)"), p.stderr
 
 
+def test_the_reader_sets_the_skew_not_the_checked_projects_params(data_project: Project) -> None:
+    """A project's own params.yaml allowing a day of skew does not bind its auditor: --clock-skew-s wins."""
+    _start_before_input(data_project, 3600)
+    data_project.write_params({**data_project.params, "ledger": {"clock_skew_s": 86400}})
+    assert data_project.marin("ledger", "check").returncode == 0
+    fails_naming(data_project.marin("ledger", "check", "--clock-skew-s", "300"), "", "before its input")
+    p = data_project.marin("ledger", "check", "--clock-skew-s", "-1")
+    assert p.returncode == 2 and "not a number of seconds" in p.stderr
+
+
 def test_problems_for_checks_runs_read_into_memory(data_project: Project) -> None:
     """What `marin report verify` calls for the runs behind a report: the same step 9 lines as ledger check."""
     from marin.ledger.store import read_run
