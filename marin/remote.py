@@ -1,24 +1,28 @@
 """The project's DVC remotes as the checker's side reads them: marin's objects stored by sha256
 (``<remote>/marin/sha256/<2 hex>/<62 hex>``), the ``publication`` records of ``marin publish``,
 and the published checkpoints of a train run fetched by digest (every file checked) for
-``marin verify --segments`` on a machine that lacks them.
+``marin verify --segments`` on a machine that lacks them. Each fetch is bounded by the project's
+``network`` params: at most ``max_bytes``, within ``total_timeout_s`` (:func:`_get_within`).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from marin import fsutil, hashing, net, readers
+from marin.config import NetworkParams
 from marin.errors import IntegrityError, MarinError
 from marin.ledger.index import Index
 from marin.ledger.store import RunLog, load_run
 
 CACHE = Path(".marin/cache/checkpoints")  # fetched checkpoints (git-ignored), by train run id
 MANIFEST = "marin.checkpoint-manifest@1"
+CHUNK = 1 << 20  # bytes a fetch reads at a time: the byte cap and a stop are seen between reads
 
 
 class RemoteError(MarinError):
@@ -34,6 +38,7 @@ class Remote:
     fs: Any  # dvc_objects FileSystem
     base: str  # the remote's root inside ``fs``
     odb: Any  # DVC's md5 object store on the remote
+    bounds: NetworkParams = net.DEFAULT  # each fetch: network.max_bytes, within network.total_timeout_s
 
     def object_path(self, digest: str) -> str:
         """Where marin keeps the object with this sha256."""
@@ -87,7 +92,7 @@ def open_remote(repo: Any, name: str | None) -> Remote:
     except Exception as e:
         raise RemoteError(f"DVC remote {name}: {error_line(e)}; check .dvc/config") from None
     conf = repo.config["remote"][name]
-    remote = Remote(name, conf["url"], r.fs, r.path, r.odb)
+    remote = Remote(name, conf["url"], r.fs, r.path, r.odb, net.settings(Path(repo.root_dir)))
     try:  # one bounded request first: a silent server is named here, not after a push's every file
         remote.fs.exists(remote.base)
     except Exception as e:
@@ -143,13 +148,49 @@ def _fetch(remote: Remote, digest: str, dest: Path, what: str) -> None:
     """Download the object with this sha256 to ``dest``, and prove it has it."""
     src = remote.object_path(digest)
     try:
-        remote.fs.get_file(src, str(dest))
+        _get_within(remote, src, dest, what)
+    except RemoteError:
+        raise
     except Exception as e:
         raise RemoteError(f"{what}: cannot fetch {remote.url_of(src)}: {error_line(e)}") from None
     got = hashing.file_digest(dest)
     if got != digest:
         raise IntegrityError(f"{what}: the remote object {remote.url_of(src)} has sha256 {got}, not the published "
                              f"{digest}: the copy in DVC remote {remote.name} was changed")
+
+
+def _get_within(remote: Remote, src: str, dest: Path, what: str) -> None:
+    """``fs.get_file(src, dest)`` within ``remote.bounds``: at most ``max_bytes``, and done within
+    ``total_timeout_s``. The copy runs in a thread, as an fsspec read has no deadline of its own (a
+    trickling server never times out a read; a fifo in a local remote never opens): past the deadline
+    the thread is told to stop and abandoned, and the fetch fails in one line."""
+    t, stop, outcome = remote.bounds, threading.Event(), []
+
+    def copy() -> None:
+        try:
+            n = 0
+            with remote.fs.open(src, "rb") as f, open(dest, "wb") as out:
+                while not stop.is_set() and (chunk := f.read(CHUNK)):
+                    n += len(chunk)
+                    if n > t.max_bytes:
+                        raise RemoteError(f"{what}: {remote.url_of(src)} is more than network.max_bytes "
+                                          f"({t.max_bytes} bytes); refusing it; raise network.max_bytes in "
+                                          "params.yaml if the object is that big")
+                    out.write(chunk)
+            outcome.append(None)
+        except BaseException as e:  # re-raised in the caller's thread
+            outcome.append(e)
+
+    worker = threading.Thread(target=copy, name=f"fetch {src}", daemon=True)
+    worker.start()
+    worker.join(t.total_timeout_s)
+    if worker.is_alive():
+        stop.set()
+        raise RemoteError(f"{what}: {remote.url_of(src)} not fetched within network.total_timeout_s "
+                          f"({t.total_timeout_s:g} s); check the remote, or raise network.total_timeout_s in "
+                          "params.yaml")
+    if outcome and outcome[0] is not None:
+        raise outcome[0]
 
 
 def _fetch_checkpoint(remote: Remote, pub: dict[str, Any], dest: Path) -> None:

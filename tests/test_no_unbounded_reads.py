@@ -2,8 +2,8 @@
 :mod:`marin.readers` (a cap per kind), or in chunks of a stated size. The walk is over the
 source's syntax, as tests/test_closure.py walks imports: a ``.read()``, ``.readline()`` or
 ``.readlines()`` without a size, ``Path.read_bytes()`` / ``read_text()``, ``json.load(f)``,
-``pickle.load`` / ``tomllib.load``, ``yaml.safe_load`` of an open file, and ``for line in f`` over
-a file opened in a ``with``. Exceptions are listed below, each with its reason."""
+``pickle.load`` / ``tomllib.load``, ``yaml.safe_load`` or ``csv.reader`` / ``csv.DictReader`` of an
+open file, and ``for line in f`` over a file opened in a ``with``. Exceptions are listed below, each with its reason."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from tests.conftest import REPO
 READER = "marin/readers.py"
 LOADERS = {("json", "load"), ("pickle", "load"), ("tomllib", "load"), ("marshal", "load")}
 YAML = {"safe_load", "load", "full_load", "unsafe_load", "safe_load_all", "load_all"}
+CSV = {"reader", "DictReader"}  # each row is a line read unbounded
 OPENERS = {"open", "open_regular", "opened", "fdopen", "urlopen"}  # calls whose result is a file
 
 # (module, function, what) -> why it may read unbounded; keep it short: each entry is a promise.
@@ -32,7 +33,6 @@ ALLOWED: dict[tuple[str, str, str], str] = {
                                                      "MAX_RATIO)",
     ("marin/train/distributed.py", "_last_error", ".read_text()"): "a worker log the launcher itself writes",
     ("marin/train/distributed.py", "launch_local", ".read_text()"): "a worker log the launcher itself writes",
-    ("marin/verify/workspace.py", "_run_showing_stderr", ".read()"): "a temporary file of the replay's own stdout",
     ("marin/tracking/live.py", "_send", ".read()"): "the run file this process appends, from the last offset sent",
 }
 
@@ -79,11 +79,11 @@ def _call(node: ast.Call, files: set[str]) -> str | None:
         return f".{attr}()"
     if (owner, attr) in LOADERS:
         return f"{owner}.{attr}"
-    if owner == "yaml" and attr in YAML and node.args:
+    if node.args and ((owner == "yaml" and attr in YAML) or (owner == "csv" and attr in CSV)):
         arg = node.args[0]
         if (isinstance(arg, ast.Name) and arg.id in files) or (
                 isinstance(arg, ast.Call) and _name(arg.func) in OPENERS):
-            return f"yaml.{attr} of a file"
+            return f"{owner}.{attr} of a file"
     return None
 
 
@@ -155,7 +155,7 @@ def test_every_allowed_read_still_exists_and_says_why() -> None:
 
 def test_the_walk_finds_each_form_of_unbounded_read() -> None:
     src = '''
-import json, yaml
+import csv, json, yaml
 from pathlib import Path
 def whole(p):
     with open(p) as f:
@@ -175,6 +175,11 @@ def yaml_file(p):
         return yaml.safe_load(f)
 def yaml_open(p):
     return yaml.safe_load(open(p))
+def rows(p):
+    with open(p, newline="") as f:
+        return list(csv.DictReader(f))
+def rows_open(p):
+    return list(csv.reader(open(p)))
 def each(p):
     with open(p, "rb") as f:
         for line in f:
@@ -187,6 +192,7 @@ def each(p):
     assert got == {("whole", ".read()"), ("line", ".readline()"), ("all_lines", ".readlines()"),
                    ("path_bytes", ".read_bytes()"), ("path_text", ".read_text()"), ("loaded", "json.load"),
                    ("yaml_file", "yaml.safe_load of a file"), ("yaml_open", "yaml.safe_load of a file"),
+                   ("rows", "csv.DictReader of a file"), ("rows_open", "csv.reader of a file"),
                    ("each", "for line in file")}
 
 
@@ -201,6 +207,7 @@ def ok(p, f, text):
     readers.read_bytes(p, "vsa")
     json.loads(readers.read_bytes(p, "json"))
     yaml.safe_load(text)
+    csv.DictReader(io.StringIO(text, newline=""))
     for line in readers.lines(p, "run"):
         pass
 '''

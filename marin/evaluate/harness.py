@@ -11,7 +11,7 @@ does over a transformers checkpoint (Levanter's ``eval_harness.py`` is the desig
   predicted from the window before it (lm-eval's ``get_rolling_token_windows``).
 - ``generate_until``: greedy decoding from the context as given (no prefix token, as ``hf``), the
   window sliding left past ``seq_len``, stopped at any ``until`` string, the end-of-text token or
-  ``max_gen_toks``.
+  ``max_gen_toks`` (a task asking for more than ``seq_len`` tokens is refused: :func:`gen_limit`).
 
 Requests are sorted by length (longest first), batched ``batch_size`` at a time and padded on the
 right to a bucket of 16 · 2^k tokens (causal attention: padding after a token changes nothing
@@ -29,6 +29,8 @@ import numpy as np
 from flax import nnx
 from lm_eval import utils as lm_utils
 from lm_eval.api.model import TemplateLM
+
+from marin.errors import StageError
 
 MIN_BUCKET = 16  # the shortest padded length; buckets double up to seq_len
 
@@ -138,7 +140,7 @@ class MarinLM(TemplateLM):
     def _greedy(self, prompts: list[list[int]], kwargs: list[dict[str, Any]]) -> list[str]:
         """Greedy continuations of a batch of prompts, each cut at its first ``until`` string."""
         until = [_stops(kw, self.tok_decode([self.eos_id])) for kw in kwargs]
-        limit = [int(kw.get("max_gen_toks", self.max_gen_toks)) for kw in kwargs]
+        limit = [gen_limit(kw, self.max_gen_toks, self.seq_len) for kw in kwargs]
         gen: list[list[int]] = [[] for _ in prompts]
         live = [True] * len(prompts)
         while any(live):
@@ -156,6 +158,21 @@ class MarinLM(TemplateLM):
                                and not any(s in text for s in until[k]))
         return [_cut(self.tok_decode([t for t in g if t != self.eos_id]), stops) for g, stops in zip(gen, until,
                                                                                                       strict=True)]
+
+
+def gen_limit(kwargs: dict[str, Any], default: int, seq_len: int) -> int:
+    """A request's ``max_gen_toks`` (a task YAML's ``generation_kwargs``, else ``default``): refused, in
+    one line, unless it is 1 to the model's ``seq_len`` (a YAML asking for a billion tokens would run, or
+    allocate, without end; the model sees no more than ``seq_len`` tokens anyway)."""
+    value = kwargs.get("max_gen_toks", default)
+    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).strip().isdigit():
+        raise StageError(f"max_gen_toks {str(value)[:40]!r} is not a number of tokens; fix the task YAML's "
+                         "generation_kwargs")
+    n = int(value)
+    if not 1 <= n <= seq_len:
+        raise StageError(f"max_gen_toks {n} is outside 1 to the model's seq_len {seq_len}; set the task YAML's "
+                         f"generation_kwargs.max_gen_toks to {seq_len} or less")
+    return n
 
 
 def _stops(kwargs: dict[str, Any], eos_text: str) -> list[str]:
@@ -202,5 +219,5 @@ class UnigramLM(TemplateLM):
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         eos_text = self.tok.decode([self.eos_id])
-        return [_cut(self.tok.decode([self.best] * int(req.args[1].get("max_gen_toks", self.max_gen_toks))),
+        return [_cut(self.tok.decode([self.best] * gen_limit(req.args[1], self.max_gen_toks, self.seq_len)),
                      _stops(req.args[1], eos_text)) for req in requests]

@@ -22,8 +22,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from marin import hashing
+from marin import hashing, readers
 from marin.config import HarnessParams
+from marin.errors import StageError
 from marin.evaluate import task_files
 from marin.ledger import exact
 
@@ -91,13 +92,33 @@ def missing_data(root: Path, name: str, cfg: dict[str, Any]) -> str | None:
         if not flat:
             return f"harness task {name!r}: dataset_path {path} without dataset_kwargs.data_files; name local files"
         for f in flat:
-            if not (root / f).is_file():
-                return (f"harness task {name!r}: data file {f} is missing; run `dvc repro evalsets` for the "
-                        "built-in tasks, or fix dataset_kwargs.data_files")
+            if problem := data_file_problem(root, f):
+                return f"harness task {name!r}: data file {f} {problem}"
         return None
+    if path and (Path(str(path)).is_absolute() or not (root / str(path)).resolve().is_relative_to(root.resolve())):
+        return (f"harness task {name!r}: dataset {str(path)[:200]!r} lies outside the project; copy it into the "
+                "project and name it relative to the project root")
     if path and not (root / str(path)).exists():
         return (f"harness task {name!r}: dataset {path!r} is not local (there is no hub here); use "
                 "dataset_path: json with dataset_kwargs.data_files inside the project")
+    return None
+
+
+def data_file_problem(root: Path, f: str) -> str | None:
+    """Why the task data file ``f`` is not one lm-eval may read (the rest of a line), or None: it must
+    lie inside the project, named relative to it, and be a regular file within the ``task`` cap of
+    :mod:`marin.readers` (lm-eval's datasets loader reads it whole, past every reader of ours)."""
+    full = (root / f).resolve()
+    if Path(f).is_absolute() or not full.is_relative_to(root.resolve()):
+        return ("lies outside the project, or is named by an absolute path; copy it into the project and name "
+                "it relative to the project root (the provenance covers project files only)")
+    if not full.exists():
+        return "is missing; run `dvc repro evalsets` for the built-in tasks, or fix dataset_kwargs.data_files"
+    try:
+        readers.open_file(full, "task", StageError).close()  # regular, and within the cap, before lm-eval reads it
+    except StageError as e:
+        why = str(e).split(": ", 1)[-1]  # without the path: the caller names it
+        return why if why.startswith(("is ", "cannot ")) else f"is {why}"
     return None
 
 

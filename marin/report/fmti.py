@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from marin import readers
 from marin.data.sources import LOCAL_KINDS
 from marin.report import energy
 from marin.report.cards import NR, Ctx, verification
@@ -295,11 +296,11 @@ _FMTI_BY_KEY = {k.strip().lower(): v for k, v in FMTI_MAP.items()}
 
 def _indicators(path: Path) -> list[tuple[str, str, str]]:
     try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            rows = list(csv.DictReader(fh))
+        text = readers.read_text(path, "text", ReportError).removeprefix("\ufeff")  # a BOM, as utf-8-sig
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
     except FileNotFoundError:
         raise ReportError(f"{path}: no such FMTI indicator list; restore marin/report/reference/") from None
-    except (UnicodeDecodeError, csv.Error) as e:
+    except csv.Error as e:
         raise ReportError(f"{path}: not a readable CSV ({e}); use an indicators CSV of stanford-crfm/fmti") from None
     if not rows or not {"Domain", "Subdomain", "Indicator"} <= set(rows[0]):
         raise ReportError(f"{path}: not an FMTI indicator list (needs columns Domain, Subdomain, Indicator); "

@@ -26,6 +26,8 @@ from marin.errors import MarinError
 from marin.ledger.check import entry_changes
 from marin.paths import ledger_dir
 
+TAIL = 64 * 1024  # bytes of a replay's stdout and stderr kept, from their ends, for its messages
+
 
 class CannotVerify(MarinError):
     """The run cannot be replayed here (no commit, uncommitted code, missing input, failed replay)."""
@@ -157,7 +159,7 @@ class Workspace:
         if progress:
             p = _run_showing_stderr([sys.executable, *argv], cwd or self.root, env)
         else:
-            p = subprocess.run([sys.executable, *argv], cwd=cwd or self.root, env=env, capture_output=True, text=True)
+            p = _run_captured([sys.executable, *argv], cwd or self.root, env)
         if p.returncode != 0:
             tail = "\n".join((p.stderr or p.stdout).strip().splitlines()[-8:])
             raise CannotVerify(f"{what} failed (exit {p.returncode}) in {self.root}:\n{tail}")
@@ -181,12 +183,25 @@ def _run_showing_stderr(argv: list[str], cwd: Path, env: dict[str, str]) -> subp
             raw = getattr(sys.stderr, "buffer", None)
             raw.write(chunk) if raw is not None else sys.stderr.write(chunk.decode("utf-8", "replace"))
             sys.stderr.flush()
-            tail = (tail + chunk)[-65536:]
+            tail = (tail + chunk)[-TAIL:]
         proc.stderr.close()
         code = proc.wait()
-        out.seek(0)
-        return subprocess.CompletedProcess(argv, code, out.read().decode("utf-8", "replace"),
-                                           tail.decode("utf-8", "replace"))
+        return subprocess.CompletedProcess(argv, code, _tail(out), tail.decode("utf-8", "replace"))
+
+
+def _run_captured(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` with its stdout and stderr in temporary files, of which the last 64 KiB each are kept
+    (a replay may print without end; its messages need only the tail)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        code = subprocess.run(argv, cwd=cwd, env=env, stdout=out, stderr=err).returncode
+        return subprocess.CompletedProcess(argv, code, _tail(out), _tail(err))
+
+
+def _tail(f: Any) -> str:
+    """The last ``TAIL`` bytes of the open file ``f``, decoded."""
+    size = f.seek(0, os.SEEK_END)
+    f.seek(max(0, size - TAIL))
+    return f.read(TAIL).decode("utf-8", "replace")
 
 
 class InputUnavailable(MarinError):
