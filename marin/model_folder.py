@@ -9,7 +9,7 @@ the file: the folder is restored (``dvc checkout``) or rebuilt by the stage that
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,7 @@ from safetensors.numpy import load_file
 
 from marin import hashing, readers
 from marin.errors import IntegrityError
-from marin.fsutil import shown
+from marin.fsutil import open_regular, shown
 
 CONFIG = "config.json"
 ADVICE = "restore it (dvc checkout) or rerun the stage that wrote it (dvc repro)"
@@ -36,10 +36,27 @@ def read_config(directory: Path) -> dict[str, Any]:
     return config
 
 
+def weights_path(directory: Path, config: dict[str, Any]) -> Path:
+    """The weights file ``config`` names: a path inside ``directory`` (never absolute nor ``..``) to a
+    regular file (a fifo would block the loader forever; a DVC checkout's link to its cache is followed)."""
+    name = config["weights"]
+    if not name or PurePosixPath(name).is_absolute() or Path(name).is_absolute() or ".." in PurePosixPath(name).parts:
+        raise IntegrityError(f"{shown(directory / CONFIG)}: weights {name[:200]!r} is not a file of the model "
+                             f"folder; {ADVICE}")
+    path = directory / name
+    try:
+        open_regular(path, follow=True).close()
+    except FileNotFoundError:
+        raise IntegrityError(f"{shown(path)}: missing (named by {CONFIG}); {ADVICE}") from None
+    except OSError as e:
+        raise IntegrityError(f"{shown(path)}: {e.strerror or e}, not a weights file; {ADVICE}") from None
+    return path
+
+
 def read(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """(tensors by dotted name, config) of a saved model; the tensor digest is checked."""
     config = read_config(directory)
-    path = directory / config["weights"]
+    path = weights_path(directory, config)
     try:
         tensors = load_file(str(path))
     except (OSError, SafetensorError) as e:

@@ -33,7 +33,7 @@ def test_a_saved_folder_reads_with_its_recorded_digest(tmp_path: Path) -> None:
     ("config_not_json", "config.json", "not a readable model config"),
     ("config_not_ours", "config.json", "not a marin model config"),
     ("weights_cut", "model.safetensors", "not a readable safetensors file"),
-    ("weights_missing", "model.safetensors", "not a readable safetensors file"),
+    ("weights_missing", "model.safetensors", "missing (named by config.json)"),
     ("tensor_flipped", "model.safetensors", "tensors hash to"),
 ])
 def test_a_damaged_folder_is_one_line_naming_the_file(tmp_path: Path, damage: str, file: str, why: str) -> None:
@@ -55,3 +55,23 @@ def test_a_damaged_folder_is_one_line_naming_the_file(tmp_path: Path, damage: st
         model_folder.read(d)
     msg = str(e.value)
     assert msg.startswith(f"{d / file}: ") and why in msg and "dvc checkout" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("weights, why", [
+    ("/etc/hostname", "is not a file of the model folder"),
+    ("../elsewhere.safetensors", "is not a file of the model folder"),
+    ("fifo", "is a fifo, not a weights file"),
+])
+def test_weights_outside_the_folder_or_not_a_file_are_refused_at_once(tmp_path: Path, weights: str,
+                                                                      why: str) -> None:
+    """A config.json naming an absolute path, a `..` path or a fifo: one line, never a loader blocked."""
+    import os
+
+    d = _folder(tmp_path)
+    os.mkfifo(d / "fifo")
+    config = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**config, "weights": weights}))
+    with pytest.raises(IntegrityError) as e:
+        model_folder.read(d)
+    msg = str(e.value)
+    assert why in msg and "dvc checkout" in msg and "\n" not in msg, msg
