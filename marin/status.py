@@ -11,7 +11,8 @@ It also names what a git merge can leave that no run made (:func:`workspace`): a
 disk that is not the one ``dvc.lock`` names (with the run that produced each, from the ledger),
 and params of a stage that no succeeded run of it used together (two branches each changed one),
 and a stage whose producing run read an input that is not the version on disk (an evaluation of
-the previous model beside the merged one: :func:`changed_inputs`, which makes the stage stale).
+the previous model beside the merged one, or of a model no longer on disk: :func:`changed_inputs`,
+which makes the stage stale).
 The temporary folders a killed run left are listed too (:func:`marin.ledger.check.leftovers`).
 """
 
@@ -38,10 +39,12 @@ class StageStatus:
     removed: list[str] = field(default_factory=list)  # imported by the run, not now
     whole_code_changed: bool = False  # a run recorded before closures were: only the code digest
     inputs: list[str] = field(default_factory=list)  # inputs the run read, not the version on disk now
+    missing: list[str] = field(default_factory=list)  # inputs the run read, on disk no more
 
     @property
     def stale(self) -> bool:
-        return bool(self.changed or self.added or self.removed or self.whole_code_changed or self.inputs)
+        return bool(self.changed or self.added or self.removed or self.whole_code_changed or self.inputs
+                    or self.missing)
 
     def line(self) -> str:
         outs = ", ".join(self.outputs) or "its outputs"
@@ -49,10 +52,11 @@ class StageStatus:
             return f"never run: {self.stage} (no succeeded run in the ledger)"
         if not self.stale:
             return f"up to date: {self.stage} ({outs}, run {self.run_id})"
-        if self.whole_code_changed and not self.inputs:
+        if self.whole_code_changed and not self.inputs and not self.missing:
             what = "the code changed (the run recorded no per-file closure)"
         else:
-            parts = [f"{p} is not the version the run read" for p in self.inputs] + \
+            parts = [f"input {p} is missing" for p in self.missing] + \
+                    [f"{p} is not the version the run read" for p in self.inputs] + \
                     [f"{p} changed" for p in self.changed] + [f"{p} now imported" for p in self.added] + \
                     [f"{p} no longer imported" for p in self.removed]
             more = f" (+{len(parts) - SHOWN} more)" if len(parts) > SHOWN else ""
@@ -100,23 +104,26 @@ def status(root: Path, index: Index) -> list[StageStatus]:
         started = read_started(root, run_id)
         st = compare(root, s.name, started.body["code"])
         st.run_id, st.outputs = run_id, sorted(locked) or [o.path for o in s.outs]
-        st.inputs = changed_inputs(root, index, run_id, hashes)
+        st.inputs, st.missing = changed_inputs(root, index, run_id, hashes)
         out.append(st)
     return out
 
 
-def changed_inputs(root: Path, index: Index, run_id: str, hashes: Any) -> list[str]:
-    """The inputs run ``run_id`` read whose bytes on disk are now another version: a merge keeps an
-    evaluation of the previous model beside the merged model, and the code alone called it up to
-    date. Digests come through the index's hash cache, so unchanged files are not read again."""
-    out = []
+def changed_inputs(root: Path, index: Index, run_id: str, hashes: Any) -> tuple[list[str], list[str]]:
+    """(changed, missing): the inputs run ``run_id`` read whose bytes on disk are now another version
+    (a merge keeps an evaluation of the previous model beside the merged model, and the code alone
+    called it up to date), and those no longer on disk (an evaluation of a model since removed is not
+    up to date either). Digests come through the index's hash cache: unchanged files are not read again."""
+    changed, missing = [], []
     for _, _, _, body in index.entities(run_id=run_id, role="input"):
         path = body.get("path")
-        if body.get("digest_of") or not path or not (root / path).exists():
-            continue  # a ledger head or key, not a file's bytes; a missing one: `ledger check` names it
-        if hashing.digest_path(root / path, hashes).digest != body.get("digest"):
-            out.append(path)
-    return sorted(set(out))
+        if body.get("digest_of") or not path:
+            continue  # a ledger head or key, not a file's bytes
+        if not (root / path).exists():
+            missing.append(path)
+        elif hashing.digest_path(root / path, hashes).digest != body.get("digest"):
+            changed.append(path)
+    return sorted(set(changed)), sorted(set(missing))
 
 
 def _made_by(index: Index, path: str, key: str, value: str) -> str:

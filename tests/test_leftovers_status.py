@@ -60,7 +60,11 @@ def test_status_after_a_clean_merge_names_an_evaluation_of_the_previous_model(tm
     proj.git("commit", "-qm", "B: retrained")
     proj.git("checkout", "-q", base)
     proj.dvc("checkout", "-q", "train")  # A's model v1 back on disk
+    (proj.root / "NOTES.md").write_text("A went on after B branched off\n")
+    proj.git("add", "NOTES.md")
+    proj.git("commit", "-qm", "A: notes")  # so the merge is a real one, not a fast-forward
     proj.git("merge", "-q", "--no-edit", "retrain")  # clean: B only touched params, dvc.lock's train
+    assert len(proj.git("rev-list", "--parents", "-n", "1", "HEAD").split()) == 3  # a merge commit
     proj.dvc("checkout", "-q", "train")  # the merged model on disk
     before = proj.ledger_files()
     child = run(proj, "-m", "marin.cli", "status")
@@ -68,4 +72,19 @@ def test_status_after_a_clean_merge_names_an_evaluation_of_the_previous_model(tm
     bounded(child)
     [line] = [x for x in child.stderr.splitlines() if x.startswith("stale: evaluate ")]
     assert "models/final is not the version the run read" in line, line
+    ledger_kept(proj, before)
+
+
+def test_status_names_an_evaluation_whose_model_is_gone(tmp_path, trained_project) -> None:
+    """A removed input is not skipped: the evaluation of a model no longer on disk is not up to date."""
+    from tests.conftest import copy_project
+
+    proj = copy_project(trained_project, tmp_path / "gone")
+    shutil.rmtree(proj.root / "models" / "final")
+    before = proj.ledger_files()
+    child = run(proj, "-m", "marin.cli", "status")
+    assert child.code == 1, child.stdout + child.stderr
+    bounded(child)
+    [line] = [x for x in child.stderr.splitlines() if x.startswith("stale: evaluate ")]
+    assert "input models/final is missing" in line, line
     ledger_kept(proj, before)
