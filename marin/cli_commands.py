@@ -26,7 +26,7 @@ def ledger_check(args: argparse.Namespace) -> int:
         signature = f", report {signature}"
     elif args.since is not None:
         since = head.load_snapshot(args.since)
-    report = check(args.root, since, rehash=args.rehash)
+    report = check(args.root, since, rehash=args.rehash, skew_s=args.clock_skew_s)
     for p in report.problems:
         print(f"FAIL {p}", file=sys.stderr)
     for m in report.missing:

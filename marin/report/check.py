@@ -25,6 +25,7 @@ from typing import Any
 
 from marin import hashing, readers
 from marin.errors import LedgerError, MarinError
+from marin.ledger import clock
 from marin.ledger.check import check_run
 from marin.ledger.head import Head, load_snapshot, locate, since
 from marin.ledger.query import Ledger
@@ -230,6 +231,8 @@ def _ledger(ledger: Ledger, directory: Path, stmt: dict[str, Any], old: dict[str
                           f"sha256:{signed}")
     found = locate(ledger_dir(root), snap)
     v.problems.extend(f"ledger: {where}: {what}" for where, what in since(snap, found))
+    logs = [ledger.runs[r["run_id"]] for r in old["doc"]["lineage"] if r["run_id"] in ledger.runs]
+    v.problems.extend(f"ledger: {p}" for p in clock.problems_for(logs, clock.skew_of(root), snapshot=snap))
 
 
 def _rerender(ledger: Ledger, directory: Path, old: dict[str, Any], refs: References, vsas: verifications.Files,
