@@ -6,6 +6,7 @@ subprocesses (``python -m pipeline.<stage>`` or ``dvc repro``), exactly as a use
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +61,8 @@ def env_for_subprocess() -> dict[str, str]:
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["GIT_AUTHOR_NAME"] = env["GIT_COMMITTER_NAME"] = "marin-test"
     env["GIT_AUTHOR_EMAIL"] = env["GIT_COMMITTER_EMAIL"] = "test@marin.local"
+    env["GIT_CONFIG_GLOBAL"] = "/dev/null"  # no user's ~/.gitconfig (merge.ff, hooks, signing) in a test's git
+    env["GIT_CONFIG_NOSYSTEM"] = "1"
     env["DVC_NO_ANALYTICS"] = "1"
     env.setdefault("MARIN_MLFLOW", "off")  # tests of the MLflow view turn it on
     env.setdefault("MARIN_PROGRESS", "off")  # stderr holds only the errors; tests of the progress bars turn it on
@@ -204,11 +208,28 @@ def mini_params(corpus: Path) -> dict:
     return params
 
 
+def shared(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
+    """``build(dir)`` once per test session, whatever the number of xdist workers: the first worker to
+    ask builds it under a lock in the session's base folder, the others wait for it and get the same
+    folder. What is built is read only; tests take copies (``copy_project``). A build that failed is
+    not marked done, so the next worker to ask raises the same failure instead of using half a build."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # each worker's base is a child of the session's
+    out = base / f"shared-{name}"
+    with open(base / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the worker dies
+        if not (out / ".built").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            build(out)
+            (out / ".built").touch()
+    return out
+
+
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("corpus") / "mini"
-    make_corpus(d)
-    return d
+    return shared(tmp_path_factory, "corpus", lambda d: make_corpus(d / "mini")) / "mini"
 
 
 @pytest.fixture
@@ -235,7 +256,8 @@ def copy_project(src: Project, dest: Path) -> Project:
 
 @pytest.fixture(scope="session")
 def _data_project(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Project:
-    return built_project(tmp_path_factory.mktemp("data") / "proj", corpus, ("fetch", "curate", "tokenize"))
+    return Project(shared(tmp_path_factory, "data", lambda d: built_project(
+        d / "proj", corpus, ("fetch", "curate", "tokenize"))) / "proj")
 
 
 @pytest.fixture
@@ -263,8 +285,8 @@ def tiny(proj: Project, **runtime: object) -> None:
 
 @pytest.fixture(scope="session")
 def _trained_project(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Project:
-    return built_project(tmp_path_factory.mktemp("trained") / "proj", corpus,
-                         ("fetch", "curate", "evalsets", "tokenize", "train", "evaluate"), shrink=True)
+    return Project(shared(tmp_path_factory, "trained", lambda d: built_project(
+        d / "proj", corpus, ("fetch", "curate", "evalsets", "tokenize", "train", "evaluate"), shrink=True)) / "proj")
 
 
 @pytest.fixture
