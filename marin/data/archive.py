@@ -4,9 +4,11 @@ Members are read as streams (:func:`open_members`), never extracted; :func:`memb
 each whole. An archive with any member that could escape it or is not a plain file or
 directory (a '..' or absolute name, a link, a device, a fifo) is refused whole, as is one
 declaring hostile sizes (over MAX_MEMBER_BYTES per member, or a zip member expanding more
-than MAX_RATIO times its compressed size). A compressed tar, and a ``.gz`` or ``.zst`` member
-read through :func:`decompressed`, are held to the same ratio and read through
-:class:`marin.data.streams.Streams` (a run of zeros or empty streams is refused at the first).
+than MAX_RATIO times its compressed size), or hostile totals (:mod:`marin.data.bounds`: over
+100,000 members, or a zip whose members expand over MAX_RATIO times the archive). A compressed
+tar, and a ``.gz`` or ``.zst`` member read through :func:`decompressed`, are held to the same
+ratio and read through :class:`marin.data.streams.Streams` (a run of zeros or empty streams is
+refused at the first).
 
 Members come in path order, whatever order a tar stores them in: a compressed tar is read in
 one streaming pass, each selected member spooled zstd-compressed, then read back sorted
@@ -39,12 +41,13 @@ from pathlib import Path
 
 import zstandard
 
+from marin.data import bounds
+from marin.data.bounds import RATIO_MIN_BYTES
 from marin.data.streams import FORMATS, MAX_RATIO, Readable, Streams, read_exactly
 from marin.errors import StageError
 from marin.fsutil import SPECIAL, not_regular, shown
 
 MAX_MEMBER_BYTES = 4 << 30
-RATIO_MIN_BYTES = 1 << 20  # below this a high ratio cannot hurt
 TAR_NAMES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
 ZIP_NAMES = (".zip",)
 _PSEUDO = ("/proc", "/sys", "/dev")  # kernel file systems: a file's size there says nothing of its bytes
@@ -251,7 +254,9 @@ def _tar_infos(archive: Path, tf: tarfile.TarFile, lazy: bool = False) -> Iterat
     Checked all before the first is given, unless ``lazy`` (a stream, whose members are read as they come)."""
     def walk() -> Iterator[tarfile.TarInfo]:
         try:
-            for m in tf:
+            for n, m in enumerate(tf, 1):
+                if (err := bounds.too_many(archive, n)) is not None:
+                    raise err
                 why = tar_problem(m)
                 if why is not None:
                     raise _refuse(archive, m.name, why)
@@ -318,16 +323,21 @@ def _spool_member(tf: tarfile.TarFile, m: tarfile.TarInfo, archive: Path, dest: 
 
 
 def _zip_members(archive: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[Member]:
+    bounds.zip_directory(archive)  # before zipfile builds an object per entry
     try:
         zf = zipfile.ZipFile(archive)
     except _READ_ERRORS as e:
         raise _unreadable(archive, "zip", e) from None
     with zf:
         infos = zf.infolist()
+        if (err := bounds.too_many(archive, len(infos))) is not None:
+            raise err
         for info in infos:
             why = zip_problem(info)
             if why is not None:
                 raise _refuse(archive, info.filename, why)
+        if (err := bounds.expansion(archive, sum(i.file_size for i in infos))) is not None:
+            raise err  # each member within its bounds, the whole not (10,000 members of 1 MiB of zeros)
         for info in sorted((i for i in infos if not i.is_dir()), key=lambda i: i.filename):
             if _selected(info.filename, include, exclude):
                 with zf.open(info) as f:

@@ -68,6 +68,23 @@ def text_ids(tok: Any, text: str) -> list[int]:
         tok.encode_special_tokens = old
 
 
+def forgeable(tok: Any, strings: Sequence[str]) -> tuple[str, str] | None:
+    """(string, why) of the first of ``strings`` (reserved: the EOS, the chat tokens) that text could
+    turn into its id, or None. Only a *special* added token is kept out of text by
+    ``encode_special_tokens``: a non-special added token is matched in any text, and a plain
+    vocabulary entry can be reached by the model's own merges."""
+    special = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
+    for s in strings:
+        i = tok.token_to_id(s)
+        if i is None:
+            continue  # missing: added as a special token (marin.data.tokenize.with_chat_tokens)
+        if s not in special:
+            return s, "is a token but not a special added token"
+        if any(i in text_ids(tok, t) for t in (s, f"a{s}b", f" {s} ")):
+            return s, "encodes from plain text to its own id"
+    return None
+
+
 def carries(text: str, specials: Sequence[str]) -> bool:
     """Whether ``text`` holds the string of a special token (counted and warned about, encoded as text)."""
     return any(s in text for s in specials)

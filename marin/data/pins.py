@@ -15,6 +15,7 @@ from pathlib import Path
 from marin import hashing, net
 from marin.config import NetworkParams, Source
 from marin.data import archive
+from marin.data.bounds import zip_directory
 from marin.data.sources import (
     KINDS,
     MAGIC,
@@ -82,6 +83,7 @@ def _members(path: Path) -> tuple[tuple[str, ...], bool]:
     if what == "tar":
         return tuple(archive.tar_names(path)), True  # bounded streams: no spin on a run of zeros
     if what == "zip":
+        zip_directory(path)  # before zipfile builds an object per entry
         with zipfile.ZipFile(path) as zf:
             return tuple(sorted(n for n in zf.namelist() if not n.endswith("/"))), True
     return (path.name,), False

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from marin.config import CurateParams, Extract, Source
-from marin.data import archive
+from marin.data import archive, bounds
 from marin.errors import StageError
 from marin.fsutil import shown
 
@@ -191,6 +191,7 @@ def _parquet_batches(m: archive.Member, path: Path, ex: Extract, spool: Path) ->
     try:
         with pq.ParquetFile(local) as pf:
             columns = _parquet_columns(pf.schema_arrow, ex, where)
+            bounds.row_groups(local, pf.metadata, columns, where)  # the footer, before a page is decoded
             row = 1
             for batch in pf.iter_batches(batch_size=SHARD_ROWS, columns=columns, use_threads=False):
                 yield row, batch

@@ -193,7 +193,12 @@ def pretrained(root: Path, p: PretrainedTokenizer) -> Pinned:
                          "tokenize.pretrained.eos to its end-of-text token")
     with panics_refused(f"tokenize.pretrained.path: {rel}"):  # before any run starts
         tok.encode_batch_fast(list(PROBES), add_special_tokens=False)
-    return Pinned(rel, data, plain(tok), p.eos)
+        forged = chat.forgeable(plain(tok), [p.eos, *chat.CHAT_TOKENS])  # no padding: it would add ids
+    if forged is not None:
+        raise StageError(f"tokenize.pretrained.path: {rel}: {forged[0]!r} {forged[1]}, so text holding that string "
+                         "would become it (a forged turn or document end); mark it special in the file's "
+                         "added_tokens (refused)")
+    return Pinned(rel, data, tok, p.eos)
 
 
 # runs of one character and a mismatch: what makes a backtracking regex (``(a|aa)+$``) exceed

@@ -5,6 +5,7 @@ each task and source, like curate's funnel."""
 
 from __future__ import annotations
 
+import heapq
 import json
 import sys
 from collections import Counter
@@ -14,17 +15,19 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from marin import fsutil, hashing
+from marin import fsutil, hashing, readers
 from marin.config import InstructionsParams, Params
 from marin.data import chat, manifest, sources
 from marin.data.shards import Oversize
 from marin.errors import ParamsError, StageError
+from marin.fsutil import shown
 from marin.instruct import messages, tasks
 from marin.ledger import Input, Run
 
 CURATED, RAW, OUT = Path("data/curated"), Path("data/raw"), Path("data/instructions")
 SETS = {"train": "train", "heldout": "validation"}  # instruction set -> curated split
 RESERVED = (chat.EOS, *chat.CHAT_TOKENS)  # the strings counted: a pretrained tokenizer's others are not known here
+CAP = readers.CAPS["conversations"]  # what sft and evaluate read back, a file and a line
 
 
 def section(params: Params) -> InstructionsParams:
@@ -40,40 +43,57 @@ def curated_docs(path: Path) -> Iterator[tasks.Doc]:
                 yield tasks.Doc(**row)
 
 
-def built_in(path: Path, ip: InstructionsParams, limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
-    """(examples, documents read) of one curated split; ``limit``: keep the first by key."""
-    out, docs = [], 0
+def built_in(path: Path, ip: InstructionsParams) -> Iterator[dict[str, Any]]:
+    """The examples of one curated split, document by document."""
     for doc in curated_docs(path):
-        out += tasks.examples(doc, ip.tasks, ip.salt, ip.per_document)
-        docs += 1
-    if limit is not None:
-        out = sorted(out, key=lambda e: e["key"])[:limit]
-    return out, docs
+        yield from tasks.examples(doc, ip.tasks, ip.salt, ip.per_document)
 
 
-def own(root: Path, params: Params) -> tuple[list[tuple[Any, Path, int]], list[dict[str, Any]]]:
-    """The messages sources (source, archive, lines dropped over the cap) and their conversations,
-    in params order."""
-    found, convs = [], []
-    for src in params.fetch.sources:
-        if not messages.has_messages(src):
-            continue
-        path = sources.archive_path(root / RAW, src)
-        if path is None:
-            raise StageError(f"no fetched archive for source {src.name!r} under {RAW}; run `dvc repro fetch`")
+def heldout_examples(path: Path, ip: InstructionsParams) -> list[dict[str, Any]]:
+    """The first ``heldout_max`` examples of the validation split by key (never more held)."""
+    return heapq.nsmallest(ip.heldout_max, built_in(path, ip), key=lambda e: e["key"])
+
+
+def own(root: Path, params: Params, out: Out) -> list[tuple[Any, Path, int]]:
+    """The messages sources' conversations, in params order, written to ``out``; (source, archive,
+    lines dropped over the cap) of each."""
+    found = []
+    for src, path in own_archives(root, params):
         dropped = 0
         for member, n, c in messages.read(src, path, params.curate):
             if isinstance(c, Oversize):
                 dropped += 1
             else:
-                convs.append({**c, "task": "own", "source": src.name, "line": f"{member}:{n}"})
+                out.add({**c, "task": "own", "source": src.name, "line": f"{member}:{n}"})
         found.append((src, path, dropped))
-    return found, convs
+    return found
 
 
-def special_text(rows: list[dict[str, Any]]) -> int:
+def own_archives(root: Path, params: Params) -> Iterator[tuple[Any, Path]]:
+    for src in params.fetch.sources:
+        if messages.has_messages(src):
+            path = sources.archive_path(root / RAW, src)
+            if path is None:
+                raise StageError(f"no fetched archive for source {src.name!r} under {RAW}; run `dvc repro fetch`")
+            yield src, path
+
+
+def refuse_large(root: Path, params: Params) -> None:
+    """Your own conversations, decompressed and counted before a line is parsed: over the cap of
+    the file sft reads (CAPS["conversations"]) refused in seconds (4 GB of valid small lines in a
+    20 MB .jsonl.gz ran out of memory before; parsing 1 GiB of them would take minutes)."""
+    total = 0
+    for src, path in own_archives(root, params):
+        total += messages.scan(src, path, params.curate, CAP.size - total)
+        if total > CAP.size:
+            raise StageError(f"fetch.sources[{src.name}]: {shown(path)}: your own conversations (format: messages) "
+                             f"decompress to over {CAP.size:,} bytes, the cap for {CAP.what} sft reads; refusing "
+                             f"them unparsed: {CAP.fix}")
+
+
+def special_text(messages_: list[dict[str, str]]) -> int:
     """Messages whose content holds a reserved special token's string (sft encodes it as text)."""
-    return sum(chat.carries(m["content"], RESERVED) for r in rows for m in r["messages"])
+    return sum(chat.carries(m["content"], RESERVED) for m in messages_)
 
 
 def warn_special_text(n: dict[str, int]) -> None:
@@ -84,14 +104,37 @@ def warn_special_text(n: dict[str, int]) -> None:
               file=sys.stderr)
 
 
-def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    fsutil.write_bytes(path, "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows).encode())
+class Out:
+    """One set's JSONL file, written a row at a time and counted; a line or a file over the caps
+    of what sft and evaluate read back (CAPS["conversations"]) is refused in one line."""
 
+    def __init__(self, path: Path):
+        self.path, self.f = path, open(path, "wb")  # noqa: SIM115 (closed by close())
+        self.examples = self.bytes = self.special = 0
+        self.tasks: Counter[str] = Counter()
+        self.sources: Counter[str] = Counter()
 
-def counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"examples": len(rows), "tasks": dict(sorted(Counter(r["task"] for r in rows).items())),
-            "sources": dict(sorted(Counter(r.get("source", "curated") for r in rows).items())),
-            "special_text_messages": special_text(rows)}
+    def add(self, row: dict[str, Any]) -> None:
+        line = (json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n").encode()
+        where = (f"{OUT / self.path.name}: example {self.examples + 1:,} "
+                 f"({row.get('source', 'curated')} {row.get('line', row.get('key', ''))})")
+        if len(line) > CAP.line:
+            raise StageError(f"{where} is {len(line):,} bytes, over the {CAP.line:,}-byte cap for one line of "
+                             f"{CAP.what}; shorten it or drop it from the source")
+        if self.bytes + len(line) > CAP.size:
+            raise StageError(f"{where} takes the file over {CAP.size:,} bytes, the cap for {CAP.what}; {CAP.fix}")
+        self.f.write(line)
+        self.examples, self.bytes = self.examples + 1, self.bytes + len(line)
+        self.tasks[row["task"]] += 1
+        self.sources[row.get("source", "curated")] += 1
+        self.special += special_text(row["messages"])
+
+    def close(self) -> dict[str, Any]:
+        """Close the file; the manifest's counts for it."""
+        self.f.close()
+        return {"file": self.path.name, "digest": hashing.file_digest(self.path), "examples": self.examples,
+                "tasks": dict(sorted(self.tasks.items())), "sources": dict(sorted(self.sources.items())),
+                "special_text_messages": self.special}
 
 
 def run_stage(root: Path, params: Params) -> None:
@@ -102,31 +145,32 @@ def run_stage(root: Path, params: Params) -> None:
     inputs += [Input(f"archive:{s.name}", p.relative_to(root).as_posix(), s.license, s.locator)
                for s, p in byod if p is not None]
     with Run.start(root, "instructions", params=params.section("fetch", "curate", "instructions"),
-                   inputs=inputs) as run:
-        train, train_docs = built_in(root / CURATED / "train.parquet", ip)
-        heldout, heldout_docs = built_in(root / CURATED / "validation.parquet", ip, ip.heldout_max)
-        found, convs = own(root, params)
-        train += convs
-        with fsutil.atomic_dir(root / OUT) as tmp:
-            write_jsonl(tmp / "train.jsonl", train)
-            write_jsonl(tmp / "heldout.jsonl", heldout)
-            manifest.write({
-                "kind": "instructions", "params": params.raw["instructions"],
-                "inputs": {s: hashing.file_digest(root / CURATED / f"{s}.parquet") for s in SETS.values()},
-                "sources": [{"name": s.name, "license": s.license, "locator": f"{s.kind}:{s.locator}",
-                             "digest": sources.digest_of(p),
-                             "conversations": sum(c["source"] == s.name for c in convs), "oversize": d}
-                            for s, p, d in found],
-                "sets": {"train": {"file": "train.jsonl", "digest": hashing.file_digest(tmp / "train.jsonl"),
-                                   "documents": train_docs, **counts(train)},
-                         "heldout": {"file": "heldout.jsonl", "digest": hashing.file_digest(tmp / "heldout.jsonl"),
-                                     "documents": heldout_docs, **counts(heldout)}},
-            }, tmp / "manifest.json")
-            warn_special_text({"train": counts(train)["special_text_messages"],
-                               "heldout": counts(heldout)["special_text_messages"]})
-            for name in ("train", "heldout"):
-                run.output(f"instructions_{name}", OUT / f"{name}.jsonl", source=tmp / f"{name}.jsonl")
-            run.output("instructions_manifest", OUT / "manifest.json", source=tmp / "manifest.json")
-            run.output("instructions", OUT, source=tmp)
-    print(f"instructions: {len(train)} train examples ({len(convs)} your own), {len(heldout)} held out; "
-          f"tasks {counts(train)['tasks']}")
+                   inputs=inputs) as run, fsutil.atomic_dir(root / OUT) as tmp:
+        refuse_large(root, params)
+        train, heldout = Out(tmp / "train.jsonl"), Out(tmp / "heldout.jsonl")
+        try:
+            for e in built_in(root / CURATED / "train.parquet", ip):
+                train.add(e)
+            for e in heldout_examples(root / CURATED / "validation.parquet", ip):
+                heldout.add(e)
+            found = own(root, params, train)
+        finally:
+            sets = {"train": train.close(), "heldout": heldout.close()}
+        docs = {s: pq.ParquetFile(root / CURATED / f"{SETS[s]}.parquet").metadata.num_rows for s in SETS}
+        manifest.write({
+            "kind": "instructions", "params": params.raw["instructions"],
+            "inputs": {s: hashing.file_digest(root / CURATED / f"{s}.parquet") for s in SETS.values()},
+            "sources": [{"name": s.name, "license": s.license, "locator": f"{s.kind}:{s.locator}",
+                         "digest": sources.digest_of(p), "conversations": train.sources[s.name], "oversize": d}
+                        for s, p, d in found],
+            "sets": {k: {"file": v["file"], "digest": v["digest"], "documents": docs[k],
+                         **{x: y for x, y in v.items() if x not in ("file", "digest")}} for k, v in sets.items()},
+        }, tmp / "manifest.json")
+        warn_special_text({k: v["special_text_messages"] for k, v in sets.items()})
+        for name in ("train", "heldout"):
+            run.output(f"instructions_{name}", OUT / f"{name}.jsonl", source=tmp / f"{name}.jsonl")
+        run.output("instructions_manifest", OUT / "manifest.json", source=tmp / "manifest.json")
+        run.output("instructions", OUT, source=tmp)
+    own_n = sum(train.sources[s.name] for s, _, _ in found)
+    print(f"instructions: {train.examples} train examples ({own_n} your own), {heldout.examples} held out; "
+          f"tasks {sets['train']['tasks']}")

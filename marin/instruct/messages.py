@@ -66,22 +66,47 @@ def _over(where: str, p: CurateParams, line: int, n: int) -> Oversize:
 def read(source: Source, path: Path, p: CurateParams) -> Iterator[tuple[str, int, dict[str, Any] | Oversize]]:
     """(member, line number, conversation) of every line of the source's messages extracts; an
     :class:`Oversize` instead of a conversation for a line dropped over the cap."""
+    for m in members(source, path):
+        where = _where(m, path)
+        for n, line in lines(archive.decompressed(m, path), where, p):
+            if isinstance(line, Oversize):
+                yield m.name, n, line
+                continue
+            why = problem(line)
+            if why is not None:
+                raise StageError(f"{where} line {n}: {why}; fix the line (fetch.sources[{source.name}]: "
+                                 f"{source.kind}:{source.locator})")
+            yield m.name, n, {"messages": json.loads(line)["messages"]}
+
+
+def _where(m: archive.Member, path: Path) -> str:
+    return m.name if path.is_file() else f"{shown(path)}: member {m.name!r}"
+
+
+def scan(source: Source, path: Path, p: CurateParams, budget: int) -> int:
+    """The bytes of the source's messages members, decompressed, counted without parsing a line
+    (chunks cut at line ends, at the speed of decompression); a line over the cap is refused or
+    skipped as :func:`read` does. Stops once over ``budget``: the result is then over it."""
+    total = 0
+    for m in members(source, path):
+        stream = archive.decompressed(m, path)
+        for _, chunk in line_chunks(stream, cap=p.max_document_bytes, over=partial(_over, _where(m, path), p)):
+            total += chunk.bytes if isinstance(chunk, Oversize) else len(chunk)
+            if total > budget:
+                return total
+    return total
+
+
+def members(source: Source, path: Path) -> Iterator[archive.Member]:
+    """The members of the source's messages extracts, each extract's in path order; an extract
+    that matches no member is refused."""
     for ex in source.extract:
         if ex.format != "messages":
             continue
         found = False
         for m in archive.open_members(path, ex.include, ex.exclude):
             found = True
-            where = m.name if path.is_file() else f"{shown(path)}: member {m.name!r}"
-            for n, line in lines(archive.decompressed(m, path), where, p):
-                if isinstance(line, Oversize):
-                    yield m.name, n, line
-                    continue
-                why = problem(line)
-                if why is not None:
-                    raise StageError(f"{where} line {n}: {why}; fix the line (fetch.sources[{source.name}]: "
-                                     f"{source.kind}:{source.locator})")
-                yield m.name, n, {"messages": json.loads(line)["messages"]}
+            yield m
         if not found:
             raise StageError(f"fetch.sources[{source.name}].extract[{ex.corpus}]: no member of {path.name} "
                              f"matches {list(ex.include)}; check the include patterns")
