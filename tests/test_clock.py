@@ -4,15 +4,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 from pathlib import Path
 
-import rfc8785
-
 from marin.ledger import clock
-from marin.ledger.merkle import merkle_root
 from tests.conftest import Project
+from tests.test_verify import rewrite_chain
 
 NOW = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
 
@@ -79,21 +76,6 @@ def test_records_appended_to_a_held_run_dated_before_the_head_are_backdated() ->
 
 
 # -- forged runs, checked by the command ------------------------------------------------
-
-
-def rewrite_chain(path: Path, recs: list[dict]) -> None:
-    """What a forger does: recompute every digest, prev link and the Merkle root (independently of marin's
-    record code: sha256 over RFC 8785 canonical JSON without the digest)."""
-    prev = None
-    for r in recs:
-        r["prev"] = prev
-        if r["kind"] == "run.finished":
-            r["body"]["merkle_root"] = "sha256:" + merkle_root(
-                [bytes.fromhex(x["digest"].split(":")[1]) for x in recs[: r["seq"]]]).hex()
-        content = rfc8785.dumps({k: v for k, v in r.items() if k != "digest"})
-        r["digest"] = "sha256:" + hashlib.sha256(content).hexdigest()
-        prev = r["digest"]
-    path.write_bytes(b"".join(rfc8785.dumps(r) + b"\n" for r in recs))
 
 
 def shifted(recs: list[dict], by: dt.timedelta) -> list[dict]:
