@@ -108,7 +108,9 @@ def test_an_edit_to_any_module_of_a_stage_is_seen_by_dvc_and_named_by_marin_stat
     (proj.root / "marin/data/shards.py").write_text((proj.root / "marin/data/shards.py").read_text() + "# x\n")
     r = proj.marin("status")
     assert r.returncode == 1
-    [line] = [x for x in r.stderr.splitlines() if x.startswith("stale:")]
+    stale = [x for x in r.stderr.splitlines() if x.startswith("stale:")]
+    assert {x.split(" (")[0].removeprefix("stale: ") for x in stale} == wanted["marin/data/shards.py"], stale
+    [line] = [x for x in stale if x.startswith("stale: curate ")]
     assert line.startswith("stale: curate (data/curated, run ") and "marin/data/shards.py changed" in line
     assert "`dvc repro curate`" in line
     assert "curate" in proj.dvc("status").stdout

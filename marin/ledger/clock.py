@@ -2,8 +2,9 @@
 or predate what the run read (step 9), and records backdated before a snapshot (step 8b): a run the
 snapshot does not hold, or a record appended to one it holds after the seq it holds.
 
-A run's chain, for the clock, is the runs whose outputs it read: an input record names a path
-and digest, and the runs that recorded an output of that path and digest are its producers.
+A run's chain, for the clock, is the runs of other stages whose outputs it read: an input record
+names a path and digest, and the runs of another stage that recorded an output of that path and
+digest are its producers.
 A run cannot start before the earliest producer recorded that output, nor a record precede the
 record before it in the same run file, nor any record lie ahead of now, by more than
 ``ledger.clock_skew_s`` (machines' clocks differ a little; a year back or a day ahead is a clock
@@ -118,9 +119,16 @@ def check_chain(runs: list[_Run], skew_s: float) -> list[tuple[str, str]]:
 
 
 def _first(made: Iterable[tuple[str, _Run, int]], rc: _Run) -> list[tuple[str, _Run, int]]:
-    """The earliest recording of an output by a run other than ``rc`` (a rerun may record the same bytes again)."""
-    others = [p for p in made if p[1] is not rc]
+    """The earliest recording of an output by a run of another stage than ``rc``'s: an upstream run.
+    A run of the same stage is no producer of it (a rerun records the same bytes again, and a fetch
+    reads the archive a later fetch records)."""
+    others = [p for p in made if stage_of(p[1].run_id) != stage_of(rc.run_id)]
     return [min(others, key=lambda p: parse(p[0]))] if others else []
+
+
+def stage_of(run_id: str) -> str:
+    """The stage a run id names (``<stage>-<UTC time>-<random hex>``)."""
+    return run_id.rsplit("-", 2)[0]
 
 
 def backdated(head_time: str | None, known: set[str], runs: list[_Run], skew_s: float) -> list[tuple[str, str]]:
