@@ -224,17 +224,17 @@ def report_verify(args: argparse.Namespace) -> int:
           f"{v.checked.get('verifications', 0)} counted verifications re-checked, "
           f"{v.checked.get('facts', 0)} facts re-derived from the ledger: {status}")
     if args.trust is not None and v.ok and v.report is not None:  # the recount rests on a report that verified
-        print(_trusted(v.report, args.trust))
+        print(_trusted(v.report, args.trust, v.signer))
     return 0 if v.ok else 1
 
 
-def _trusted(report: dict[str, Any], trust_file: Path) -> str:
+def _trusted(report: dict[str, Any], trust_file: Path, lab_key: str | None) -> str:
     """``--trust FILE``: the (verified) report's verifications recounted by the reader's own list of keys."""
     from marin.report import verifications
     from marin.verify import verifiers
 
     trust = verifiers.load_reader_list(trust_file)
-    n = verifications.recount(report["doc"].get("independent_verification") or {}, report["facts"], trust)
+    n = verifications.recount(report["doc"].get("independent_verification") or {}, report["facts"], trust, lab_key)
     who = f" ({', '.join(n['names'])})" if n["names"] else ""
     return (f"trust {trust_file}: {n['trusted']} verification(s) by {n['keys']} key(s) you trust{who}, "
             f"{n['passed']} passed; {n['not_trusted']} by keys you do not trust (the lab's own included)")

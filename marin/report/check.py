@@ -74,7 +74,6 @@ def verify(root: Path, directory: Path, public_key: Path | None = None,
         v.problems.append("report.json: missing; cannot re-derive the report")
         return v
     v.report = old
-    _lab_key(old, v)
     try:
         _rederive(root, directory, stmt, signed, old, v)
     except (KeyError, TypeError, AttributeError) as e:  # report.json is not what marin report writes
@@ -117,7 +116,7 @@ def _rederive(root: Path, directory: Path, stmt: dict[str, Any], signed: dict[st
     """Steps 3-6."""
     ledger = Ledger(root)  # one index for the whole verification
     _ledger(ledger, directory, stmt, old, v)  # 3
-    _as_of(ledger, directory, old, v)
+    as_of = _as_of(ledger, directory, v)
     with contextlib.suppress(LedgerError):  # a snapshot that cannot be read is named by step 3
         # re-rendered from the ledger as the report's snapshot holds it: later runs change nothing here
         ledger = ledger_as_of(root, ledger.index, load_snapshot(directory / build.HEAD_FILE))
@@ -126,14 +125,14 @@ def _rederive(root: Path, directory: Path, stmt: dict[str, Any], signed: dict[st
     listed = old["doc"].get("independent_verification") or {}
     vsas, vsa_problems = verifications.recorded(root, listed)  # 4b: the VSA files, digests and validity
     runs = {r["run_id"]: ledger.runs[r["run_id"]] for r in old["doc"]["lineage"] if r["run_id"] in ledger.runs}
-    vsa_problems += verifications.recheck(listed, vsas, runs)
+    vsa_problems += verifications.recheck(listed, vsas, runs, v.signer, as_of)
     v.problems.extend(vsa_problems)
     v.checked["verifications"] = len(listed.get("counted", []))
     values, fact_problems = rederive(root, old["facts"])  # 5
     v.problems.extend(fact_problems)
     v.checked["facts"] = len(old["facts"])
-    if not ref_problems and not vsa_problems:  # 6
-        _rerender(ledger, directory, old, refs, vsas, v)
+    if not ref_problems and not vsa_problems and as_of:  # 6
+        _rerender(ledger, directory, old, refs, build.Vouching(vsas, v.signer, as_of), v)
     model_subject = next((d for n, d in signed.items() if n.startswith("model:")), None)
     tensor = values.get(old["doc"]["model"]["tensor_digest"])
     if tensor is not None and model_subject != tensor:
@@ -175,29 +174,17 @@ def _signature(root: Path, envelope: dict[str, Any], public_key: Path | None, re
     return stmt
 
 
-def _lab_key(old: dict[str, Any], v: Verdict) -> None:
-    """Step 1b: the key the Independent verification section counts as the lab's is the key the
-    signature verified with (none when it is not signed): a lab cannot pass its own replays off as a
-    third party's, nor vouch for verifiers without signing."""
-    lab = ((old.get("doc") or {}).get("independent_verification") or {}).get("lab_key")
-    if lab != v.signer:
-        v.problems.append(f"report.json: the Independent verification section counts key {lab} as the lab's, but "
-                          f"the report's signature verifies with {v.signer or 'no key (not signed)'}; rebuild it "
-                          "with `marin report`")
-
-
-def _as_of(ledger: Ledger, directory: Path, old: dict[str, Any], v: Verdict) -> None:
-    """Step 3b: the time the Independent verification section judged VSAs as of is the start of the
-    report run that recorded this very envelope (a VSA of a later replay cannot be passed off as
-    earlier by editing report.json and re-signing without a run)."""
-    as_of = (old["doc"].get("independent_verification") or {}).get("as_of")
+def _as_of(ledger: Ledger, directory: Path, v: Verdict) -> str:
+    """Step 3b: when the report was built, which its VSAs are judged as of: the start of the report run
+    that recorded this very envelope (none: a problem, and nothing counts as of it)."""
     digest = hashing.file_digest(directory / build.ENVELOPE)
-    starts = {ledger.runs[r].started.time for r, _, role, b in ledger.index.entities(digest=digest)
-              if role == "output" and str(b.get("path", "")).endswith(build.ENVELOPE)}
-    if as_of not in starts:
-        v.problems.append(f"report.json: its Independent verification section is as of {as_of}, but no report run "
-                          f"in the ledger that recorded this {build.ENVELOPE} started then "
-                          f"({', '.join(sorted(starts)) or 'none recorded it'}); rebuild it with `marin report`")
+    starts = sorted({ledger.runs[r].started.time for r, _, role, b in ledger.index.entities(digest=digest)
+                     if role == "output" and str(b.get("path", "")).endswith(build.ENVELOPE)})
+    if not starts:
+        v.problems.append(f"{build.ENVELOPE}: no report run in the ledger recorded it, so when the report was built "
+                          "is unknown; rebuild it with `marin report`")
+        return ""
+    return starts[0]
 
 
 def _files(directory: Path, signed: dict[str, str], v: Verdict) -> None:
@@ -240,12 +227,10 @@ def _ledger(ledger: Ledger, directory: Path, stmt: dict[str, Any], old: dict[str
     v.problems.extend(f"ledger: {p}" for p in clock.problems_for(logs, clock.skew_of(root), snapshot=snap))
 
 
-def _rerender(ledger: Ledger, directory: Path, old: dict[str, Any], refs: References, vsas: verifications.Files,
+def _rerender(ledger: Ledger, directory: Path, old: dict[str, Any], refs: References, vouching: build.Vouching,
               v: Verdict) -> None:
     """Step 6: every re-derivable file rebuilt from the ledger and compared byte for byte."""
     try:
-        sec = old["doc"].get("independent_verification") or {}
-        vouching = build.Vouching(vsas, sec.get("lab_key"), sec.get("as_of", ""))
         files, _ = build.render_files(ledger, {k: old["meta"][k] for k in old["meta"] if k != "date"}, refs, vouching)
     except (MarinError, KeyError, TypeError) as e:
         v.problems.append(f"ledger: the report cannot be re-derived: {e}")

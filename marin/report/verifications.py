@@ -140,7 +140,7 @@ def section(f: Facts, files: Files, runs: dict[str, RunLog], lab_key: str | None
                                 "keyid": j.checked.keyid,
                                 **({"result": _result(j.checked)} if j.status == "unvouched" else {})})
     third = sorted({r["verifier"]["keyid"] for r in counted if r["role"] == verifiers.THIRD_PARTY})
-    return {"as_of": as_of, "lab_key": lab_key, "counted": counted, "not_counted": not_counted,
+    return {"counted": counted, "not_counted": not_counted,
             "verifiers": third, "listed": [v.to_dict() for v in trust.by_key.values()],
             "files": dict(sorted(used.items()))}
 
@@ -173,12 +173,13 @@ def _result(c: vsa.Checked) -> str:
     return str((c.statement or {}).get("predicate", {}).get("verificationResult"))
 
 
-def recount(section: dict[str, Any], facts: dict[str, Any], trust: verifiers.TrustList) -> dict[str, Any]:
+def recount(section: dict[str, Any], facts: dict[str, Any], trust: verifiers.TrustList,
+            lab_key: str | None) -> dict[str, Any]:
     """``marin report verify --trust FILE``: the report's backed VSAs counted by the reader's own list
     (the lab's report key is never independent, whatever the list says)."""
     rows = [(r["verifier"]["keyid"], facts[r["summary"]]["value"]) for r in section.get("counted", [])]
     rows += [(r["keyid"], r["result"]) for r in section.get("not_counted", []) if r["status"] == "unvouched"]
-    lab = section.get("lab_key")
+    lab = lab_key
     trusted = [(k, res) for k, res in rows if k in trust.by_key and k != lab]
     names = sorted({trust.by_key[k].name or k[:16] for k, _ in trusted})
     return {"trusted": len(trusted), "passed": sum(res == vsa.PASSED for _, res in trusted), "names": names,
@@ -252,15 +253,13 @@ def value_at(root: Path, src: dict[str, Any]) -> Any:
         raise ReportError(f"its source {src['vsa']} holds nothing at {src['pointer']} ({e})") from None
 
 
-def recheck(section: dict[str, Any], files: Files, runs: dict[str, RunLog]) -> list[str]:
-    """Each VSA the report listed, judged again from the recorded bytes, as of the report's build:
-    still counted (or not) as the report says."""
-    if "as_of" not in section:
-        return ["report.json: its Independent verification section predates verifier trust (no as_of); rebuild "
-                "the report with `marin report`"]
+def recheck(section: dict[str, Any], files: Files, runs: dict[str, RunLog], lab_key: str | None,
+            as_of: str) -> list[str]:
+    """Each VSA the report listed, judged again from the recorded bytes, as of the report's build
+    (``as_of``) with the key that signed it (``lab_key``): still counted (or not) as the report says."""
     said = {r["file"]: "valid" for r in section.get("counted", [])}
     said.update({r["file"]: r["status"] for r in section.get("not_counted", [])})
-    now = {j.path: j for j in judge(files, runs, section.get("lab_key"), section.get("as_of", ""))}
+    now = {j.path: j for j in judge(files, runs, lab_key, as_of)}
     problems = []
     for p, status in sorted(said.items()):
         if p not in files:
@@ -297,7 +296,7 @@ def lines(v: Callable[[str | None], str], doc: dict[str, Any], items: dict[str, 
            "match), its subject is that run with its recorded `run.finished` and recipe digests, it is exactly "
            "the summary of a verification record of that run in the ledger, made by `marin verify --sign` for that "
            "very key, verified "
-           f"between the run's end and this report's build ({md_escape(sec['as_of'])}), and its key is the lab's "
+           "between the run's end and this report's build, and its key is the lab's "
            "or one the lab vouches for.", "", WHAT_IT_PROVES, ""]
     counted = sec["counted"]
     third = [r for r in counted if r["role"] == verifiers.THIRD_PARTY]
