@@ -195,8 +195,13 @@ def problems_for(runs: Iterable[RunLog], skew_s: float = SKEW_S, now: dt.datetim
 
 
 def skew_of(root: Path) -> float:
-    """``ledger.clock_skew_s`` of the project's params.yaml (the default where it has none)."""
+    """``ledger.clock_skew_s`` of the project's params.yaml; the default where it has none, or where
+    params.yaml is not valid (the ledger is checked whatever state params.yaml is in)."""
     from marin import config
+    from marin.errors import MarinError
 
     path = root / "params.yaml"
-    return config.load(path).ledger.clock_skew_s if path.is_file() else SKEW_S
+    try:
+        return config.load(path).ledger.clock_skew_s if path.is_file() else SKEW_S
+    except MarinError:
+        return SKEW_S
