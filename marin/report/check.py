@@ -131,7 +131,7 @@ def _rederive(root: Path, directory: Path, stmt: dict[str, Any], signed: dict[st
     values, fact_problems = rederive(root, old["facts"])  # 5
     v.problems.extend(fact_problems)
     v.checked["facts"] = len(old["facts"])
-    if not ref_problems and not vsa_problems and as_of:  # 6
+    if not ref_problems and not vsa_problems:  # 6
         _rerender(ledger, directory, old, refs, build.Vouching(vsas, v.signer, as_of), v)
     model_subject = next((d for n, d in signed.items() if n.startswith("model:")), None)
     tensor = values.get(old["doc"]["model"]["tensor_digest"])
@@ -174,6 +174,9 @@ def _signature(root: Path, envelope: dict[str, Any], public_key: Path | None, re
     return stmt
 
 
+UNKNOWN_BUILD = "9999-12-31T23:59:59Z"  # no report run recorded the envelope (a problem already)
+
+
 def _as_of(ledger: Ledger, directory: Path, v: Verdict) -> str:
     """Step 3b: when the report was built, which its VSAs are judged as of: the start of the report run
     that recorded this very envelope (none: a problem, and nothing counts as of it)."""
@@ -183,7 +186,7 @@ def _as_of(ledger: Ledger, directory: Path, v: Verdict) -> str:
     if not starts:
         v.problems.append(f"{build.ENVELOPE}: no report run in the ledger recorded it, so when the report was built "
                           "is unknown; rebuild it with `marin report`")
-        return ""
+        return UNKNOWN_BUILD  # the problem stands; the other steps still run and name what they find
     return starts[0]
 
 
