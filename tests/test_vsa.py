@@ -163,9 +163,10 @@ def test_the_report_counts_two_verifiers_and_lists_invalid_ones(trained_project:
     fetch = runs["fetch"]
     assert proj.marin("verify", fetch, "--sign", "--as-lab").returncode == 0
     assert proj.marin("verify", fetch, "--sign", "--key", str(tmp_path / "b.key")).returncode == 0
-    (proj.root / "verifications" / "verifiers.json").write_text(json.dumps({"schema": "marin.verifiers@1", "verifiers": [
-        {"keyid": kid_b, "name": "B lab", "contact": "b@example.org", "published": "https://example.org/b.pub",
-         "role": "third-party"}]}))
+    listed = {"keyid": kid_b, "name": "B lab", "contact": "b@example.org", "published": "https://example.org/b.pub",
+              "role": "third-party"}
+    (proj.root / "verifications" / "verifiers.json").write_text(
+        json.dumps({"schema": "marin.verifiers@1", "verifiers": [listed]}))
     a_path = proj.root / "verifications" / fetch / f"{kid_a}.intoto.json"
     forged = _forge(proj, tmp_path, runs, json.loads(a_path.read_text()), kid_a)
     proj.marin("report", check=True)

@@ -179,8 +179,7 @@ def recount(section: dict[str, Any], facts: dict[str, Any], trust: verifiers.Tru
     (the lab's report key is never independent, whatever the list says)."""
     rows = [(r["verifier"]["keyid"], facts[r["summary"]]["value"]) for r in section.get("counted", [])]
     rows += [(r["keyid"], r["result"]) for r in section.get("not_counted", []) if r["status"] == "unvouched"]
-    lab = lab_key
-    trusted = [(k, res) for k, res in rows if k in trust.by_key and k != lab]
+    trusted = [(k, res) for k, res in rows if k in trust.by_key and k != lab_key]
     names = sorted({trust.by_key[k].name or k[:16] for k, _ in trusted})
     return {"trusted": len(trusted), "passed": sum(res == vsa.PASSED for _, res in trusted), "names": names,
             "keys": len({k for k, _ in trusted}), "not_trusted": len(rows) - len(trusted)}
