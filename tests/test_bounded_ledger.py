@@ -1,7 +1,7 @@
 """Bounded work for every input, continued (issue 30, items 7-11): a file that changes while it
 is pinned, odd entries in ledger/runs/, one finding hiding others, temporary folders a killed
 run left, and a git merge the ledger cannot see. Each command runs as a real subprocess measured
-by tests/proc.py (exit code, one line, wall time, peak RSS under an address-space cap; see
+by tests/proc.py (exit code, one line, CPU time, peak RSS under an address-space cap; see
 tests/test_bounded.py), and the ledger checks afterwards with every earlier record kept.
 """
 
