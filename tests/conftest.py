@@ -295,6 +295,32 @@ def trained_project(tmp_path: Path, _trained_project: Project) -> Project:
     return copy_project(_trained_project, tmp_path / "proj")
 
 
+SHORT_TRAINING = {"steps": 80, "batch_size": 16, "warmup_steps": 8, "checkpoint_every": 40, "log_every": 10}
+SHORT_SFT = {"steps": 40, "batch_size": 16, "warmup_steps": 4, "checkpoint_every": 20, "log_every": 10}
+
+
+def shipped_repro(dest: Path) -> None:
+    """The shipped pipeline on the built-in corpus, as the README runs it (a signing key made first),
+    with training shortened for CI (the full default run is measured by hand; see the README).
+    Its first ``dvc repro``'s stdout is kept beside it, in ``repro.stdout``."""
+    proj = new_project(dest / "proj")
+    proj.env["MARIN_MLFLOW"] = "on"  # each stage mirrors itself into the embedded store
+    params = proj.params
+    params["train"].update(SHORT_TRAINING)
+    params["sft"].update(SHORT_SFT)
+    params["instructions"]["heldout_max"] = 32
+    proj.write_params(params)
+    proj.marin("keygen", "--if-missing", check=True)  # the report stage signs with it (README command)
+    (dest / "repro.stdout").write_text(proj.dvc("repro").stdout)
+
+
+@pytest.fixture(scope="session")
+def _shipped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, str]:
+    """The shipped pipeline's ``dvc repro``, once per session (read only: tests copy it)."""
+    base = shared(tmp_path_factory, "shipped", shipped_repro)
+    return Project(base / "proj", {"MARIN_MLFLOW": "on"}), (base / "repro.stdout").read_text()
+
+
 @pytest.fixture(scope="session")
 def s3():
     """A real S3 API (moto's server) on 127.0.0.1 for this test session (tests/servers.py)."""
@@ -314,6 +340,15 @@ SLOWEST_FIRST = ("test_portable.py", "test_pipeline_dvc.py", "test_experiments.p
                  "test_publish.py", "test_own_corpus.py")
 
 
+# A test that builds a project (a git repository, a copy of the pipeline, stages run as processes) is an
+# end-to-end test: marked slow whatever its file says, so `pytest -m "not slow"` is the unit tier.
+PROJECT_FIXTURES = frozenset({"project", "data_project", "_data_project", "trained_project", "_trained_project",
+                              "_shipped", "sft_project", "_sft_project", "s3"})
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    for item in items:
+        if PROJECT_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

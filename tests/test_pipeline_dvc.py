@@ -4,6 +4,7 @@ import csv
 import hashlib
 import json
 import re
+import shutil
 import tarfile
 from collections import Counter
 
@@ -11,7 +12,7 @@ import pytest
 import yaml
 
 from marin.stages import NAMES as STAGES
-from tests.conftest import copy_project, new_project
+from tests.conftest import copy_project
 from tests.test_closure import independent_closure
 
 pytestmark = pytest.mark.slow
@@ -25,31 +26,21 @@ def outputs_by_stage(proj) -> dict[str, list[dict[str, str]]]:
     return out
 
 
-SHORT_TRAINING = {"steps": 80, "batch_size": 16, "warmup_steps": 8, "checkpoint_every": 40, "log_every": 10}
-SHORT_SFT = {"steps": 40, "batch_size": 16, "warmup_steps": 4, "checkpoint_every": 20, "log_every": 10}
-
-
-@pytest.fixture(scope="module")
-def repro(tmp_path_factory):
-    """The shipped pipeline on the built-in corpus, with training shortened for CI
-    (the full default run is measured by hand; see the README)."""
-    proj = new_project(tmp_path_factory.mktemp("e2e") / "proj")
-    proj.env["MARIN_MLFLOW"] = "on"  # each stage mirrors itself into the embedded store
-    params = proj.params
-    params["train"].update(SHORT_TRAINING)
-    params["sft"].update(SHORT_SFT)
-    params["instructions"]["heldout_max"] = 32
-    proj.write_params(params)
-    proj.marin("keygen", "--if-missing", check=True)  # the report stage signs with it (README command)
-    first = proj.dvc("repro")
-    return proj, first
+@pytest.fixture
+def repro(_shipped, tmp_path):
+    """This test's copy of the session's shipped ``dvc repro`` (tests/conftest.py), and what it printed:
+    each test changes its own copy, so the order of the tests does not matter."""
+    shipped, stdout = _shipped
+    proj = copy_project(shipped, tmp_path / "proj")
+    proj.env.update(shipped.env)
+    return proj, stdout
 
 
 def test_default_pipeline_runs_and_ledger_checks(repro) -> None:
     proj, first = repro
     for stage in ("fetch", "curate", "tokenize", "train", "instructions", "sft", "evaluate", "evaluate_instruct",
                   "export_instruct", "report"):
-        assert f"Running stage '{stage}'" in first.stdout
+        assert f"Running stage '{stage}'" in first
     # the built-in corpus's held-out instructions after the short fine-tune (measured 0.0 and 0.0625 of 32; the shipped
     # params give 0.0 and 0.21 of 200: docs/performance.md): the base model never answers exactly, the instruct one does
     scores = json.loads((proj.root / "metrics/instruct_eval.json").read_text())
@@ -68,7 +59,7 @@ DATA_DEPS = {"marin/schema_pins.json": set(STAGES), "schemas/ledger/run.started.
              "marin/report/reference/mof-licenses.json": {"report"}}
 
 
-def test_an_edit_to_any_module_of_a_stage_is_seen_by_dvc_and_named_by_marin_status(repro, tmp_path) -> None:
+def test_an_edit_to_any_module_of_a_stage_is_seen_by_dvc_and_named_by_marin_status(repro) -> None:
     """For the project files that a stage's process can import (found independently, by
     modulefinder), an edit makes exactly the stages that import it changed for DVC and stale for
     ``marin status``, which names the file. Before closures, dvc.yaml missed e.g. shards.py. One
@@ -80,7 +71,7 @@ def test_an_edit_to_any_module_of_a_stage_is_seen_by_dvc_and_named_by_marin_stat
     from marin.ledger.index import Index
     from marin.status import status
 
-    proj = copy_project(repro[0], tmp_path / "proj")
+    proj = repro[0]
     r = proj.marin("status")
     assert r.returncode == 0 and "status: 0 stale stage(s)" in r.stdout, r.stdout + r.stderr
     closures = {s: independent_closure(s) for s in STAGES}
@@ -132,11 +123,11 @@ def test_the_default_repro_writes_a_verifiable_report(repro) -> None:
     assert "Shakespeare" in md or "shakespeare" in md
 
 
-def test_mlflow_store_holds_every_run_of_the_default_repro(repro) -> None:
+def test_mlflow_store_holds_every_run_of_the_default_repro(_shipped) -> None:
+    """Read in place: the embedded store holds its project's absolute paths, so a copy is a moved project."""
     from tests.test_tracking import assert_mirrors_the_ledger
 
-    proj, _ = repro
-    assert_mirrors_the_ledger(proj)
+    assert_mirrors_the_ledger(_shipped[0])
 
 
 def test_exact_dedup_removes_the_duplicated_milton_files(repro) -> None:
@@ -226,10 +217,10 @@ def test_short_training_clearly_beats_the_unigram_baseline(repro) -> None:
 
 
 def test_default_run_verifies_bit_exact_upstream_from_the_final_model(repro) -> None:
-    """Last in this file: earlier tests re-ran curate and tokenize with other params, so the
-    train run's input (the first tokens) is no longer in the workspace; verify restores it
-    from the DVC cache by digest."""
+    """The train run's input (the tokens) is gone from the workspace, as after a re-run with other
+    params: verify restores it from the DVC cache by digest."""
     proj, _ = repro
+    shutil.rmtree(proj.root / "data" / "tokens")
     p = proj.marin("verify", "--upstream", "models/final")
     assert p.returncode == 0, p.stdout + p.stderr
     verified = {}
@@ -247,9 +238,14 @@ def test_default_run_verifies_bit_exact_upstream_from_the_final_model(repro) -> 
     assert p.returncode == 0, p.stdout + p.stderr
     assert re.search(r"evaluate: .*\d+/\d+", p.stderr), p.stderr[-500:]  # the replay's progress, as it runs
     assert proj.marin("ledger", "check").returncode == 0
-    # MLflow shows the verdicts once synced
+    # MLflow shows the verdicts once synced: this copy's view rebuilt from its ledger (the store it was
+    # copied with names the original's absolute paths, so sync refuses it, as the message says)
     from tests.test_tracking import store
 
+    refused = proj.marin("mlflow", "sync")
+    assert refused.returncode == 1 and "remove mlflow.db and mlartifacts/" in refused.stderr, refused.stderr
+    (proj.root / "mlflow.db").unlink()
+    shutil.rmtree(proj.root / "mlartifacts", ignore_errors=True)
     assert proj.marin("mlflow", "sync").returncode == 0
     client, exp = store(proj)
     tags = {x.data.tags["marin.run_id"]: x.data.tags for x in client.search_runs([exp])

@@ -11,23 +11,16 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from tests.conftest import BIN, TINY, Project, env_for_subprocess
+from tests.conftest import BIN, Project, copy_project, env_for_subprocess
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def _trained(tmp_path_factory, _data_project) -> Project:
-    dest = tmp_path_factory.mktemp("tracked") / "proj"
-    shutil.copytree(_data_project.root, dest, symlinks=True)
-    proj = Project(dest)
-    params = proj.params
-    params.update(json.loads(json.dumps(TINY)))
-    proj.write_params(params)
-    proj.stage("train")
-    proj.stage("evaluate")
-    # Create the empty SQLite store once (MLflow's schema migrations take seconds); each
-    # test works on its own copy.
+def _trained(tmp_path_factory, _trained_project) -> Project:
+    """The session's trained tiny project (tests/conftest.py) with MLflow's empty SQLite store created
+    once (its schema migrations take seconds); each test works on its own copy."""
+    proj = copy_project(_trained_project, tmp_path_factory.mktemp("tracked") / "proj")
     MlflowClient(f"sqlite:///{proj.root / 'mlflow.db'}").search_experiments()
     return proj
 
@@ -121,7 +114,7 @@ def assert_mirrors_the_ledger(trained: Project, uri: str | None = None) -> None:
 def test_sync_mirrors_every_ledger_run(trained) -> None:
     r = trained.marin("mlflow", "sync")
     assert r.returncode == 0, r.stderr
-    assert "5 run(s) created" in r.stdout
+    assert f"{len(trained.runs())} run(s) created" in r.stdout  # 6: fetch, curate, evalsets, tokenize, train, evaluate
     assert_mirrors_the_ledger(trained)
 
 
@@ -130,7 +123,7 @@ def test_second_sync_changes_nothing(trained) -> None:
     client, exp = store(trained)
     before = snapshot(client, exp)
     r = trained.marin("mlflow", "sync", check=True)
-    assert "0 run(s) created, 0 updated, 5 unchanged" in r.stdout
+    assert f"0 run(s) created, 0 updated, {len(trained.runs())} unchanged" in r.stdout
     assert snapshot(client, exp) == before
 
 
@@ -151,7 +144,8 @@ def test_run_names_are_short_and_distinct_with_key_facts_in_short_tags(trained) 
     client, exp = store(trained)
     runs = client.search_runs([exp], max_results=1000)
     names = [r.info.run_name for r in runs]
-    assert len(runs) == 7 and len(set(names)) == len(names), names  # 6 stage runs and their pipeline
+    assert len(runs) == len(trained.runs()) + 1 == 8, names  # 7 stage runs and their pipeline
+    assert len(set(names)) == len(names), names
     assert all(len(n) <= 24 for n in names), names
     ledger = {recs[0]["run_id"]: recs[0]["body"] for recs in trained.runs()}
     stages = [r for r in runs if "marin.run_id" in r.data.tags]
