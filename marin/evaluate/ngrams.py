@@ -38,10 +38,8 @@ def words(text: str) -> list[str]:
 
 
 def _word_hashes(ws: list[str]) -> np.ndarray:
-    uniq, inverse = np.unique(np.array(ws, dtype=object), return_inverse=True)
-    table = np.fromiter((int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little")
-                         for w in uniq), dtype=np.uint64, count=len(uniq))
-    return table[inverse.reshape(-1)]
+    table = {w: int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little") for w in set(ws)}
+    return np.fromiter(map(table.__getitem__, ws), dtype=np.uint64, count=len(ws))
 
 
 def gram_hashes(ws: list[str], n: int) -> np.ndarray:
