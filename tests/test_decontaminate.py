@@ -143,3 +143,18 @@ def test_copied_task_is_contaminated_a_clean_one_is_not_and_exclude_scores_the_c
     assert got["harness:lab_copied"] == {"error": "harness task 'lab_copied': every item it would score is "
                                                   "contaminated (evaluate.decontaminate: exclude)"}
     assert proj.marin("ledger", "check").returncode == 0
+
+
+def test_exclude_without_findings_is_one_line_and_report_goes_on(tmp_path: Path) -> None:
+    from marin.errors import StageError
+    from marin.evaluate import decontam
+
+    assert decontam.load(tmp_path, "report") is None  # evaluate scores as before, without clean-subset values
+    with pytest.raises(StageError) as e:
+        decontam.load(tmp_path, "exclude")
+    assert len(str(e.value).splitlines()) == 1 and "dvc repro decontaminate" in str(e.value)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/decontamination.json").write_text(json.dumps(
+        {"ngram": 13, "tasks": {"t": {"items": 6, "contaminated": 2, "fraction": 1 / 3, "ids": [1, 4], "short": 0}}}))
+    found = decontam.load(tmp_path, "exclude")
+    assert found.clean_ids("t", None) == [0, 2, 3, 5] and found.clean_ids("t", 3) == [0, 2]
