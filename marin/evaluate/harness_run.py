@@ -123,7 +123,7 @@ def data_file_problem(root: Path, f: str) -> str | None:
 
 
 def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any,
-              prefix: str = "harness") -> dict[str, dict[str, Any]]:
+              prefix: str = "harness", decon: Any = None) -> dict[str, dict[str, Any]]:
     """Run every task on ``lm`` in one ``simple_evaluate``; ``record(body)`` takes each task's eval
     record body (``<prefix>:<task>``), in the order of ``tasks``. Returns the results by task
     (metric -> value, or ``error`` for a task that could not run)."""
@@ -137,15 +137,19 @@ def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any,
         loaded, bodies = {}, {}
         for name in names:
             task, error = _load(root, tm, name)
+            if error is None and decon is not None and decon.mode == "exclude":  # marin.evaluate.decontam
+                error = decon.problem(name, task) or (None if decon.clean_ids(name, hp.limit) else
+                                                      f"harness task {name!r}: every item it would score is "
+                                                      "contaminated (evaluate.decontaminate: exclude)")
             if error is not None:
                 errors.append(error)
                 bodies[name] = {"name": f"{prefix}:{name}", "split": SPLIT, "values": {"error": error}}
             else:
                 loaded[name] = task
-        if not _runs(lm, hp, loaded, tm, bodies, prefix):  # a task raised: run them one by one to name it
+        if not _runs(lm, hp, loaded, tm, bodies, prefix, decon):  # a task raised: run them one by one to name it
             for name in loaded:
                 try:
-                    _runs(lm, hp, {name: _load(root, tm, name)[0]}, tm, bodies, prefix)
+                    _runs(lm, hp, {name: _load(root, tm, name)[0]}, tm, bodies, prefix, decon)
                 except Exception as e:
                     errors.append(f"harness task {name!r} failed: {type(e).__name__}: {_line(e)}")
                     bodies[name] = {"name": f"{prefix}:{name}", "split": SPLIT, "values": {"error": errors[-1]}}
@@ -158,16 +162,19 @@ def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any,
     return out
 
 
-def _runs(lm: Any, hp: HarnessParams, loaded: dict[str, Any], tm: Any, bodies: dict[str, Any], prefix: str) -> bool:
+def _runs(lm: Any, hp: HarnessParams, loaded: dict[str, Any], tm: Any, bodies: dict[str, Any], prefix: str,
+          decon: Any = None) -> bool:
     """Run ``loaded`` tasks in one ``simple_evaluate`` and put their bodies in ``bodies``; False if
     more than one task ran and one of them raised (the caller reruns them one by one)."""
     from lm_eval import simple_evaluate
 
     if not loaded:
         return True
+    only = {n: decon.clean_ids(n, hp.limit) for n in loaded} if decon and decon.mode == "exclude" else None
     try:
         res = simple_evaluate(
-            model=lm, tasks=list(loaded.values()), task_manager=tm, num_fewshot=hp.num_fewshot, limit=hp.limit,
+            model=lm, tasks=list(loaded.values()), task_manager=tm, num_fewshot=hp.num_fewshot,
+            limit=hp.limit if only is None else None, samples=only,
             random_seed=hp.seed, numpy_random_seed=hp.seed, torch_random_seed=None, fewshot_random_seed=hp.seed,
             bootstrap_iters=BOOTSTRAP_ITERS, log_samples=True)
     except Exception:
@@ -175,7 +182,8 @@ def _runs(lm: Any, hp: HarnessParams, loaded: dict[str, Any], tm: Any, bodies: d
             raise
         return False
     for name in loaded:
-        bodies[name] = {"name": f"{prefix}:{name}", "split": SPLIT, "values": values(res, name, hp)}
+        extra = decon.values(name, loaded[name], res, hp.limit) if decon is not None else {}
+        bodies[name] = {"name": f"{prefix}:{name}", "split": SPLIT, "values": {**values(res, name, hp), **extra}}
     return True
 
 
@@ -237,7 +245,7 @@ def samples_digest(samples: list[dict[str, Any]]) -> str:
 
 
 def evaluate(root: Path, hp: HarnessParams, run: Any, model: tuple[Any, Any, dict[str, Any]],
-             tok_manifest: dict[str, Any], tokens: Path) -> dict[str, dict[str, Any]]:
+             tok_manifest: dict[str, Any], tokens: Path, decon: Any = None) -> dict[str, dict[str, Any]]:
     """The evaluate stage's harness part: ``hp``'s tasks on the stage's model, one eval record each
     in ``run`` (``harness:<task>``), then the tasks that ran under the unigram baseline of the train
     tokens (``unigram:<task>``); the model's numeric results by task, for metrics/eval.json."""
@@ -252,14 +260,15 @@ def evaluate(root: Path, hp: HarnessParams, run: Any, model: tuple[Any, Any, dic
     eos, seq_len, tokenizer = tok_manifest["tokenizer"]["eos_id"], config["model"]["max_seq_len"], tk.load(
         tokens / "tokenizer.json")
     lm = MarinLM(graphdef, params, tokenizer, eos, seq_len, batch_size=hp.batch_size)
-    results = run_tasks(root, hp, lm, lambda body: run.record("eval", body))
+    results = run_tasks(root, hp, lm, lambda body: run.record("eval", body), decon=decon)
     ran = tuple(name for name, vals in results.items() if "error" not in vals)
     if ran:  # the same requests, same seed, under the unigram model: the baseline where a task has one
         counts = scoring.token_counts(shard_tokens(tokens / s["file"] for s in tok_manifest["splits"]["train"]
                                                    ["shards"]), config["model"]["vocab_size"])
         folders = tuple(t for t in hp.tasks if (root / t).is_dir())
         run_tasks(root, replace(hp, tasks=ran, include=(*hp.include, *folders)),
-                  UnigramLM(counts, tokenizer, eos, seq_len), lambda body: run.record("eval", body), prefix="unigram")
+                  UnigramLM(counts, tokenizer, eos, seq_len), lambda body: run.record("eval", body), prefix="unigram",
+                  decon=decon)
     for name in ran:
         vals = results[name]
         shown = ", ".join(f"{k} {v:.4f}" for k, v in vals.items()

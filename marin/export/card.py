@@ -72,7 +72,7 @@ def harness_results(eval_json: dict[str, Any]) -> list[EvalResult]:
     return [harness_result(task, m, v, vals.get("num_fewshot", 0))
             for task, vals in sorted((eval_json.get("harness") or {}).items())
             for m, v in sorted(vals.items()) if isinstance(v, float) and not m.endswith("_stderr")
-            and not m.startswith("chance/")]
+            and not m.startswith(("chance/", "clean/"))]  # clean/: the report shows it beside the score
 
 
 def metadata(meta: dict[str, Any], datasets: list[str], results: list[EvalResult], *, library: bool,

@@ -11,7 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 PREFIX, BASELINE = "harness:", "unigram:"  # the model's records; the unigram baseline's, on the same requests
-FACTS = ("samples", "num_fewshot", "fewshot_seed", "harness_version", "task_config_digest", "loglikelihoods_digest")
+FACTS = ("samples", "num_fewshot", "fewshot_seed", "harness_version", "task_config_digest", "loglikelihoods_digest",
+         "decontamination", "contaminated", "excluded")  # the last three: marin.evaluate.decontam
+
+
+CLEAN = (" Clean items: the score on the items in which stage decontaminate found no 13-gram of the training "
+         "data (evaluate.decontaminate: report), and how many it found; under exclude only those items were scored.")
 
 
 def is_harness(body: dict[str, Any]) -> bool:
@@ -26,8 +31,8 @@ def from_harness(body: dict[str, Any]) -> bool:
 
 def metrics(values: dict[str, Any]) -> list[str]:
     """The metric names of a task's recorded values (not stderrs, chance levels or facts), sorted."""
-    return sorted(k for k, v in values.items()
-                  if isinstance(v, dict) and not k.endswith("_stderr") and not k.startswith("chance/"))
+    return sorted(k for k, v in values.items() if isinstance(v, dict) and not k.endswith("_stderr")
+                  and not k.startswith(("chance/", "clean/")))
 
 
 def facts(f: Any, log: Any) -> dict[str, Any]:
@@ -48,6 +53,7 @@ def facts(f: Any, log: Any) -> dict[str, Any]:
                          "stderr": _cite(f, log, r, f"{m}_stderr", f"{m} stderr"),
                          "chance": _cite(f, log, r, f"chance/{m}", f"{m} chance"),
                          "unigram": _cite(f, log, base[task], m, f"{m} unigram baseline") if task in base else None,
+                         "clean": _cite(f, log, r, f"clean/{m}", f"{m} on the clean items"),
                          **about})
     return {"run_id": log.run_id, "rows": rows, "failed": failed}
 
@@ -69,21 +75,33 @@ def lines(d: Any, doc: dict[str, Any]) -> list[str]:
     hz = doc.get("harness")
     if not hz or not (hz["rows"] or hz["failed"]):
         return []
+    clean = any(r.get("decontamination") for r in hz["rows"])  # a column only where evaluate had the findings
     out = ["### Benchmarks (lm-evaluation-harness)", "",
            f"Tasks run by lm-evaluation-harness on the JAX model itself (evaluate run `{hz['run_id']}`), their data "
            "cut from the validation split only. Chance is the task's stated level; the unigram baseline is the same "
            "requests scored by the add-one unigram model of the train tokens (the baseline of the bits per byte "
-           "above), which ignores the context.", "",
-           "| task | metric | chance | unigram baseline | model | ± stderr | samples | shots |", "|" + "---|" * 8]
+           "above), which ignores the context." + (CLEAN if clean else ""), "",
+           f"| task | metric | chance | unigram baseline | model | ± stderr |{' clean items |' if clean else ''} "
+           "samples | shots |", "|" + "---|" * (9 if clean else 8)]
     for r in hz["rows"]:
         out.append(f"| `{r['task']}` | {r['metric']} | {d.v(r['chance']) if r['chance'] else '–'} | "
                    f"{d.v(r['unigram']) if r.get('unigram') else 'n/a'} | "
-                   f"{d.v(r['value'])} | {d.v(r['stderr']) if r['stderr'] else '–'} | {d.v(r.get('samples'))} | "
+                   f"{d.v(r['value'])} | {d.v(r['stderr']) if r['stderr'] else '–'} | "
+                   f"{_clean(d, r) + ' | ' if clean else ''}{d.v(r.get('samples'))} | "
                    f"{d.v(r.get('num_fewshot'))} |")
     out.append("")
     for x in hz["failed"]:
         out += [f"`{x['task']}` did not run: {d.v(x['error'])}", ""]
     return out
+
+
+def _clean(d: Any, r: dict[str, Any]) -> str:
+    """The clean-items cell: the clean subset's score and how many items were contaminated, or excluded."""
+    if r.get("clean"):
+        return f"{d.v(r['clean'])} ({d.v(r['contaminated'])} contaminated)"
+    if r.get("excluded"):
+        return f"only these ({d.v(r['excluded'])} excluded)"
+    return "–"
 
 
 def _result(task: str, metric: str, value: float, shots: int, run_id: str) -> Any:
