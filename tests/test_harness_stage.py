@@ -30,6 +30,16 @@ def _jsonl(path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
+def expected_mark(v: dict, unigram: dict, metric: str) -> str:
+    """The mark, recomputed here from recorded values: beyond 2 stderr of the best baseline or not."""
+    sign = 1 if metric != "perplexity" else -1
+    base = [b["value"] for b in (v.get(f"chance/{metric}"), unigram.get(metric), v.get(f"constant/{metric}")) if b]
+    gap = sign * v[metric]["value"] - max(sign * b for b in base)
+    se = v[f"{metric}_stderr"]["value"]
+    return ("better than baseline" if gap > 2 * se else "worse than baseline" if gap < -2 * se
+            else "not distinguishable from baseline")
+
+
 def test_evalsets_come_from_validation_documents_only(trained_project: Project) -> None:
     root = trained_project.root
     texts = {r["doc_id"]: r["text"] for r in pq.read_table(root / "data/curated/validation.parquet").to_pylist()}
@@ -201,6 +211,19 @@ def test_a_lab_task_runs_by_name_and_one_without_local_data_fails_in_one_line(tr
     assert got["lab_cloze"]["values"]["samples"] == 3 and "acc" in got["lab_cloze"]["values"]
     assert got["lab_hub"]["values"] == {"error": p.stderr.strip().removeprefix("marin: error: ")}
     assert got["marin_source"]["values"]["fewshot_seed"] == 7
+    # the terminal: each metric with its stderr, its baselines, its mark where not better, samples of items, limit
+    [run] = trained_project.runs("evaluate")[-1:]
+    unigram = next(r["body"]["values"] for r in run if r["body"].get("name") == "unigram:marin_source")
+    v = got["marin_source"]["values"]
+    [line] = [x for x in p.stdout.splitlines() if x.startswith("evaluate: harness marin_source: ")]
+    parts = line.removeprefix("evaluate: harness marin_source: ").rsplit(" (", 1)[0].split("; ")
+    for metric in ("acc", "acc_norm"):
+        [part] = [x for x in parts if x.startswith(f"{metric} ")]
+        assert f"{metric} {v[metric]['value']:.4f} ± {v[f'{metric}_stderr']['value']:.4f} (chance 0.2500, unigram " \
+            f"{unigram[metric]['value']:.4f}, constant answer {v[f'constant/{metric}']['value']:.4f})" in part
+        mark = expected_mark(v, unigram, metric)
+        assert part.endswith(f"): {mark}" if mark != "better than baseline" else ")"), part
+    assert line.endswith(f"({v['samples']} of {v['items']} samples, limit 10, 0-shot)")
     metrics = json.loads((root / "metrics/eval.json").read_text())["harness"]
     assert set(metrics) == {"lab_cloze", "marin_source"}
 
@@ -233,14 +256,7 @@ def test_results_are_shown_in_the_report_the_card_and_mlflow(trained_project: Pr
                 assert "[0.25" in cells[2]  # the task's stated chance level
             assert cells[3].strip().startswith("[")  # the unigram baseline, cited
             assert cells[8].strip().startswith(f"[{v['samples']}") and f"limit [{v['limit']}]" in cells[8]
-            # the mark, recomputed here from the recorded values: beyond 2 stderr of the best baseline or not
-            sign = 1 if metric != "perplexity" else -1
-            base = [b["value"] for b in (v.get(f"chance/{metric}"), unigram[task].get(metric),
-                                         v.get(f"constant/{metric}")) if b]
-            gap = sign * v[metric]["value"] - max(sign * b for b in base)
-            se = v[f"{metric}_stderr"]["value"]
-            marks[(task, metric)] = ("better than baseline" if gap > 2 * se else "worse than baseline"
-                                     if gap < -2 * se else "not distinguishable from baseline")
+            marks[(task, metric)] = expected_mark(v, unigram[task], metric)
             assert f"[{marks[(task, metric)]}]" in cells[7]
             assert cells[7].strip().startswith("**") == (marks[(task, metric)] != "better than baseline")
     assert not rows  # one row per recorded task and metric, nothing else
