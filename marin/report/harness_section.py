@@ -90,11 +90,11 @@ def lines(v: Any, doc: dict[str, Any]) -> list[str]:
         return []
     out = ["### Benchmarks (lm-evaluation-harness)", "",
            f"Tasks run by lm-evaluation-harness on the JAX model itself (evaluate run `{hz['run_id']}`), their data "
-           "cut from the validation split only. Baselines: chance is the task's stated level (else 1 / the number "
+           "cut from the validation split only. Baselines: chance is the task's stated level (else one over the number "
            "of choices); the unigram baseline is the same requests scored by the add-one unigram model of the train "
            "tokens (the baseline of the bits per byte above), which ignores the context; the constant answer is the "
            "best score of one answer given to every sample (the majority class, chosen with the answers in hand). "
-           f"A result not beyond 2 stderr better than the best of them is marked **{bl.SAME}** (or **{bl.WORSE}**). "
+           f"A result not beyond two stderr better than the best of them is marked **{bl.SAME}** (or **{bl.WORSE}**). "
            "Samples: those scored, of the task's items, and the limit (evaluate.harness.limit) where one is set.", "",
            "| task | metric | chance | unigram baseline | constant answer | model | ± stderr | against baseline "
            "| samples | shots |", "|" + "---|" * 10]

@@ -117,7 +117,7 @@ def task_lines(v: Callable[[str | None], str], tasks: list[dict[str, Any]]) -> l
         return []
     out = ["", "By task: each score ± its stderr (sample standard deviation / sqrt(n), lm-eval's mean_stderr), "
            "beside the constant answer: the one reference of the task that, given to every example, scores "
-           "best (chosen with the references in hand). A score not beyond 2 stderr above it is marked "
+           "best (chosen with the references in hand). A score not beyond two stderr above it is marked "
            f"**{SAME}**.", "",
            "| task | examples | metric | constant answer | its score | base | instruct |", "|" + "---|" * 7]
     for t in tasks:
