@@ -233,7 +233,7 @@ class HarnessParams:
     tasks: tuple[str, ...] = ("marin_cloze", "marin_cloze_fewshot", "marin_source")  # names, or folders of YAMLs
     include: tuple[str, ...] = ()  # project folders of task YAMLs whose tasks ``tasks`` may name
     num_fewshot: int | None = None  # None: each task's own
-    limit: int | None = 200  # samples per task, at most (None: all)
+    limit: int | None = None  # samples per task, at most (None: all)
     seed: int = 1234  # the harness's random, numpy and few-shot seeds
     batch_size: int = 32
 

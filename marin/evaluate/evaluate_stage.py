@@ -51,8 +51,10 @@ def run_stage(root: Path, params: Params) -> None:
         results = _score(root, params, run, model, tok_manifest)
         samples = _samples(root, params, run, model, tok_manifest)
         metrics = _metrics(results)
+        logs: dict[str, Any] = {}
         metrics["harness"] = harness_run.evaluate(root, params.evaluate.harness, run, model, tok_manifest,
-                                                  root / TOKENS, decon)
+                                                  root / TOKENS, logs, decon)
+        _harness_files(root, params.evaluate.harness, run, logs)
         fsutil.write_bytes(root / METRICS, (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode(),
                            before_publish=lambda tmp: run.output("eval_metrics", METRICS, source=tmp))
         print(f"evaluate: validation bits/byte {metrics['bits_per_byte']:.4f} "
@@ -129,6 +131,21 @@ def _metrics(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
             "per_corpus": {c: v["bits_per_byte"] for c, v in results["model"].items() if c != "all"},
             "unigram_per_corpus": {c: v["bits_per_byte"] for c, v in results["unigram_baseline"].items()
                                    if c != "all"}}
+
+
+def _harness_files(root: Path, hp: HarnessParams, run: Any, logs: dict[str, Any]) -> None:
+    """lm-eval's results JSON and samples JSONL of the model's tasks (marin.evaluate.harness_files),
+    each recorded as an output before it is published."""
+    from marin.evaluate import harness_files as hf
+    from marin.evaluate import harness_run
+
+    config = {"model": "marin (models/final)", "limit": hp.limit, "num_fewshot": hp.num_fewshot,
+              "random_seed": hp.seed, "numpy_seed": hp.seed, "fewshot_seed": hp.seed,
+              "bootstrap_iters": harness_run.BOOTSTRAP_ITERS, "lm_eval_version": harness_run.version()}
+    for name, path, data in (("harness_results", hf.RESULTS, hf.results_json(logs, config, root)),
+                             ("harness_samples", hf.SAMPLES, hf.samples_jsonl(logs))):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        fsutil.write_bytes(root / path, data, before_publish=lambda tmp, n=name, p=path: run.output(n, p, source=tmp))
 
 
 def _task_deps(root: Path, hp: HarnessParams) -> list[str]:
