@@ -84,7 +84,7 @@ def assert_mirrors_the_ledger(trained: Project, uri: str | None = None) -> None:
         for i in inputs:
             digest, tags = got[i["name"]]
             assert digest == i["digest"][7:39] and tags["marin.digest"] == i["digest"]
-            assert tags["mlflow.data.context"] == ("evaluation" if started["stage"] == "evalsets"
+            assert tags["mlflow.data.context"] == ("evaluation" if started["stage"] in ("evalsets", "decontaminate")
                                                    or started["stage"].startswith("evaluate") else "training")
         for metric in (x["body"] for x in recs if x["kind"] == "metric"):
             for key, v in metric["values"].items():
@@ -114,7 +114,7 @@ def assert_mirrors_the_ledger(trained: Project, uri: str | None = None) -> None:
 def test_sync_mirrors_every_ledger_run(trained) -> None:
     r = trained.marin("mlflow", "sync")
     assert r.returncode == 0, r.stderr
-    assert f"{len(trained.runs())} run(s) created" in r.stdout  # 6: fetch, curate, evalsets, tokenize, train, evaluate
+    assert f"{len(trained.runs())} run(s) created" in r.stdout  # one per stage run
     assert_mirrors_the_ledger(trained)
 
 
@@ -144,7 +144,7 @@ def test_run_names_are_short_and_distinct_with_key_facts_in_short_tags(trained) 
     client, exp = store(trained)
     runs = client.search_runs([exp], max_results=1000)
     names = [r.info.run_name for r in runs]
-    assert len(runs) == len(trained.runs()) + 1 == 8, names  # 7 stage runs and their pipeline
+    assert len(runs) == len(trained.runs()) + 1, names  # the stage runs and their pipeline
     assert len(set(names)) == len(names), names
     assert all(len(n) <= 24 for n in names), names
     ledger = {recs[0]["run_id"]: recs[0]["body"] for recs in trained.runs()}
