@@ -17,7 +17,7 @@ from marin.stage import STAGES, guarded
 
 DESCRIPTION = """\
 Inspect, check, replay and publish what the marin pipeline recorded. The pipeline itself
-runs with `dvc repro` (stages: fetch, curate, tokenize, train, instructions, sft, evaluate,
+runs with `dvc repro` (stages: fetch, curate, tokenize, train, instructions, sft, decontaminate, evaluate,
 evaluate_instruct, export, export_instruct, report); every stage run is written to the ledger
 in ledger/runs/, which these commands read."""
 

@@ -233,7 +233,7 @@ class HarnessParams:
     tasks: tuple[str, ...] = ("marin_cloze", "marin_cloze_fewshot", "marin_source")  # names, or folders of YAMLs
     include: tuple[str, ...] = ()  # project folders of task YAMLs whose tasks ``tasks`` may name
     num_fewshot: int | None = None  # None: each task's own
-    limit: int | None = 200  # samples per task, at most (None: all)
+    limit: int | None = None  # samples per task, at most (None: all)
     seed: int = 1234  # the harness's random, numpy and few-shot seeds
     batch_size: int = 32
 
@@ -244,6 +244,14 @@ class EvaluateParams:
     sample_tokens: int
     batch_size: int
     harness: HarnessParams = HarnessParams()
+    decontaminate: str = "report"  # report | exclude: the items stage decontaminate found in training data
+
+
+@dataclass(frozen=True)
+class DecontaminateParams:
+    """Stage decontaminate (marin/evaluate/decontaminate_stage.py): the n of its n-grams."""
+
+    ngram: int = 13  # GPT-3's and OLMo's
 
 
 @dataclass(frozen=True)
@@ -291,6 +299,7 @@ class Params:
     network: NetworkParams = NetworkParams()  # optional: timeouts and retries of network operations
     ledger: LedgerParams = LedgerParams()  # optional: the clock skew `marin ledger check` allows
     sweep: SweepParams | None = None  # optional: only `marin sweep` reads it
+    decontaminate: DecontaminateParams = DecontaminateParams()  # optional: stage decontaminate's n-gram size
 
     def section(self, *names: str) -> dict[str, Any]:
         """The raw params of the named sections, as recorded in a run's ledger (and its recipe);
@@ -345,6 +354,7 @@ _NESTED: dict[tuple[str, str], type] = {
     ("RuntimeParams", "data"): DataRuntime,
     ("Params", "evaluate"): EvaluateParams,
     ("EvaluateParams", "harness"): HarnessParams,
+    ("Params", "decontaminate"): DecontaminateParams,
     ("Params", "report"): ReportParams,
     ("Params", "network"): NetworkParams,
     ("Params", "ledger"): LedgerParams,

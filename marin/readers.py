@@ -49,6 +49,7 @@ CAPS: dict[str, Cap] = {
     "manifest": Cap(256 * MiB, 256 * MiB, "a manifest", "restore it (dvc checkout) or rerun its stage (dvc repro)"),
     "dvc_dir": Cap(256 * MiB, 256 * MiB, "a DVC directory listing", "restore the DVC cache (dvc fetch)"),
     "json": Cap(16 * MiB, 16 * MiB, "a JSON file", "regenerate it with the stage that writes it"),
+    "samples": Cap(4096 * MiB, 16 * MiB, "a harness samples file", "rerun the evaluate stage (dvc repro evaluate)"),
     "text": Cap(16 * MiB, 16 * MiB, "a text file", "trim it"),
 }
 

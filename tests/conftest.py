@@ -286,12 +286,14 @@ def tiny(proj: Project, **runtime: object) -> None:
 @pytest.fixture(scope="session")
 def _trained_project(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Project:
     return Project(shared(tmp_path_factory, "trained", lambda d: built_project(
-        d / "proj", corpus, ("fetch", "curate", "evalsets", "tokenize", "train", "evaluate"), shrink=True)) / "proj")
+        d / "proj", corpus, ("fetch", "curate", "evalsets", "tokenize", "train", "instructions", "decontaminate",
+                             "evaluate"), shrink=True)) / "proj")
 
 
 @pytest.fixture
 def trained_project(tmp_path: Path, _trained_project: Project) -> Project:
-    """A copy of a project on the mini corpus whose whole pipeline ran with a tiny model."""
+    """A copy of a project on the mini corpus whose pipeline ran through evaluate (and all its upstream
+    stages, so that DVC can commit it) with a tiny model."""
     return copy_project(_trained_project, tmp_path / "proj")
 
 

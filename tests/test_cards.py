@@ -62,6 +62,14 @@ def ledger_value(root: Path, facts: dict[str, Any], fid: str) -> Any:
     if "inputs" in src and src["formula"].startswith("tokens seen / "):  # epochs, tokens per parameter: a ratio
         seen, per = (ledger_value(root, facts, i) for i in src["inputs"])
         return seen / per
+    if "inputs" in src and src["formula"].startswith("2-stderr mark"):  # a benchmark against its best baseline
+        xs = [ledger_value(root, facts, i) for i in src["inputs"]]
+        value, se, better, base = (*xs[:3], xs[3:]) if "best baseline" in src["formula"] else (*xs[:2], "higher",
+                                                                                                 xs[2:])
+        sign = 1 if better == "higher" else -1
+        gap = sign * value - max(sign * b for b in base)
+        return ("better than baseline" if gap > 2 * se else "worse than baseline" if gap < -2 * se
+                else "not distinguishable from baseline")
     if "inputs" in src:
         coef = re.match(r"(\d+) ×", src["formula"])
         return math.prod([int(coef.group(1)) if coef else 1, *(ledger_value(root, facts, i) for i in src["inputs"])])

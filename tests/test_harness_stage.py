@@ -30,6 +30,16 @@ def _jsonl(path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
+def expected_mark(v: dict, unigram: dict, metric: str) -> str:
+    """The mark, recomputed here from recorded values: beyond 2 stderr of the best baseline or not."""
+    sign = 1 if metric != "perplexity" else -1
+    base = [b["value"] for b in (v.get(f"chance/{metric}"), unigram.get(metric), v.get(f"constant/{metric}")) if b]
+    gap = sign * v[metric]["value"] - max(sign * b for b in base)
+    se = v[f"{metric}_stderr"]["value"]
+    return ("better than baseline" if gap > 2 * se else "worse than baseline" if gap < -2 * se
+            else "not distinguishable from baseline")
+
+
 def test_evalsets_come_from_validation_documents_only(trained_project: Project) -> None:
     root = trained_project.root
     texts = {r["doc_id"]: r["text"] for r in pq.read_table(root / "data/curated/validation.parquet").to_pylist()}
@@ -118,6 +128,36 @@ def test_verify_replays_the_harness_bit_exact_and_names_a_forged_value(trained_p
     assert p.returncode == 0, p.stdout + p.stderr
     [v] = verifications(path)
     assert v["result"] == "bit-exact"
+    assert v["compared"]["output"] == 3  # metrics/eval.json, the results JSON and the samples JSONL
+    # lm-eval's results JSON and samples JSONL: outputs of the run, by digest, agreeing with its eval records
+    root = trained_project.root
+    outs = {r["body"]["name"]: r["body"] for r in records(path) if r["kind"] == "output"}
+    for name, file in (("harness_results", "evals/harness/results.json"), ("harness_samples",
+                                                                           "evals/harness/samples.jsonl")):
+        assert outs[name]["path"] == file
+        assert outs[name]["digest"] == "sha256:" + hashlib.sha256((root / file).read_bytes()).hexdigest()
+    evals = {r["body"]["name"].removeprefix("harness:"): r["body"]["values"] for r in records(path)
+             if r["kind"] == "eval" and r["body"]["name"].startswith("harness:")}
+    results = json.loads((root / "evals/harness/results.json").read_text())
+    lines = (root / "evals/harness/samples.jsonl").read_text().splitlines()
+    samples = [json.loads(x) for x in lines]
+    for task, v in evals.items():
+        mine = [x for x in samples if x["task"] == task]
+        assert len(mine) == v["samples"] and [x["doc_id"] for x in mine] == sorted(x["doc_id"] for x in mine)
+        assert sum(x["acc"] for x in mine) / len(mine) == pytest.approx(v["acc"]["value"], abs=1e-12)
+        assert results["results"][task]["acc,none"] == v["acc"]["value"]
+        assert results["n-samples"][task]["effective"] == v["samples"]
+    # one sample edited after the run: verify names it (task and document), though the replay agrees with the record
+    k = next(i for i, x in enumerate(samples) if x["task"] == "marin_source")
+    edited = {**samples[k], "acc": 1.0 - samples[k]["acc"]}
+    original = (root / "evals/harness/samples.jsonl").read_bytes()
+    (root / "evals/harness/samples.jsonl").write_text("\n".join([*lines[:k], json.dumps(edited), *lines[k + 1:]])
+                                                      + "\n")
+    p = verify(trained_project, run_id(path))
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert f"line {k + 1}: task marin_source doc {samples[k]['doc_id']}: acc differ" in p.stdout
+    assert verifications(path)[-1]["first_divergence"]["name"] == "harness_samples"
+    (root / "evals/harness/samples.jsonl").write_bytes(original)
     recs = [r for r in records(path) if r["kind"] != "verification"]
     rec = next(r for r in recs if r["kind"] == "eval" and r["body"]["name"] == "harness:marin_source")
     better = min(1.0, rec["body"]["values"]["acc"]["value"] + 0.25)
@@ -171,6 +211,19 @@ def test_a_lab_task_runs_by_name_and_one_without_local_data_fails_in_one_line(tr
     assert got["lab_cloze"]["values"]["samples"] == 3 and "acc" in got["lab_cloze"]["values"]
     assert got["lab_hub"]["values"] == {"error": p.stderr.strip().removeprefix("marin: error: ")}
     assert got["marin_source"]["values"]["fewshot_seed"] == 7
+    # the terminal: each metric with its stderr, its baselines, its mark where not better, samples of items, limit
+    [run] = trained_project.runs("evaluate")[-1:]
+    unigram = next(r["body"]["values"] for r in run if r["body"].get("name") == "unigram:marin_source")
+    v = got["marin_source"]["values"]
+    [line] = [x for x in p.stdout.splitlines() if x.startswith("evaluate: harness marin_source: ")]
+    parts = line.removeprefix("evaluate: harness marin_source: ").rsplit(" (", 1)[0].split("; ")
+    for metric in ("acc", "acc_norm"):
+        [part] = [x for x in parts if x.startswith(f"{metric} ")]
+        assert f"{metric} {v[metric]['value']:.4f} ± {v[f'{metric}_stderr']['value']:.4f} (chance 0.2500, unigram " \
+            f"{unigram[metric]['value']:.4f}, constant answer {v[f'constant/{metric}']['value']:.4f})" in part
+        mark = expected_mark(v, unigram, metric)
+        assert part.endswith(f"): {mark}" if mark != "better than baseline" else ")"), part
+    assert line.endswith(f"({v['samples']} of {v['items']} samples, limit 10, 0-shot)")
     metrics = json.loads((root / "metrics/eval.json").read_text())["harness"]
     assert set(metrics) == {"lab_cloze", "marin_source"}
 
@@ -186,20 +239,46 @@ def test_results_are_shown_in_the_report_the_card_and_mlflow(trained_project: Pr
     proj.marin("report", check=True)
     report = (proj.root / "reports/marin-tiny/report.md").read_text()
     table = report[report.index("### Benchmarks (lm-evaluation-harness)"):].split("\n\n")[2].splitlines()
-    assert table[0] == "| task | metric | chance | unigram baseline | model | ± stderr | samples | shots |"
+    assert table[0] == ("| task | metric | chance | unigram baseline | constant answer | model | ± stderr | "
+                        "against baseline | samples | shots |")
     rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in table[2:]}
+    [run] = proj.runs("evaluate")[-1:]
+    unigram = {r["body"]["name"].removeprefix("unigram:"): r["body"]["values"] for r in run
+               if r["kind"] == "eval" and r["body"]["name"].startswith("unigram:")}
+    marks = {}
     for task, body in recorded.items():
-        for metric in harness_section.metrics(body["values"]):
+        v = body["values"]
+        for metric in harness_section.metrics(v):
             cells = rows.pop((f"`{task}`", metric)).strip("|").split("|")
-            shown = float(cells[4].strip()[1:].split("]")[0].replace(",", ""))
-            assert shown == pytest.approx(body["values"][metric]["value"], abs=1e-4, rel=1e-6)
+            shown = float(cells[5].strip()[1:].split("]")[0].replace(",", ""))
+            assert shown == pytest.approx(v[metric]["value"], abs=1e-4, rel=1e-6)
             if task == "marin_source":
                 assert "[0.25" in cells[2]  # the task's stated chance level
             assert cells[3].strip().startswith("[")  # the unigram baseline, cited
+            assert cells[8].strip().startswith(f"[{v['samples']}")
+            assert ("limit [" in cells[8]) == ("limit" in v)  # stated where one is set
+            assert "limit" not in v or f"limit [{v['limit']}]" in cells[8]
+            marks[(task, metric)] = expected_mark(v, unigram[task], metric)
+            assert f"[{marks[(task, metric)]}]" in cells[7]
+            assert cells[7].strip().startswith("**") == (marks[(task, metric)] != "better than baseline")
     assert not rows  # one row per recorded task and metric, nothing else
+    assert any(m != "better than baseline" for m in marks.values())  # the tiny model: some below its baseline
+    assert "How each stderr was computed: acc: [sample standard deviation / sqrt(n)" in report
+    assert "perplexity: [bootstrap: 1000 resamples" in report
+    card_md = (proj.root / "reports/marin-tiny/model_card.md").read_text()
+    card_rows = card_md[card_md.index("### Benchmarks (lm-evaluation-harness)"):].split("\n\n")[2].splitlines()[2:]
+    for (task, metric), mark in marks.items():  # the card's own table carries the same mark
+        [line] = [x for x in card_rows if x.startswith(f"| `{task}` | {metric} |")]
+        assert f"[{mark}]" in line.split("|")[8]
     card = yaml.safe_load((proj.root / "reports/marin-tiny/model_card.md").read_text().split("---")[1])
     [index] = card["model-index"]
     listed = {(r["task"]["name"], m["type"]): m["value"] for r in index["results"] for m in r["metrics"]}
+    names = {(r["task"]["name"], m["type"]): m["name"] for r in index["results"] for m in r["metrics"]}
+    for (task, metric), mark in marks.items():  # the model-index names the samples, limit and mark
+        v = recorded[task]["values"]
+        limit = f" (limit {v['limit']})" if "limit" in v else ""
+        assert f"{v['samples']} of {v['items']} samples{limit}" in names[(task, metric)]
+        assert names[(task, metric)].endswith(f"; {mark})") == (mark != "better than baseline")
     for task, body in recorded.items():
         for metric in harness_section.metrics(body["values"]):
             assert listed[(task, metric)] == body["values"][metric]["value"]

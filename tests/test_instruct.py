@@ -194,6 +194,28 @@ def test_the_instruct_model_answers_held_out_instructions_far_better_than_the_ba
         assert m[name]["exact_match"] == sum(hits) / len(heldout) and m[name]["examples"] == len(heldout)
     print(f"held-out exact match: base {m['base']['exact_match']:.3f}, instruct {m['instruct']['exact_match']:.3f}; "
           f"containment: base {m['base']['containment']:.3f}, instruct {m['instruct']['containment']:.3f}")
+    tasks = sorted({e["task"] for e in heldout})
+    for name in ("base", "instruct"):  # by task, with stderrs, recomputed from the recorded answers
+        v, answers = evals[f"{name}_instructions"]["values"], evals[f"{name}_instructions"]["samples"]
+        for task in tasks:
+            hits = [float(a["completion"].strip() == e["messages"][1]["content"].strip())
+                    for a, e in zip(answers, heldout, strict=True) if e["task"] == task]
+            mean = sum(hits) / len(hits)
+            se = (sum((h - mean) ** 2 for h in hits) / (len(hits) - 1)) ** 0.5 / len(hits) ** 0.5
+            assert v[f"{task}/exact_match"]["value"] == pytest.approx(mean, abs=1e-12)
+            assert v[f"{task}/exact_match_stderr"]["value"] == pytest.approx(se, abs=1e-12)
+            assert v[f"{task}/examples"] == len(hits) == m[name]["by_task"][task]["examples"]
+    const = evals["constant_answer_instructions"]["values"]
+    for task in tasks:  # the constant answer: the task's most frequent reference, given to every example
+        refs = [e["messages"][1]["content"] for e in heldout if e["task"] == task]
+        top = max(refs.count(r) for r in refs)
+        assert const[f"{task}/exact_match"]["value"] == pytest.approx(top / len(refs), abs=1e-12)
+        assert refs.count(const[f"{task}/exact_match_answer"]) == top
+        best = const[f"{task}/containment_answer"]
+        assert best in refs and const[f"{task}/containment"]["value"] == pytest.approx(
+            sum(r.strip().casefold() in best.casefold() for r in refs) / len(refs), abs=1e-12)
+        assert const[f"{task}/containment"]["value"] >= const[f"{task}/exact_match"]["value"]
+        print(f"{task}: constant answer {best!r}: containment {const[f'{task}/containment']['value']:.3f}")
     assert m["base"]["exact_match"] <= 0.05  # it never saw the chat format: near zero, and shown
     assert m["instruct"]["exact_match"] >= m["base"]["exact_match"] + 0.3
     assert m["instruct"]["by_task"]["corpus"]["exact_match"] >= 0.5
@@ -347,4 +369,20 @@ def test_the_report_compares_base_and_instruct_side_by_side_from_the_ledger(sft_
         [row] = [ln for ln in section.splitlines() if ln.startswith(f"| {model} |")]
         cited = [facts[fid]["value"] for fid in re.findall(r"#(F\d+)\)", row)]
         assert cited == [m[model]["exact_match"], m[model]["containment"], m[model]["examples"]], row
+    # by task: each model's score ± stderr beside the constant answer, marked where not beyond 2 stderr above it
+    [ev] = proj.runs("evaluate_instruct")
+    const = next(r["body"]["values"] for r in ev if r["kind"] == "eval"
+                 and r["body"]["name"] == "constant_answer_instructions")
+    for task, by in m["instruct"]["by_task"].items():
+        for key in ("exact_match", "containment"):
+            [row] = [ln for ln in section.splitlines() if ln.startswith(f"| `{task}` |")
+                     and f"| {key.replace('_', ' ')} |" in ln]
+            cells = row.strip("|").split("|")
+            cited = [facts[fid]["value"] for fid in re.findall(r"#(F\d+)\)", row)]
+            # examples, the answer, its score, base (value, stderr, mark), instruct (value, stderr, mark)
+            assert cited[:3] == [by["examples"], const[f"{task}/{key}_answer"], const[f"{task}/{key}"]["value"]]
+            assert cited[3] == m["base"]["by_task"][task][key] and cited[6] == by[key]
+            se = cited[7]
+            beyond = by[key] - const[f"{task}/{key}"]["value"] > 2 * se
+            assert ("**[not distinguishable" in cells[6] or "**[worse" in cells[6]) == (not beyond), row
     assert proj.marin("report", "verify", f"reports/{name}").returncode == 0

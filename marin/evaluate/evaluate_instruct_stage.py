@@ -93,6 +93,55 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {**rates(rows), "by_task": {t: rates(rs) for t, rs in sorted(by_task.items())}}
 
 
+def task_values(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per task (``<task>/<key>``): exact match and containment with their stderrs (lm-eval's
+    mean_stderr over the 0/1 scores) and the number of examples."""
+    from marin.evaluate.baselines import mean_stderr
+    from marin.ledger import exact
+
+    out: dict[str, Any] = {}
+    for task in sorted({r["task"] for r in rows}):
+        rs = [r for r in rows if r["task"] == task]
+        for key, col in (("exact_match", "exact"), ("containment", "contained")):
+            xs = [float(r[col]) for r in rs]
+            out[f"{task}/{key}"], out[f"{task}/{key}_stderr"] = exact(sum(xs) / len(xs)), exact(mean_stderr(xs))
+        out[f"{task}/examples"] = len(rs)
+    return out
+
+
+def constant_values(examples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per task, the constant-answer baseline: the best exact match and containment of one answer,
+    a reference of the task, given to every example (chosen with the references in hand), and that
+    answer."""
+    from marin.ledger import exact
+
+    out: dict[str, Any] = {}
+    for task in sorted({e["task"] for e in examples}):
+        refs = [e["messages"][-1]["content"] for e in examples if e["task"] == task]
+        for key in ("exact_match", "containment"):
+            best = max(sorted(set(refs)), key=lambda a, k=key: sum(score(a, r)[k == "containment"] for r in refs))
+            out[f"{task}/{key}"] = exact(sum(score(best, r)[key == "containment"] for r in refs) / len(refs))
+            out[f"{task}/{key}_answer"] = best
+    return out
+
+
+def task_lines(name: str, values: dict[str, Any], constant: dict[str, Any]) -> list[str]:
+    """The terminal's lines by task: each score ± stderr beside the constant answer's, and the mark."""
+    from marin.evaluate import baselines as bl
+
+    out = []
+    for task in sorted({k.split("/")[0] for k in constant}):
+        parts = []
+        for key in ("exact_match", "containment"):
+            v, se = values[f"{task}/{key}"]["value"], values[f"{task}/{key}_stderr"]["value"]
+            c = constant[f"{task}/{key}"]["value"]
+            where = bl.mark(v, se, "higher", [c])
+            parts.append(f"{key.replace('_', ' ')} {v:.3f} ± {se:.3f} (constant answer {c:.3f})"
+                         + (f": {where}" if where != bl.BETTER else ""))
+        out.append(f"evaluate_instruct: {name} {task} ({values[f'{task}/examples']} examples): " + "; ".join(parts))
+    return out
+
+
 def run_stage(root: Path, params: Params) -> None:
     """Both models on the held-out instructions, recorded as a ledger run."""
     rt = RuntimeParams(params.runtime.xla_cpu_threads, 1, "replicated", determinism=params.runtime.determinism)
@@ -117,14 +166,19 @@ def run_stage(root: Path, params: Params) -> None:
         tok = tk.load(root / TOKENIZER)
         examples = [json.loads(x) for x in readers.lines(root / HELDOUT, "conversations", StageError) if x.strip()]
         metrics: dict[str, Any] = {}
+        constant = constant_values(examples)
+        run.record("eval", {"name": "constant_answer_instructions", "split": "heldout_instructions",
+                            "values": constant})
         for name, path in MODELS.items():
             rows = answer_all(weights.load(root / path), tok, examples, n)
             metrics[name] = s = summary(rows)
             values = {"exact_match": exact(s["exact_match"]), "containment": exact(s["containment"]),
-                      "examples": len(rows), "tokens_per_answer": n}
+                      "examples": len(rows), "tokens_per_answer": n, **task_values(rows)}
             run.record("eval", {"name": f"{name}_instructions", "split": "heldout_instructions", "values": values,
                                 "samples": [{k: r[k] for k in ("prompt", "completion", "token_ids")} for r in rows]})
             print(f"evaluate_instruct: {name}: exact match {s['exact_match']:.3f}, containment "
                   f"{s['containment']:.3f} on {len(rows)} held-out instructions")
+            for line in task_lines(name, values, constant):
+                print(line)
         fsutil.write_bytes(root / METRICS, (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode(),
                            before_publish=lambda tmp: run.output("instruct_eval_metrics", METRICS, source=tmp))

@@ -14,7 +14,7 @@ from typing import Any
 
 from marin import fsutil
 from marin.config import HarnessParams, Params, RuntimeParams
-from marin.errors import StageError
+from marin.evaluate import decontam
 from marin.train import runtime
 
 MODEL, TOKENS, METRICS = Path("models/final"), Path("data/tokens"), Path("metrics/eval.json")
@@ -39,6 +39,9 @@ def run_stage(root: Path, params: Params) -> None:
     if (root / EVALSETS).is_dir():  # else the built-in harness tasks fail, each in one line
         inputs.append(Input("evalsets", EVALSETS.as_posix()))
     inputs += [Input(f"task:{p}", p) for p in _task_deps(root, params.evaluate.harness)]
+    decon = decontam.load(root, params.evaluate.decontaminate)  # None: not run, and not asked to exclude
+    if decon is not None:
+        inputs.append(Input("decontamination", decontam.OUT.as_posix()))
     recorded = {**params.section("evaluate"),
                 "runtime": {"xla_cpu_threads": rt.xla_cpu_threads, "determinism": rt.determinism}}
     with Run.start(root, "evaluate", params=recorded, inputs=inputs,
@@ -48,8 +51,10 @@ def run_stage(root: Path, params: Params) -> None:
         results = _score(root, params, run, model, tok_manifest)
         samples = _samples(root, params, run, model, tok_manifest)
         metrics = _metrics(results)
+        logs: dict[str, Any] = {}
         metrics["harness"] = harness_run.evaluate(root, params.evaluate.harness, run, model, tok_manifest,
-                                                  root / TOKENS)
+                                                  root / TOKENS, logs, decon)
+        _harness_files(root, params.evaluate.harness, run, logs)
         fsutil.write_bytes(root / METRICS, (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode(),
                            before_publish=lambda tmp: run.output("eval_metrics", METRICS, source=tmp))
         print(f"evaluate: validation bits/byte {metrics['bits_per_byte']:.4f} "
@@ -128,16 +133,22 @@ def _metrics(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
                                    if c != "all"}}
 
 
+def _harness_files(root: Path, hp: HarnessParams, run: Any, logs: dict[str, Any]) -> None:
+    """lm-eval's results JSON and samples JSONL of the model's tasks (marin.evaluate.harness_files),
+    each recorded as an output before it is published."""
+    from marin.evaluate import harness_files as hf
+    from marin.evaluate import harness_run
+
+    config = {"model": "marin (models/final)", "limit": hp.limit, "num_fewshot": hp.num_fewshot,
+              "random_seed": hp.seed, "numpy_seed": hp.seed, "fewshot_seed": hp.seed,
+              "bootstrap_iters": harness_run.BOOTSTRAP_ITERS, "lm_eval_version": harness_run.version()}
+    for name, path, data in (("harness_results", hf.RESULTS, hf.results_json(logs, config, root)),
+                             ("harness_samples", hf.SAMPLES, hf.samples_jsonl(logs))):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        fsutil.write_bytes(root / path, data, before_publish=lambda tmp, n=name, p=path: run.output(n, p, source=tmp))
+
+
 def _task_deps(root: Path, hp: HarnessParams) -> list[str]:
-    """The lab's task folders and data files (marin.evaluate.task_files), refused unless dvc.yaml lists
-    each as a dependency of evaluate: an edit DVC cannot see would leave the stage "up to date"."""
-    from marin import dvcfiles
     from marin.evaluate import task_files
 
-    paths = task_files.task_paths(root, hp)
-    listed = set(dvcfiles.stage_deps(root, "evaluate"))
-    missing = [p for p in paths if p not in listed]
-    if missing:
-        raise StageError(f"dvc.yaml: stage evaluate does not list {missing[0]}, which evaluate.harness reads: "
-                         "run `marin stages --write` and commit dvc.yaml, so that DVC sees an edit to it")
-    return paths
+    return task_files.listed_paths(root, hp, "evaluate")

@@ -122,11 +122,12 @@ def data_file_problem(root: Path, f: str) -> str | None:
     return None
 
 
-def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any,
-              prefix: str = "harness") -> dict[str, dict[str, Any]]:
+def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any, prefix: str = "harness", decon: Any = None,
+              logs: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Run every task on ``lm`` in one ``simple_evaluate``; ``record(body)`` takes each task's eval
     record body (``<prefix>:<task>``), in the order of ``tasks``. Returns the results by task
-    (metric -> value, or ``error`` for a task that could not run)."""
+    (metric -> value, or ``error`` for a task that could not run); ``logs`` takes, by task that ran,
+    lm-eval's own results, config and per-sample log (:func:`results_json`, :func:`samples_jsonl`)."""
     from lm_eval.tasks import TaskManager
 
     errors = []
@@ -137,15 +138,20 @@ def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any,
         loaded, bodies = {}, {}
         for name in names:
             task, error = _load(root, tm, name)
+            if error is None and decon is not None and decon.mode == "exclude":  # marin.evaluate.decontam
+                error = decon.problem(name, task) or (None if decon.clean_ids(name, hp.limit) else
+                                                      f"harness task {name!r}: every item it would score is "
+                                                      "contaminated (evaluate.decontaminate: exclude)")
             if error is not None:
                 errors.append(error)
                 bodies[name] = {"name": f"{prefix}:{name}", "split": SPLIT, "values": {"error": error}}
             else:
                 loaded[name] = task
-        if not _runs(lm, hp, loaded, tm, bodies, prefix):  # a task raised: run them one by one to name it
+        logs = {} if logs is None else logs
+        if not _runs(lm, hp, loaded, tm, bodies, prefix, logs, decon):  # a task raised: run them one by one to name it
             for name in loaded:
                 try:
-                    _runs(lm, hp, {name: _load(root, tm, name)[0]}, tm, bodies, prefix)
+                    _runs(lm, hp, {name: _load(root, tm, name)[0]}, tm, bodies, prefix, logs, decon)
                 except Exception as e:
                     errors.append(f"harness task {name!r} failed: {type(e).__name__}: {_line(e)}")
                     bodies[name] = {"name": f"{prefix}:{name}", "split": SPLIT, "values": {"error": errors[-1]}}
@@ -158,16 +164,19 @@ def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any,
     return out
 
 
-def _runs(lm: Any, hp: HarnessParams, loaded: dict[str, Any], tm: Any, bodies: dict[str, Any], prefix: str) -> bool:
+def _runs(lm: Any, hp: HarnessParams, loaded: dict[str, Any], tm: Any, bodies: dict[str, Any], prefix: str,
+          logs: dict[str, Any], decon: Any = None) -> bool:
     """Run ``loaded`` tasks in one ``simple_evaluate`` and put their bodies in ``bodies``; False if
     more than one task ran and one of them raised (the caller reruns them one by one)."""
     from lm_eval import simple_evaluate
 
     if not loaded:
         return True
+    only = {n: decon.clean_ids(n, hp.limit) for n in loaded} if decon and decon.mode == "exclude" else None
     try:
         res = simple_evaluate(
-            model=lm, tasks=list(loaded.values()), task_manager=tm, num_fewshot=hp.num_fewshot, limit=hp.limit,
+            model=lm, tasks=list(loaded.values()), task_manager=tm, num_fewshot=hp.num_fewshot,
+            limit=hp.limit if only is None else None, samples=only,
             random_seed=hp.seed, numpy_random_seed=hp.seed, torch_random_seed=None, fewshot_random_seed=hp.seed,
             bootstrap_iters=BOOTSTRAP_ITERS, log_samples=True)
     except Exception:
@@ -175,7 +184,10 @@ def _runs(lm: Any, hp: HarnessParams, loaded: dict[str, Any], tm: Any, bodies: d
             raise
         return False
     for name in loaded:
-        bodies[name] = {"name": f"{prefix}:{name}", "split": SPLIT, "values": values(res, name, hp)}
+        extra = decon.values(name, loaded[name], res, hp.limit) if decon is not None else {}
+        bodies[name] = {"name": f"{prefix}:{name}", "split": SPLIT, "values": {**values(res, name, hp), **extra}}
+        logs[name] = {k: res[k][name] for k in ("results", "configs", "versions", "n-shot", "higher_is_better",
+                                                "n-samples", "samples") if name in res.get(k, {})}
     return True
 
 
@@ -210,15 +222,62 @@ def values(res: dict[str, Any], name: str, hp: HarnessParams) -> dict[str, Any]:
         label = metric if filt == "none" else f"{metric}/{filt}"
         out[label] = exact(v) if isinstance(v, int | float) else str(v)
     config = json.loads(json.dumps(res["configs"][name], sort_keys=True, default=str))
-    for metric, level in sorted(((config.get("metadata") or {}).get("chance") or {}).items()):
-        out[f"chance/{metric}"] = exact(level)  # the task's own statement (metadata.chance in its YAML)
+    out.update(baseline_values(config, res, name))
     meta = config.get("metadata") or {}
     if "config_source" in meta:  # where the YAML lies: project-relative, so a replay elsewhere agrees
         src = Path(meta["config_source"])
         meta["config_source"] = src.relative_to(Path.cwd()).as_posix() if src.is_relative_to(Path.cwd()) else src.name
-    return {**out, "samples": int(res["n-samples"][name]["effective"]), "num_fewshot": int(res["n-shot"][name]),
+    n = res["n-samples"][name]
+    limit = {"limit": hp.limit} if hp.limit is not None else {}
+    return {**out, "samples": int(n["effective"]), "items": int(n["original"]), **limit,
+            "num_fewshot": int(res["n-shot"][name]),
             "fewshot_seed": hp.seed, "harness_version": version(), "task_config_digest": hashing.json_digest(config),
             "loglikelihoods_digest": samples_digest(res["samples"][name])}
+
+
+def baseline_values(config: dict[str, Any], res: dict[str, Any], name: str) -> dict[str, Any]:
+    """Per metric of a task: its chance level (stated, else computed: :mod:`marin.evaluate.baselines`),
+    the best constant answer's score, which way is better, and how its stderr was computed."""
+    from marin.evaluate import baselines as bl
+
+    out: dict[str, Any] = {}
+    samples, kind = res["samples"].get(name, []), str(config.get("output_type", ""))
+    stated = (config.get("metadata") or {}).get("chance") or {}
+    aggregation = bl.stated_aggregations(config)
+    for metric, better in sorted((res.get("higher_is_better", {}).get(name) or {}).items()):
+        if f"{metric},none" not in res["results"][name]:
+            continue
+        chance = stated.get(metric, bl.computed_chance(kind, samples) if metric in bl.CONSTANT else None)
+        if chance is not None:
+            out[f"chance/{metric}"] = exact(chance)  # the task's own statement (metadata.chance), else computed
+        constant = bl.constant_answer(kind, samples) if metric in bl.CONSTANT else None
+        if constant is not None:
+            out[f"constant/{metric}"] = exact(constant)
+        out[f"better/{metric}"] = "higher" if better else "lower"
+        if isinstance(res["results"][name].get(f"{metric}_stderr,none"), int | float):
+            out[f"stderr_method/{metric}"] = bl.stderr_method(aggregation.get(metric, "?"), BOOTSTRAP_ITERS)
+    return out
+
+
+def terminal_line(name: str, vals: dict[str, Any], unigram: dict[str, Any]) -> str:
+    """One task's results for the terminal: each metric with its stderr, baselines and mark, the
+    samples scored out of the task's items (and the limit, where set), the shots."""
+    from marin.evaluate import baselines as bl
+
+    parts = []
+    for m in sorted(k for k, v in vals.items() if isinstance(v, float) and "/" not in k and "stderr" not in k):
+        se = vals.get(f"{m}_stderr")
+        known = {"chance": vals.get(f"chance/{m}"), "unigram": unigram.get(m), "constant answer": vals.get(
+            f"constant/{m}")}
+        known = {k: v for k, v in known.items() if isinstance(v, int | float)}
+        where = bl.mark(vals[m], se if isinstance(se, float) else None, vals.get(f"better/{m}", "higher"),
+                        list(known.values()))
+        parts.append(f"{m} {vals[m]:.4f}" + (f" ± {se:.4f}" if isinstance(se, float) else "")
+                     + (" (" + ", ".join(f"{k} {v:.4f}" for k, v in known.items()) + ")" if known else "")
+                     + (f": {where}" if where and where != bl.BETTER else ""))
+    limit = f", limit {vals['limit']}" if "limit" in vals else ""
+    return (f"evaluate: harness {name}: {'; '.join(parts)} ({vals['samples']} of {vals['items']} samples{limit}, "
+            f"{vals['num_fewshot']}-shot)")
 
 
 def per_sample(samples: list[dict[str, Any]]) -> list[list[Any]]:
@@ -237,10 +296,12 @@ def samples_digest(samples: list[dict[str, Any]]) -> str:
 
 
 def evaluate(root: Path, hp: HarnessParams, run: Any, model: tuple[Any, Any, dict[str, Any]],
-             tok_manifest: dict[str, Any], tokens: Path) -> dict[str, dict[str, Any]]:
+             tok_manifest: dict[str, Any], tokens: Path, logs: dict[str, Any],
+             decon: Any = None) -> dict[str, dict[str, Any]]:
     """The evaluate stage's harness part: ``hp``'s tasks on the stage's model, one eval record each
     in ``run`` (``harness:<task>``), then the tasks that ran under the unigram baseline of the train
-    tokens (``unigram:<task>``); the model's numeric results by task, for metrics/eval.json."""
+    tokens (``unigram:<task>``); the model's numeric results by task, for metrics/eval.json. ``logs``
+    takes lm-eval's results and per-sample log of the model's tasks (the stage writes them out)."""
     from dataclasses import replace
 
     from marin.data import tokenize as tk
@@ -252,17 +313,19 @@ def evaluate(root: Path, hp: HarnessParams, run: Any, model: tuple[Any, Any, dic
     eos, seq_len, tokenizer = tok_manifest["tokenizer"]["eos_id"], config["model"]["max_seq_len"], tk.load(
         tokens / "tokenizer.json")
     lm = MarinLM(graphdef, params, tokenizer, eos, seq_len, batch_size=hp.batch_size)
-    results = run_tasks(root, hp, lm, lambda body: run.record("eval", body))
+    results = run_tasks(root, hp, lm, lambda body: run.record("eval", body), decon=decon, logs=logs)
+    base: dict[str, dict[str, Any]] = {}
     ran = tuple(name for name, vals in results.items() if "error" not in vals)
     if ran:  # the same requests, same seed, under the unigram model: the baseline where a task has one
         counts = scoring.token_counts(shard_tokens(tokens / s["file"] for s in tok_manifest["splits"]["train"]
                                                    ["shards"]), config["model"]["vocab_size"])
         folders = tuple(t for t in hp.tasks if (root / t).is_dir())
-        run_tasks(root, replace(hp, tasks=ran, include=(*hp.include, *folders)),
-                  UnigramLM(counts, tokenizer, eos, seq_len), lambda body: run.record("eval", body), prefix="unigram")
+        base = run_tasks(root, replace(hp, tasks=ran, include=(*hp.include, *folders)),
+                         UnigramLM(counts, tokenizer, eos, seq_len), lambda body: run.record("eval", body),
+                         prefix="unigram", decon=decon)
     for name in ran:
-        vals = results[name]
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in vals.items()
-                          if isinstance(v, float) and "stderr" not in k and not k.startswith("chance/"))
-        print(f"evaluate: harness {name}: {shown} ({vals['samples']} samples, {vals['num_fewshot']}-shot)")
-    return {name: {k: v for k, v in results[name].items() if isinstance(v, int | float)} for name in ran}
+        print(terminal_line(name, results[name], base.get(name, {})))
+    return {name: {**{k: v for k, v in results[name].items() if isinstance(v, int | float)
+                      or k.startswith("better/")},
+                   **{f"unigram/{k}": v for k, v in base.get(name, {}).items()
+                      if isinstance(v, float) and "/" not in k and "stderr" not in k}} for name in ran}

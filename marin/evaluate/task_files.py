@@ -53,6 +53,20 @@ def task_paths(root: Path, hp: HarnessParams) -> list[str]:
     return [*dirs, *sorted(files)]
 
 
+def listed_paths(root: Path, hp: HarnessParams, stage: str) -> list[str]:
+    """:func:`task_paths`, refused unless dvc.yaml lists each as a dependency of ``stage``: an edit DVC
+    cannot see would leave the stage "up to date"."""
+    from marin import dvcfiles
+
+    paths = task_paths(root, hp)
+    listed = set(dvcfiles.stage_deps(root, stage))
+    missing = [p for p in paths if p not in listed]
+    if missing:
+        raise StageError(f"dvc.yaml: stage {stage} does not list {missing[0]}, which evaluate.harness reads: "
+                         "run `marin stages --write` and commit dvc.yaml, so that DVC sees an edit to it")
+    return paths
+
+
 def data_files(cfg: dict[str, Any]) -> list[str]:
     """The local data files a task config names (none unless its dataset_path is a local format)."""
     if cfg.get("dataset_path") not in LOCAL_FORMATS:

@@ -59,20 +59,34 @@ def model_index(datasets: list[str], measures: Iterable[Measure], extra: Iterabl
                          metric_name=f"{m.split} {METRICS[m.metric]}") for m in measures), *extra]
 
 
-def harness_result(task: str, metric: str, value: float, shots: int, source_url: str | None = None) -> EvalResult:
-    """One lm-evaluation-harness result as a ``model-index`` entry (the task's validation-split data)."""
+def harness_result(task: str, metric: str, value: float, shots: int, source_url: str | None = None,
+                   note: str = "") -> EvalResult:
+    """One lm-evaluation-harness result as a ``model-index`` entry (the task's validation-split data);
+    ``note`` (:func:`marin.evaluate.baselines.note`) follows the shots in its metric name."""
     return EvalResult(task_type="text-generation", task_name=task, dataset_type=task,
                       dataset_name=f"{task} (validation split)", dataset_split="validation", metric_type=metric,
-                      metric_value=value, metric_name=f"{metric} ({shots}-shot)",
+                      metric_value=value, metric_name=f"{metric} ({shots}-shot{note})",
                       source_name="marin ledger" if source_url else None, source_url=source_url)
 
 
 def harness_results(eval_json: dict[str, Any]) -> list[EvalResult]:
-    """metrics/eval.json's harness results (task -> metric values, stderrs, chance levels, counts)."""
-    return [harness_result(task, m, v, vals.get("num_fewshot", 0))
-            for task, vals in sorted((eval_json.get("harness") or {}).items())
-            for m, v in sorted(vals.items()) if isinstance(v, float) and not m.endswith("_stderr")
-            and not m.startswith("chance/")]
+    """metrics/eval.json's harness results (task -> metric values, stderrs, baselines, counts), each
+    named with its stderr, samples of items (and limit) and its mark against the best baseline."""
+    from marin.evaluate import baselines as bl
+
+    out = []
+    for task, vals in sorted((eval_json.get("harness") or {}).items()):
+        for m, v in sorted(vals.items()):
+            if not isinstance(v, float) or m.endswith("_stderr") or "/" in m:
+                continue
+            se = vals.get(f"{m}_stderr")
+            se = se if isinstance(se, float) else None
+            known = [vals[k] for k in (f"chance/{m}", f"unigram/{m}", f"constant/{m}") if isinstance(vals.get(k),
+                                                                                                   int | float)]
+            where = bl.mark(v, se, str(vals.get(f"better/{m}", "higher")), known)
+            out.append(harness_result(task, m, v, vals.get("num_fewshot", 0), note=bl.note(
+                se, vals.get("samples"), vals.get("items"), vals.get("limit"), where)))
+    return out
 
 
 def metadata(meta: dict[str, Any], datasets: list[str], results: list[EvalResult], *, library: bool,

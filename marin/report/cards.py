@@ -184,7 +184,7 @@ def _evaluation(c: Ctx) -> list[str]:
     if ev["samples"]:
         out += ["Greedy completions of the prompts " + ", ".join(md(x["prompt"]) for x in ev["samples"])
                 + " are listed in the [technical report](report.md).", ""]
-    return out
+    return out + harness_section.lines(md, c.doc)  # the benchmarks, marked against their baselines
 
 
 def _reproducibility(c: Ctx) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from marin import hashing, readers
 from marin.errors import MarinError
+from marin.evaluate import baselines
 from marin.ledger.query import Ledger, Step, upstream
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
@@ -48,6 +49,7 @@ FORMULAS: dict[str, Callable[[list[Any]], Any]] = {
     "Σ wall_s × cores / 3600": lambda xs: _hours(xs),
     "tokens seen / training tokens": lambda xs: xs[0] / xs[1],  # epochs (marin/report/budget.py)
     "tokens seen / parameters": lambda xs: xs[0] / xs[1],
+    baselines.MARK: baselines.mark_of, baselines.MARK_HIGHER: baselines.mark_higher,  # benchmarks' marks
 }
 
 

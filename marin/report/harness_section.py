@@ -1,17 +1,25 @@
-"""The lm-evaluation-harness results where people look: the report's Evaluation table (task,
-metric, chance, unigram baseline where one applies, the model with its stderr), the model card's
-``model-index`` (the export's card, ``models/hf/README.md``, lists the same values from metrics/eval.json).
+"""The lm-evaluation-harness results where people look: the report's and the model card's Benchmarks
+table (task, metric, chance, the unigram baseline where one applies, the best constant answer, the
+model with its stderr, its mark against the best baseline, samples of items and the limit), the
+stderr method of each metric, and the card's ``model-index`` (the export's card,
+``models/hf/README.md``, lists the same values from metrics/eval.json).
 
 Every number is a fact cited from the evaluate run's ``eval`` records named ``harness:<task>``
-(:mod:`marin.evaluate.harness_run`), so ``marin report verify`` re-derives it from the ledger.
+(:mod:`marin.evaluate.harness_run`), the mark a fact derived from them by
+:func:`marin.evaluate.baselines.mark`, so ``marin report verify`` re-derives both from the ledger.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from marin.evaluate import baselines as bl
+
 PREFIX, BASELINE = "harness:", "unigram:"  # the model's records; the unigram baseline's, on the same requests
-FACTS = ("samples", "num_fewshot", "fewshot_seed", "harness_version", "task_config_digest", "loglikelihoods_digest")
+FACTS = ("samples", "items", "limit", "num_fewshot", "fewshot_seed", "harness_version", "task_config_digest",
+         "loglikelihoods_digest", "decontamination", "contaminated", "excluded")  # the last three: evaluate.decontam
+CLEAN = (" Clean items: the score on the items in which stage decontaminate found no 13-gram of the training "
+         "data (evaluate.decontaminate: report), and how many it found; under exclude only those items were scored.")
 
 
 def is_harness(body: dict[str, Any]) -> bool:
@@ -26,8 +34,7 @@ def from_harness(body: dict[str, Any]) -> bool:
 
 def metrics(values: dict[str, Any]) -> list[str]:
     """The metric names of a task's recorded values (not stderrs, chance levels or facts), sorted."""
-    return sorted(k for k, v in values.items()
-                  if isinstance(v, dict) and not k.endswith("_stderr") and not k.startswith("chance/"))
+    return sorted(k for k, v in values.items() if isinstance(v, dict) and not k.endswith("_stderr") and "/" not in k)
 
 
 def facts(f: Any, log: Any) -> dict[str, Any]:
@@ -44,12 +51,26 @@ def facts(f: Any, log: Any) -> dict[str, Any]:
             continue
         about = {k: f.cite(f"{task} {k}", log, r, f"/body/values/{k}").id for k in FACTS if k in v}
         for m in metrics(v):
-            rows.append({"task": task, "metric": m, "value": _cite(f, log, r, m, m),
-                         "stderr": _cite(f, log, r, f"{m}_stderr", f"{m} stderr"),
-                         "chance": _cite(f, log, r, f"chance/{m}", f"{m} chance"),
-                         "unigram": _cite(f, log, base[task], m, f"{m} unigram baseline") if task in base else None,
-                         **about})
+            row = {"task": task, "metric": m, "value": _cite(f, log, r, m, m),
+                   "stderr": _cite(f, log, r, f"{m}_stderr", f"{m} stderr"),
+                   "chance": _cite(f, log, r, f"chance/{m}", f"{m} chance"),
+                   "unigram": _cite(f, log, base[task], m, f"{m} unigram baseline") if task in base else None,
+                   "constant": _cite(f, log, r, f"constant/{m}", f"{m} constant-answer baseline"),
+                   "clean": _cite(f, log, r, f"clean/{m}", f"{m} on the clean items"),
+                   **{k: f.cite(f"{task} {m} {k}", log, r, f"/body/values/{_esc(f'{k}/{m}')}").id
+                      for k in ("better", "stderr_method") if f"{k}/{m}" in v}, **about}
+            row["mark"] = _mark(f, row)
+            rows.append(row)
     return {"run_id": log.run_id, "rows": rows, "failed": failed}
+
+
+def _mark(f: Any, row: dict[str, Any]) -> str | None:
+    """The derived fact (id) of a row's mark against its best baseline, or None (no stderr or baseline)."""
+    base = [row[k] for k in ("chance", "unigram", "constant") if row.get(k)]
+    if not (row["stderr"] and row.get("better") and base):
+        return None
+    inputs = [f.items[x] for x in (row["value"], row["stderr"], row["better"], *base)]
+    return f.derive(f"{row['task']} {row['metric']} against the best baseline", bl.MARK, inputs).id
 
 
 def _cite(f: Any, log: Any, r: Any, key: str, what: str) -> str | None:
@@ -64,36 +85,69 @@ def _esc(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")  # RFC 6901
 
 
-def lines(d: Any, doc: dict[str, Any]) -> list[str]:
-    """The report's harness table (Markdown lines), under its Evaluation section."""
+def lines(v: Any, doc: dict[str, Any]) -> list[str]:
+    """The harness table (Markdown lines) of the report's Evaluation section and of the card's; ``v``
+    renders a fact id."""
     hz = doc.get("harness")
     if not hz or not (hz["rows"] or hz["failed"]):
         return []
+    clean = any(r.get("decontamination") for r in hz["rows"])  # a column only where evaluate had the findings
     out = ["### Benchmarks (lm-evaluation-harness)", "",
            f"Tasks run by lm-evaluation-harness on the JAX model itself (evaluate run `{hz['run_id']}`), their data "
-           "cut from the validation split only. Chance is the task's stated level; the unigram baseline is the same "
-           "requests scored by the add-one unigram model of the train tokens (the baseline of the bits per byte "
-           "above), which ignores the context.", "",
-           "| task | metric | chance | unigram baseline | model | ± stderr | samples | shots |", "|" + "---|" * 8]
+           "cut from the validation split only. Baselines: chance is the task's stated level (else one over the number "
+           "of choices); the unigram baseline is the same requests scored by the add-one unigram model of the train "
+           "tokens (the baseline of the bits per byte above), which ignores the context; the constant answer is the "
+           "best score of one answer given to every sample (the majority class, chosen with the answers in hand). "
+           f"A result not beyond two stderr better than the best of them is marked **{bl.SAME}** (or **{bl.WORSE}**). "
+           "Samples: those scored, of the task's items, and the limit (evaluate.harness.limit) where one is set."
+           + (CLEAN if clean else ""), "",
+           "| task | metric | chance | unigram baseline | constant answer | model | ± stderr | against baseline "
+           f"|{' clean items |' if clean else ''} samples | shots |", "|" + "---|" * (11 if clean else 10)]
     for r in hz["rows"]:
-        out.append(f"| `{r['task']}` | {r['metric']} | {d.v(r['chance']) if r['chance'] else '–'} | "
-                   f"{d.v(r['unigram']) if r.get('unigram') else 'n/a'} | "
-                   f"{d.v(r['value'])} | {d.v(r['stderr']) if r['stderr'] else '–'} | {d.v(r.get('samples'))} | "
-                   f"{d.v(r.get('num_fewshot'))} |")
+        shown = v(r.get("mark")) if r.get("mark") else "–"
+        mark = f"**{shown}**" if r.get("mark") and bl.BETTER not in shown else shown  # the text is the mark
+        n = f"{v(r.get('samples'))} of {v(r['items'])}" if r.get("items") else v(r.get("samples"))
+        n += f" (limit {v(r['limit'])})" if r.get("limit") else ""
+        base = " | ".join(v(r[k]) if r.get(k) else "n/a" for k in ("unigram", "constant"))
+        out.append(f"| `{r['task']}` | {r['metric']} | {v(r['chance']) if r['chance'] else '–'} | {base}"
+                   f" | {v(r['value'])} | {v(r['stderr']) if r['stderr'] else '–'} | {mark} | "
+                   f"{_clean(v, r) + ' | ' if clean else ''}{n} | "
+                   f"{v(r.get('num_fewshot'))} |")
     out.append("")
+    methods = {(r["metric"], r["stderr_method"]) for r in hz["rows"] if r.get("stderr_method")}
+    seen: dict[str, str] = {}
+    for metric, fid in sorted(methods):
+        seen.setdefault(metric, fid)
+    if seen:
+        out += ["How each stderr was computed: " + "; ".join(f"{m}: {v(fid)}" for m, fid in seen.items()) + ".", ""]
     for x in hz["failed"]:
-        out += [f"`{x['task']}` did not run: {d.v(x['error'])}", ""]
+        out += [f"`{x['task']}` did not run: {v(x['error'])}", ""]
     return out
 
 
-def _result(task: str, metric: str, value: float, shots: int, run_id: str) -> Any:
+def _result(task: str, metric: str, value: float, shots: int, run_id: str, note: str) -> Any:
     from marin.export.card import harness_result
 
-    return harness_result(task, metric, value, shots, source_url=f"ledger/runs/{run_id}.jsonl")
+    return harness_result(task, metric, value, shots, source_url=f"ledger/runs/{run_id}.jsonl", note=note)
 
 
 def eval_results(doc: dict[str, Any], facts_by_id: dict[str, Any]) -> list[Any]:
-    """The report's harness rows as huggingface_hub ``EvalResult`` entries (the card's ``model-index``)."""
+    """The report's harness rows as huggingface_hub ``EvalResult`` entries (the card's ``model-index``),
+    each named with its stderr, samples of items (and limit) and its mark."""
     hz = doc.get("harness") or {}
-    return [_result(r["task"], r["metric"], facts_by_id[r["value"]]["value"], facts_by_id[r["num_fewshot"]]["value"],
-                    hz["run_id"]) for r in hz.get("rows", [])]
+
+    def val(fid: str | None) -> Any:
+        return facts_by_id[fid]["value"] if fid else None
+
+    return [_result(r["task"], r["metric"], val(r["value"]), val(r["num_fewshot"]), hz["run_id"],
+                    bl.note(val(r["stderr"]), val(r.get("samples")), val(r.get("items")), val(r.get("limit")),
+                            val(r.get("mark")))) for r in hz.get("rows", [])]
+
+
+def _clean(v: Any, r: dict[str, Any]) -> str:
+    """The clean-items cell: the clean subset's score and how many items were contaminated, or excluded."""
+    if r.get("clean"):
+        return f"{v(r['clean'])} ({v(r['contaminated'])} contaminated)"
+    if r.get("excluded"):
+        return f"only these ({v(r['excluded'])} excluded)"
+    return "–"

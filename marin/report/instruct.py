@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from marin.evaluate.baselines import BETTER, SAME
 from marin.ledger.query import Ledger
 from marin.ledger.store import RunLog
 from marin.report.facts import Facts, latest_reader
@@ -38,7 +39,7 @@ def section(f: Facts, ledger: Ledger, doc: dict[str, Any]) -> dict[str, Any] | N
                 **{m: f.cite(f"{m} answer", ev, evals[f"{m}_instructions"], f"/body/samples/{i}/completion").id
                    for m in MODELS}}
                for i in range(min(SAMPLES, len(evals["base_instructions"].body["samples"])))]
-    out: dict[str, Any] = {"run_id": ev.run_id, "rows": rows, "samples": samples}
+    out: dict[str, Any] = {"run_id": ev.run_id, "rows": rows, "samples": samples, "tasks": _tasks(f, ev, evals)}
     sft = _producer(ledger, ev, "instruct_model")
     if sft is not None:
         model = next(r for r in sft.of_kind("output") if r.body["name"] == "model")
@@ -50,6 +51,36 @@ def section(f: Facts, ledger: Ledger, doc: dict[str, Any]) -> dict[str, Any] | N
         instr = _producer(ledger, sft, "instructions")
         if instr is not None:
             out["instructions_run"] = instr.run_id
+    return out
+
+
+def _tasks(f: Facts, ev: RunLog, evals: dict[str, Any]) -> list[dict[str, Any]]:
+    """By held-out task: each model's exact match and containment with stderr, the constant answer's,
+    and each model's mark against it (derived facts); none for a run that recorded no tasks."""
+    from marin.evaluate.baselines import MARK_HIGHER
+    from marin.report.harness_section import _esc
+
+    const = evals.get("constant_answer_instructions")
+    if const is None:
+        return []
+    out = []
+    for task in sorted({k.split("/")[0] for k in const.body["values"]}):
+        row: dict[str, Any] = {"task": task}
+        for key in ("exact_match", "containment"):
+            c = f.cite(f"{task} constant answer {key}", ev, const, f"/body/values/{_esc(f'{task}/{key}')}/value")
+            row[f"constant_{key}"] = c.id
+            row[f"constant_{key}_answer"] = f.cite(f"{task} constant answer for {key}", ev, const,
+                                                   f"/body/values/{_esc(f'{task}/{key}_answer')}").id
+            for m in MODELS:
+                r = evals[f"{m}_instructions"]
+                val = f.cite(f"{m} {task} {key}", ev, r, f"/body/values/{_esc(f'{task}/{key}')}/value")
+                se = f.cite(f"{m} {task} {key} stderr", ev, r, f"/body/values/{_esc(f'{task}/{key}_stderr')}/value")
+                row[f"{m}_{key}"], row[f"{m}_{key}_stderr"] = val.id, se.id
+                row[f"{m}_{key}_mark"] = f.derive(f"{m} {task} {key} against the constant answer",
+                                                  MARK_HIGHER, [val, se, c]).id
+        row["examples"] = f.cite(f"{task} held-out examples", ev, evals["base_instructions"],
+                                 f"/body/values/{_esc(f'{task}/examples')}").id
+        out.append(row)
     return out
 
 
@@ -73,6 +104,29 @@ def lines(v: Callable[[str | None], str], doc: dict[str, Any]) -> list[str]:
             "", "| model | exact match | containment | examples |", "|---|---|---|---|"]
     out += [f"| {r['model']} | {v(r['exact_match'])} | {v(r['containment'])} | {v(r['examples'])} |"
             for r in sec["rows"]]
+    out += task_lines(v, sec.get("tasks") or [])
     out += ["", "| held-out instruction | base answer | instruct answer |", "|---|---|---|"]
     out += [f"| {v(x['prompt'])} | {v(x['base'])} | {v(x['instruct'])} |" for x in sec["samples"]]
     return [*out, ""]
+
+
+def task_lines(v: Callable[[str | None], str], tasks: list[dict[str, Any]]) -> list[str]:
+    """The held-out results by task: the constant-answer baseline (one reference of the task given to
+    every example) beside each model's score ± stderr and its mark."""
+    if not tasks:
+        return []
+    out = ["", "By task: each score ± its stderr (sample standard deviation / sqrt(n), lm-eval's mean_stderr), "
+           "beside the constant answer: the one reference of the task that, given to every example, scores "
+           "best (chosen with the references in hand). A score not beyond two stderr above it is marked "
+           f"**{SAME}**.", "",
+           "| task | examples | metric | constant answer | its score | base | instruct |", "|" + "---|" * 7]
+    for t in tasks:
+        for key in ("exact_match", "containment"):
+            cells = []
+            for m in MODELS:
+                shown = v(t[f"{m}_{key}_mark"])
+                mark = f" **{shown}**" if BETTER not in shown else ""
+                cells.append(f"{v(t[f'{m}_{key}'])} ± {v(t[f'{m}_{key}_stderr'])}{mark}")
+            out.append(f"| `{t['task']}` | {v(t['examples'])} | {key.replace('_', ' ')} | "
+                       f"{v(t[f'constant_{key}_answer'])} | {v(t[f'constant_{key}'])} | {' | '.join(cells)} |")
+    return out

@@ -39,6 +39,7 @@ from marin.ledger.store import NoSuchRun, RunFile, RunLog, load_run, read_all
 from marin.paths import ledger_dir
 from marin.remote import checkpoints_dir
 from marin.stages import TRAINING
+from marin.verify import samples
 from marin.verify.compare import Divergence, class_differences, compare, cpu_differences, metric_distances
 from marin.verify.outcome import Outcome, Say, counts, json_run, render
 from marin.verify.segments import check_segments, replay_segments, stage_args
@@ -212,7 +213,8 @@ class Verifier:
         rs = replay.started.body
         out.class_diffs = class_differences(started["determinism_class"], rs["determinism_class"])
         out.compared, out.divergences = compare(log, replay)
-        out.divergences = _started_fields(log, rs) + out.divergences
+        out.divergences = sorted(_started_fields(log, rs) + out.divergences
+                                 + samples.check(self.root, ws.root, log, out.divergences), key=lambda d: d.seq)
         if out.stage in TRAINING:
             self.checkpoint_tensors(replay)
         if out.class_diffs:
