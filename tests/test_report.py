@@ -16,6 +16,7 @@ import rfc8785
 import yaml
 
 from tests.conftest import Project, reference
+from tests.test_cards import ledger_value
 from tests.test_verify import records, rewrite_chain, run_file
 
 pytestmark = pytest.mark.slow
@@ -28,21 +29,6 @@ def reported(trained_project: Project) -> tuple[Project, Path]:
     trained_project.marin("keygen", check=True)
     trained_project.marin("report", check=True)
     return trained_project, trained_project.root / "reports" / "marin-tiny"
-
-
-def _ledger_value(root: Path, src: dict) -> object:
-    """Resolve a fact's source without marin's code: the JSONL line with that seq, its digest, the pointer."""
-    line = next(r for r in records(root / "ledger" / "runs" / f"{src['run_id']}.jsonl") if r["seq"] == src["seq"])
-    assert line["digest"] == src["record"]
-    if "file" in src:
-        assert line["body"]["digest"] == src["file_digest"]
-        doc = json.loads((root / src["file"]).read_text())
-    else:
-        doc = line
-    for part in src["pointer"].split("/")[1:]:
-        part = part.replace("~1", "/").replace("~0", "~")
-        doc = doc[int(part)] if isinstance(doc, list) else doc[part]
-    return doc
 
 
 def _matches(text: str, value: object) -> bool:
@@ -65,20 +51,7 @@ def test_every_number_in_report_md_traces_to_its_ledger_record(reported) -> None
     facts = json.loads((out / "report.json").read_text())["facts"]
     links = LINK.findall(md[: md.index("\n## Appendix: Sources")])  # the Sources table links facts to facts
     assert len(links) > 100
-    values: dict[str, object] = {}
-    for fid, fact in facts.items():  # sources, resolved independently
-        if "formula" not in fact["source"]:
-            values[fid] = _ledger_value(proj.root, fact["source"])
-    for fid, fact in sorted(facts.items(), key=lambda kv: int(kv[0][1:])):  # derived values, inputs first
-        if "formula" in fact["source"]:
-            ins = [values[i] for i in fact["source"]["inputs"]]
-            if fact["source"]["formula"].startswith("Σ wall_s × cores"):  # pairs (seconds, core ids or count)
-                pairs = zip(ins[::2], ins[1::2], strict=True)
-                values[fid] = sum(w * (len(n) if isinstance(n, list) else n) for w, n in pairs) / 3600
-            elif fact["source"]["formula"].startswith("tokens seen / "):  # epochs, tokens per parameter
-                values[fid] = ins[0] / ins[1]
-            else:
-                values[fid] = math.prod(ins) * (6 if fact["source"]["formula"].startswith("6") else 1)
+    values = {fid: ledger_value(proj.root, facts, fid) for _, fid in links}  # read independently
     for text, fid in links:
         assert _matches(text, values[fid]), (fid, facts[fid]["label"], text, values[fid])
     # the Sources section lists each cited fact with its run and seq

@@ -43,12 +43,13 @@ def verify_upstream(root: Path, target: str, say: Say = print, *, index: Index, 
             say(f"verify {s.run_id}: {e}")
             rows.append((s.stage, s.run_id, e))
     say("")
-    say(f"{'stage':9} {'run id':38} {'result':14} {'compared':>8}  first divergence")
+    w, r = max(len("stage"), *(len(s) for s, _, _ in rows)), max(len("run id"), *(len(i) for _, i, _ in rows))
+    say(f"{'stage':{w}} {'run id':{r}} {'result':14} {'compared':>8}  first divergence")
     for stage, run_id, o in rows:
         if isinstance(o, Outcome):
-            say(f"{stage:9} {run_id:38} {o.result:14} {sum(o.compared.values()):8}  {o.first or ''}")
+            say(f"{stage:{w}} {run_id:{r}} {o.result:14} {sum(o.compared.values()):8}  {o.first or ''}")
         else:
-            say(f"{stage:9} {run_id:38} {'error ' + str(o.exit_code):14} {'':8}  {str(o)[:200]}")
+            say(f"{stage:{w}} {run_id:{r}} {'error ' + str(o.exit_code):14} {'':8}  {str(o)[:200]}")
     return rows
 
 
