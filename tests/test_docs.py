@@ -24,9 +24,9 @@ def build(root: Path, site: Path) -> subprocess.CompletedProcess[str]:
 
 def relative_links(text: str) -> list[str]:
     """Link targets without a scheme, their anchors dropped (links within the page itself left out)."""
-    out = []
-    for target in LINK.findall(text):
-        path = target.split("#", 1)[0]
+    out: list[str] = []
+    for m in LINK.finditer(text):
+        path = m.group(1).split("#", 1)[0]
         if path and ":" not in path:
             out.append(path)
     return out
@@ -48,9 +48,9 @@ def test_a_broken_anchor_fails_the_build(tmp_path: Path) -> None:
     for rel in SOURCES:
         src, dst = REPO / rel, tmp_path / "repo" / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
+        _ = shutil.copytree(src, dst) if src.is_dir() else shutil.copy(src, dst)
     page = tmp_path / "repo/docs/guide/verify.md"
-    page.write_text(page.read_text() + "\nSee [the ledger](ledger.md#no-such-heading).\n")
+    _ = page.write_text(page.read_text() + "\nSee [the ledger](ledger.md#no-such-heading).\n")
     p = build(tmp_path / "repo", tmp_path / "site")
     assert p.returncode != 0
     assert "#no-such-heading" in p.stderr, p.stderr
@@ -71,7 +71,9 @@ def test_relative_links_keep_paths_and_drop_anchors_and_addresses() -> None:
 def test_the_readme_is_a_front_door_whose_test_command_ci_finds() -> None:
     readme = (REPO / "README.md").read_text()
     assert len(readme.splitlines()) <= 220
-    program = re.search(r"awk '([^']+)'", (REPO / ".ci/run").read_text()).group(1)
+    found = re.search(r"awk '([^']+)'", (REPO / ".ci/run").read_text())
+    assert found, ".ci/run reads the README's test command with awk"
+    program = found.group(1)
     line = subprocess.run(["awk", program, str(REPO / "README.md")], capture_output=True, text=True,
                           check=True).stdout.strip()
     assert line.endswith("uv run pytest -n 2 --dist loadfile") and line.startswith("bash scripts/system-packages.sh")
