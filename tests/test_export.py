@@ -239,7 +239,7 @@ def test_the_cards_and_the_readmes_snippets_print_the_evaluate_stages_sample(exp
     card = (exported.root / HF / "README.md").read_text()
     code = _python_block(card, "## How to use")
     n = int(code.split("max_new_tokens=")[1].split(",")[0])
-    readme = _python_block((REPO / "README.md").read_text(), "this prints the greedy completion")
+    readme = _python_block((REPO / "docs/guide/transformers.md").read_text(), "this prints the greedy completion")
     assert "max_new_tokens=40" in readme  # the default sample length; the tiny model's context holds fewer
     from transformers import AutoTokenizer
 

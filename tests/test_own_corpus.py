@@ -1,7 +1,7 @@
-"""README.md "Use your own corpus", followed literally: its commands, its snippet, its checks.
+"""docs/guide/own-corpus.md, "Use your own corpus", followed literally: its commands, its snippet, its checks.
 
-The commands and the YAML come from the section's fenced code blocks, so the test breaks
-when the README drifts from what marin does.
+The commands and the YAML come from the walkthrough's fenced code blocks (the page up to its first
+``## `` heading), so the test breaks when the guide drifts from what marin does.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ import yaml
 
 from tests.conftest import REPO, Project, make_text, new_project
 
-SECTION = "## Use your own corpus"
+PAGE = "docs/guide/own-corpus.md"
+SECTION = "# Use your own corpus\n"
 
 
 def _section() -> str:
-    text = (REPO / "README.md").read_text()
-    assert SECTION in text, f"README.md has no section {SECTION!r}"
+    text = (REPO / PAGE).read_text()
+    assert text.startswith(SECTION), f"{PAGE} does not open with {SECTION!r}"
     return text.split(SECTION, 1)[1].split("\n## ", 1)[0]
 
 
@@ -49,7 +50,7 @@ def _make_files(dest: Path, pattern: str, rng: random.Random) -> dict[str, str]:
                 docs[f"records.jsonl#{i}"] = make_text(rng, 10)
                 f.write(json.dumps({"id": i, "text": docs[f"records.jsonl#{i}"]}) + "\n")
     else:
-        pytest.fail(f"README copies {pattern!r}: the test makes only *.txt and *.jsonl files")
+        pytest.fail(f"the guide copies {pattern!r}: the test makes only *.txt and *.jsonl files")
     return docs
 
 
@@ -64,7 +65,7 @@ def _run_pin_block(proj: Project, body: str) -> tuple[dict[str, str], str]:
         elif argv[:3] == ["uv", "run", "marin"] and argv[3] == "pin":
             printed = proj.marin(*argv[3:], check=True).stdout
         else:
-            pytest.fail(f"README command the test does not know: {shlex.join(argv)}")
+            pytest.fail(f"guide command the test does not know: {shlex.join(argv)}")
     assert printed, "the first block of the section runs no `marin pin`"
     return docs, printed
 
@@ -89,9 +90,9 @@ def test_readme_own_corpus_walkthrough(tmp_path: Path) -> None:
     assert [lang for lang, _ in blocks] == ["bash", "yaml", "bash"], blocks
     proj = new_project(tmp_path / "proj")
 
-    # 1. the corpus as the README describes it, pinned with the README's command
+    # 1. the corpus as the guide describes it, pinned with the guide's command
     docs, printed = _run_pin_block(proj, blocks[0][1])
-    assert _normalized(printed) == _normalized(blocks[1][1])  # the README shows what marin prints
+    assert _normalized(printed) == _normalized(blocks[1][1])  # the guide shows what marin prints
     assert printed.splitlines()[0].startswith("# marin pin: local corpus: sha256:")
     assert blocks[1][1].splitlines()[0].startswith("# marin pin: local corpus: sha256:")
 
@@ -100,7 +101,7 @@ def test_readme_own_corpus_walkthrough(tmp_path: Path) -> None:
     params.write_text(_splice(params.read_text(), printed.replace("license: NOASSERTION", "license: CC0-1.0")))
     assert proj.marin("params", "check").returncode == 0
 
-    # 3. the README's data-stage commands and checks
+    # 3. the guide's data-stage commands and checks
     commands = _commands(blocks[2][1])
     assert commands[-1] == ["uv", "run", "dvc", "repro"]  # the whole pipeline: too slow here
     for argv in commands[:-1]:
