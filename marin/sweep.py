@@ -186,7 +186,7 @@ def run_trial(root: Path, sweep_id: str, index: int, overrides: dict[str, Any], 
 def sweep(root: Path, params: Params, say: Callable[[str], None] = print) -> str:
     """Run every trial, record the sweep, apply the selected experiment; returns the sweep's run id."""
     if params.sweep is None:
-        raise SweepError("params.yaml has no sweep section; add one (README, \"Sweeps\")")
+        raise SweepError("params.yaml has no sweep section; add one (docs/guide/experiments.md, \"Sweeps\")")
     spec = params.sweep
     chosen = trials(spec, params.seed)
     baseline = check_trials(params.raw, chosen)

@@ -80,11 +80,11 @@ def parse(data: bytes, where: str, default_role: str | None = None) -> TrustList
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise TrustListError(f"{where}: not JSON ({type(e).__name__}: {str(e)[:80]}); see {FILE} in README.md for "
-                             "the format") from None
+        raise TrustListError(f"{where}: not JSON ({type(e).__name__}: {str(e)[:80]}); see {FILE} in "
+                             "docs/guide/report.md for the format") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("verifiers"), list):
         raise TrustListError(f'{where}: not a verifiers list (an object with "schema": "{SCHEMA}" and a '
-                             '"verifiers" list); see README.md, Independent verification')
+                             '"verifiers" list); see docs/guide/report.md, Independent verification')
     found: dict[str, Verifier] = {}
     for i, entry in enumerate(doc["verifiers"]):
         v = _entry(entry, f"{where}: verifiers[{i}]", default_role)
