@@ -227,6 +227,16 @@ class LedgerParams:
 
 
 @dataclass(frozen=True)
+class HubDataset:
+    """A registry task's hub dataset, kept in the project (marin/evaluate/registry.py)."""
+
+    hub_id: str  # the dataset_path the task's YAML names
+    path: str  # project folder: <dataset_name or default>/<split>.<jsonl|json|parquet|csv>
+    sha256: str  # hashing.dir_digest of the folder, hex
+    license: str
+
+
+@dataclass(frozen=True)
 class HarnessParams:
     """lm-evaluation-harness tasks run on the model (marin/evaluate/harness_run.py)."""
 
@@ -236,6 +246,7 @@ class HarnessParams:
     limit: int | None = None  # samples per task, at most (None: all)
     seed: int = 1234  # the harness's random, numpy and few-shot seeds
     batch_size: int = 32
+    datasets: tuple[HubDataset, ...] = ()  # hub datasets of registry tasks, as project folders
 
 
 @dataclass(frozen=True)
@@ -354,6 +365,7 @@ _NESTED: dict[tuple[str, str], type] = {
     ("RuntimeParams", "data"): DataRuntime,
     ("Params", "evaluate"): EvaluateParams,
     ("EvaluateParams", "harness"): HarnessParams,
+    ("HarnessParams", "datasets"): HubDataset,
     ("Params", "decontaminate"): DecontaminateParams,
     ("Params", "report"): ReportParams,
     ("Params", "network"): NetworkParams,

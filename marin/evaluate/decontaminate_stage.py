@@ -86,15 +86,12 @@ def training_texts(root: Path) -> Iterator[str]:
 
 def task_items(root: Path, hp: HarnessParams) -> dict[str, list[list[str]] | str]:
     """Each task's items as normalized words, in doc-id order, or why it could not be loaded."""
-    from lm_eval.tasks import TaskManager
-
     out: dict[str, list[list[str]] | str] = {}
     with harness_run.offline(root), contextlib.redirect_stderr(io.StringIO()), \
-            contextlib.redirect_stdout(io.StringIO()):
-        names, folders = harness_run.task_names(root, hp)
-        tm = TaskManager(include_path=[str(f) for f in folders], include_defaults=False)
+            contextlib.redirect_stdout(io.StringIO()), tempfile.TemporaryDirectory(prefix="marin-tasks-") as scratch:
+        names, tm, refused = harness_run.task_manager(root, hp, Path(scratch))
         for name in names:
-            task, error = harness_run._load(root, tm, name)
+            task, error = (None, refused[name]) if name in refused else harness_run.load_task(root, tm, name)
             out[name] = error.replace("harness task", "decontaminate: task", 1) if error else [
                 ngrams.words(text) for text in item_texts(task)]
     return out

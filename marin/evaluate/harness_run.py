@@ -79,6 +79,25 @@ def task_names(root: Path, hp: HarnessParams) -> tuple[list[str], list[Path]]:
     return names, folders
 
 
+def task_manager(root: Path, hp: HarnessParams, scratch: Path) -> tuple[list[str], Any, dict[str, str]]:
+    """The task names, an lm-eval TaskManager over their folders, and why each registry task that
+    cannot run cannot (one line). A registry task on a listed hub dataset gets a YAML in ``scratch``
+    (:mod:`marin.evaluate.registry`), which must outlive the manager's loads."""
+    from lm_eval.tasks import TaskManager
+
+    names, folders = task_names(root, hp)
+    tm = TaskManager(include_path=[str(f) for f in folders], include_defaults=False)
+    unknown = [n for n in names if n not in tm.task_index]
+    if not unknown:
+        return names, tm, {}
+    from marin.evaluate import registry
+
+    errors = registry.write_overrides(root, hp, unknown, scratch)
+    if any(scratch.glob("*.yaml")):
+        tm = TaskManager(include_path=[*(str(f) for f in folders), str(scratch)], include_defaults=False)
+    return names, tm, errors
+
+
 def _task_of(path: Path) -> str:
     cfg = task_files.config_of(path)
     return cfg["task"] if isinstance(cfg.get("task"), str) else ""
@@ -128,16 +147,14 @@ def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any, prefix: str =
     record body (``<prefix>:<task>``), in the order of ``tasks``. Returns the results by task
     (metric -> value, or ``error`` for a task that could not run); ``logs`` takes, by task that ran,
     lm-eval's own results, config and per-sample log (:func:`results_json`, :func:`samples_jsonl`)."""
-    from lm_eval.tasks import TaskManager
-
     errors = []
     # the harness's progress bars and notes, and datasets', are not the stage's output
-    with offline(root), contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-        names, folders = task_names(root, hp)
-        tm = TaskManager(include_path=[str(f) for f in folders], include_defaults=False)
+    with offline(root), contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()), \
+            tempfile.TemporaryDirectory(prefix="marin-tasks-") as scratch:
+        names, tm, refused = task_manager(root, hp, Path(scratch))
         loaded, bodies = {}, {}
         for name in names:
-            task, error = _load(root, tm, name)
+            task, error = (None, refused[name]) if name in refused else load_task(root, tm, name)
             if error is None and decon is not None and decon.mode == "exclude":  # marin.evaluate.decontam
                 error = decon.problem(name, task) or (None if decon.clean_ids(name, hp.limit) else
                                                       f"harness task {name!r}: every item it would score is "
@@ -151,7 +168,7 @@ def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any, prefix: str =
         if not _runs(lm, hp, loaded, tm, bodies, prefix, logs, decon):  # a task raised: run them one by one to name it
             for name in loaded:
                 try:
-                    _runs(lm, hp, {name: _load(root, tm, name)[0]}, tm, bodies, prefix, logs, decon)
+                    _runs(lm, hp, {name: load_task(root, tm, name)[0]}, tm, bodies, prefix, logs, decon)
                 except Exception as e:
                     errors.append(f"harness task {name!r} failed: {type(e).__name__}: {_line(e)}")
                     bodies[name] = {"name": f"{prefix}:{name}", "split": SPLIT, "values": {"error": errors[-1]}}
@@ -195,12 +212,12 @@ def _line(e: BaseException) -> str:
     return (str(e).splitlines() or [""])[0][:300]
 
 
-def _load(root: Path, tm: Any, name: str) -> tuple[Any, str | None]:
+def load_task(root: Path, tm: Any, name: str) -> tuple[Any, str | None]:
     """The task ``name`` (an lm-eval Task), or why it cannot run (one line)."""
     entry = tm.task_index.get(name)
     if entry is None:
-        return None, (f"harness task {name!r} is not a built-in task nor in evaluate.harness.include; "
-                      "name a task of a folder listed there")
+        return None, (f"harness task {name!r} is not a built-in task, nor in evaluate.harness.include, nor an "
+                      "lm-eval registry task; name a task of a folder listed there")
     error = missing_data(root, name, entry.cfg or {})
     if error is not None:
         return None, error

@@ -33,13 +33,16 @@ _Lenient.add_multi_constructor("!", lambda loader, suffix, node: None)
 def folders(root: Path, hp: HarnessParams) -> list[str]:
     """The project folders of task YAMLs: ``include``, and entries of ``tasks`` that are folders."""
     named = [*hp.include, *(t for t in hp.tasks if (Path(root) / t).is_dir())]
-    return sorted({_inside(root, f, "evaluate.harness") for f in named})
+    return sorted({inside(root, f, "evaluate.harness") for f in named})
 
 
 def task_paths(root: Path, hp: HarnessParams) -> list[str]:
-    """Every folder of task YAMLs and every local data file its tasks name outside those folders:
-    project-relative, sorted, the folders first. A data file outside the project is a StageError."""
+    """Every folder of task YAMLs, every folder of a registry task's hub dataset
+    (``evaluate.harness.datasets``, :mod:`marin.evaluate.registry`) and every local data file the
+    tasks name outside those folders: project-relative, sorted, the folders first. A data file
+    outside the project is a StageError."""
     dirs = folders(root, hp)
+    hub = sorted({inside(root, d.path, f"evaluate.harness.datasets {d.hub_id}") for d in hp.datasets})
     files: set[str] = set()
     for d in dirs:
         yamls = sorted((Path(root) / d).rglob("*.yaml"))
@@ -47,10 +50,10 @@ def task_paths(root: Path, hp: HarnessParams) -> list[str]:
             raise StageError(f"{d}: {len(yamls)} task YAMLs, over {MAX_YAMLS}; split the folder")
         for y in yamls:
             for f in data_files(config_of(y)):
-                rel = _inside(root, f, f"{y.relative_to(root).as_posix()}: dataset_kwargs.data_files")
+                rel = inside(root, f, f"{y.relative_to(root).as_posix()}: dataset_kwargs.data_files")
                 if (Path(root) / rel).is_file() and not any(PurePosixPath(rel).is_relative_to(x) for x in dirs):
                     files.add(rel)
-    return [*dirs, *sorted(files)]
+    return [*dirs, *(h for h in hub if h not in dirs), *sorted(files)]
 
 
 def listed_paths(root: Path, hp: HarnessParams, stage: str) -> list[str]:
@@ -84,7 +87,7 @@ def config_of(path: Path) -> dict[str, Any]:
     return cfg if isinstance(cfg, dict) else {}
 
 
-def _inside(root: Path, path: str, where: str) -> str:
+def inside(root: Path, path: str, where: str) -> str:
     """``path`` as a project-relative POSIX path; a StageError naming ``where`` when it lies outside."""
     p = Path(path)
     full = (p if p.is_absolute() else Path(root) / p).resolve()
