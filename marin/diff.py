@@ -42,7 +42,7 @@ def _load(root: Path, run_id: str) -> RunLog:
 def diff(root: Path, run_a: str, run_b: str) -> Diff:
     """Two runs of the ledger under ``root`` compared section by section, and their first divergence."""
     a, b = _load(root, run_a), _load(root, run_b)
-    sa, sb = a.started.body, b.started.body
+    sa, sb = a.start.body, b.start.body
     d = Diff(run_a, run_b)
     d.sections["params"] = _compare(flatten(sa["params"]), flatten(sb["params"]))
     code_keys = ("git_commit", "dirty", "diff_digest", "code_digest", "closure_digest", "lock_digest")

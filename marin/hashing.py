@@ -70,7 +70,7 @@ def file_digest(path: str | os.PathLike[str]) -> str:
     """sha256 of a file's bytes, streamed; ChangedWhileRead if the file changed meanwhile."""
     with open_regular(path, follow=True) as f:  # a fifo would block the digest forever
         before = os.fstat(f.fileno())
-        digest = fmt(hashlib.file_digest(f, "sha256").digest())
+        digest = fmt(hashlib.file_digest(f, "sha256").digest())  # pyright: ignore[reportArgumentType]
         unchanged(path, before, os.fstat(f.fileno()))
     return digest
 
@@ -186,13 +186,13 @@ def dvc_md5(path: str | os.PathLike[str]) -> str:
     p = Path(path)
     if not p.is_dir():
         with open_regular(p, follow=True) as f:
-            return hashlib.file_digest(f, "md5").hexdigest()
+            return hashlib.file_digest(f, "md5").hexdigest()  # pyright: ignore[reportArgumentType]
     entries = []
     for f in p.rglob("*"):
         if f.is_file():
             with open_regular(f, follow=True) as fh:
                 entries.append(
-                    {"md5": hashlib.file_digest(fh, "md5").hexdigest(),
+                    {"md5": hashlib.file_digest(fh, "md5").hexdigest(),  # pyright: ignore[reportArgumentType]
                      "relpath": f.relative_to(p).as_posix()}
                 )
     entries.sort(key=lambda e: e["relpath"])

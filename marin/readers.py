@@ -83,7 +83,7 @@ def _why(e: OSError) -> str:
     if e.errno == errno.ELOOP:  # O_NOFOLLOW met a link
         return "is a symbolic link"
     if e.errno == errno.EINVAL:  # open_regular's own: "is a fifo", ...
-        return e.strerror
+        return e.strerror or "cannot be read"
     return f"cannot be read ({os.strerror(e.errno).lower() if e.errno else e})"
 
 

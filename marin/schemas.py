@@ -110,14 +110,16 @@ def key_path(error: jsonschema.ValidationError) -> str:
 
 
 def _best(errors: list[jsonschema.ValidationError]) -> jsonschema.ValidationError:
-    return jsonschema.exceptions.best_match(errors)
+    from jsonschema.exceptions import best_match
+
+    return best_match(errors)
 
 
 def explain(error: jsonschema.ValidationError) -> str:
     """One line: where, the bad value, what is allowed."""
     where = key_path(error)
-    v = error.validator
-    schema = error.schema
+    v = str(error.validator)
+    schema: dict[str, Any] = error.schema if isinstance(error.schema, dict) else {}  # a bool schema has no keys
     if v == "additionalProperties":
         allowed = sorted(schema.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []

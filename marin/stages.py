@@ -104,7 +104,8 @@ def get(name: str) -> Stage | None:
 
 def entry_module(stage: str) -> str:
     """The module whose import closure is the code of a run of ``stage``."""
-    return get(stage).module if get(stage) is not None else CLI_MODULE
+    s = get(stage)
+    return s.module if s is not None else CLI_MODULE
 
 
 def code_files(root: Path, stage: str) -> list[str]:

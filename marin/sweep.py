@@ -119,7 +119,7 @@ def select(results: list[TrialBody], rule: SelectRule) -> SelectionBody:
     """The succeeded trial with the lowest (or highest) value of the rule's metric; the first on a tie."""
     done = [t for t in results if t["status"] == "succeeded" and rule.metric in t["metrics"]]
     words = f"{'lowest' if rule.goal == 'min' else 'highest'} {rule.metric}"
-    body: SelectionBody = {"rule": {"metric": rule.metric, "goal": rule.goal}, "trial": None,
+    body: SelectionBody = {"rule": {"metric": rule.metric, "goal": rule.goal}, "trial": None,  # pyright: ignore[reportAssignmentType]
                            "reason": f"{words} of {len(done)} succeeded trial(s) of {len(results)}"}
     if done:
         sign = 1 if rule.goal == "min" else -1
@@ -202,12 +202,12 @@ def sweep(root: Path, params: Params, say: Callable[[str], None] = print) -> str
         run.record("selection", chosen_body)
     failed = sum(t["status"] == "failed" for t in results)
     say(f"sweep: {len(results) - failed} succeeded, {failed} failed; selected: "
-        + (f"trial {chosen_body['trial']} ({chosen_body['reason']}: {chosen_body['value']:.6g})"
+        + (f"trial {chosen_body['trial']} ({chosen_body['reason']}: {chosen_body['value']:.6g})"  # pyright: ignore[reportTypedDictNotRequiredAccess]
            if chosen_body["trial"] is not None else f"none ({chosen_body['reason']})"))
     if chosen_body["trial"] is not None:
-        p = subprocess.run([_dvc(), "exp", "apply", chosen_body["experiment"]], cwd=root, capture_output=True,
+        p = subprocess.run([_dvc(), "exp", "apply", chosen_body["experiment"]], cwd=root, capture_output=True,  # pyright: ignore[reportTypedDictNotRequiredAccess]
                            text=True)
-        say(f"sweep: dvc exp apply {chosen_body['experiment']}" + ("" if p.returncode == 0 else
+        say(f"sweep: dvc exp apply {chosen_body['experiment']}" + ("" if p.returncode == 0 else  # pyright: ignore[reportTypedDictNotRequiredAccess]
             f" (DVC: {([x for x in p.stderr.splitlines() if x.strip()] or ['?'])[-1].strip()})"))
     say("sweep: commit the ledger (git add ledger && git commit) to keep the record of every trial")
     return run.run_id

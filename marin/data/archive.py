@@ -218,7 +218,7 @@ def tar_names(archive: Path) -> list[str]:
         compressed = Path(archive.name.lower()).suffix in FORMATS
         stream = Streams(raw, archive.name, archive, _tar_limit(archive)) if compressed else raw
         try:
-            tf = tarfile.open(fileobj=stream, mode="r|")  # noqa: SIM115 (closed by the with below)
+            tf = tarfile.open(fileobj=stream, mode="r|")  # pyright: ignore[reportCallIssue, reportArgumentType]  # noqa: SIM115 (closed by the with below)
         except _READ_ERRORS as e:
             raise _unreadable(archive, "tar", e) from None
         with tf:
@@ -299,7 +299,7 @@ def _spooled(archive: Path, include: tuple[str, ...], exclude: tuple[str, ...], 
     try:
         with open(archive, "rb") as raw:
             stream = Streams(raw, archive.name, archive, _tar_limit(archive))
-            with tarfile.open(fileobj=stream, mode="r|") as tf:
+            with tarfile.open(fileobj=stream, mode="r|") as tf:  # pyright: ignore[reportCallIssue, reportArgumentType]
                 for i, m in enumerate(_tar_infos(archive, tf, lazy=True)):
                     if _selected(m.name, include, exclude):
                         kept.append((m.name, m.size, _spool_member(tf, m, archive, spool / f"member-{i}.zst")))

@@ -87,7 +87,7 @@ class Part:
             oversize(f"{self.where} group {self.key} (from line {self.line})", self.size, p)
             self.over, self.texts = True, []
         if not self.over:
-            self.texts.append(text)
+            self.texts.append(text)  # pyright: ignore[reportArgumentType]
 
 
 def _decode(data: bytes) -> str:
@@ -97,7 +97,7 @@ def _decode(data: bytes) -> str:
 
 def normalize(text: str, form: str) -> str:
     text = text.strip()
-    return text if form == "none" else unicodedata.normalize(form, text)
+    return text if form == "none" else unicodedata.normalize(form, text)  # pyright: ignore[reportArgumentType]
 
 
 def split_of(doc_id: str, salt: str, validation_fraction: float) -> str:

@@ -48,7 +48,7 @@ def minhash(text: str, p: NearDedup) -> MinHash:
     perms = _PERMUTATIONS.get(p.num_perm)
     if perms is None:
         perms = _PERMUTATIONS[p.num_perm] = MinHash(num_perm=p.num_perm, seed=MINHASH_SEED).permutations
-    m = MinHash(num_perm=p.num_perm, seed=MINHASH_SEED, permutations=perms, scheme="affine32")
+    m = MinHash(num_perm=p.num_perm, seed=MINHASH_SEED, permutations=perms, scheme="affine32")  # pyright: ignore[reportArgumentType]
     sh = shingles(text, p.shingle_words)
     for i in range(0, len(sh), SHINGLE_BATCH):
         m.update_batch(sh[i : i + SHINGLE_BATCH])

@@ -95,4 +95,4 @@ def _ray_map(fn: Callable[[T], R], items: Iterable[T], workers: int) -> Iterator
             raise StageError(f"cannot start or join {where}: {type(e).__name__}: {str(e).splitlines()[0]}; "
                              "start it (`ray start --head`) or set runtime.data.engine: local") from None
     task = ray.remote(fn)
-    yield from _windowed(lambda x: task.remote(x), ray.get, items, 2 * workers)
+    yield from _windowed(lambda x: task.remote(x), ray.get, items, 2 * workers)  # pyright: ignore[reportReturnType]

@@ -141,8 +141,8 @@ class _Column:
             data = pa.py_buffer(b"")
         else:
             self.data.close()
-            self.mapped = pa.memory_map(str(self.spool))
-            data = self.mapped.read_buffer()
+            self.mapped = mapped = pa.memory_map(str(self.spool))
+            data = mapped.read_buffer()
         offsets = pa.py_buffer(np.array(self.offsets, dtype=np.int32))
         arr = pa.StringArray.from_buffers(len(self.offsets) - 1, offsets, data)
         arr.validate(full=True)  # UTF-8, as pa.array checks

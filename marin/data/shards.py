@@ -271,10 +271,10 @@ def _parquet_records(sh: Shard) -> Iterator[Record]:
     ex, batch = sh.ex, sh.data
     where = f"{sh.archive}: member {sh.member!r}"
     column = batch.column(ex.text_field)
-    sizes = pc.binary_length(column).to_pylist()
+    sizes = pc.binary_length(column).to_pylist()  # pyright: ignore[reportAttributeAccessIssue]
     big = [i for i, n in enumerate(sizes) if n is not None and n > sh.p.max_document_bytes]
     if big:  # never copied into Python: Arrow holds the batch already
-        column = pc.if_else(pc.greater(pc.binary_length(column), sh.p.max_document_bytes), None, column)
+        column = pc.if_else(pc.greater(pc.binary_length(column), sh.p.max_document_bytes), None, column)  # pyright: ignore[reportAttributeAccessIssue]
     texts: list[Any] = column.to_pylist()
     for i in big:
         texts[i] = oversize(f"{where} row {sh.first + i}", sizes[i], sh.p)

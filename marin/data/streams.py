@@ -80,7 +80,7 @@ class Streams:
         if self.fmt == "zstd":
             self.fed = _Fed(raw, self._empty)
             self.zr = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW).stream_reader(
-                self.fed, read_across_frames=True)
+                self.fed, read_across_frames=True)  # pyright: ignore[reportArgumentType]
         else:
             self.d = _decompressor(self.fmt)
 

@@ -59,7 +59,7 @@ def _batches(path: Path, columns: list[str]) -> Iterator[pa.RecordBatch]:
 
 def split_bytes(path: Path) -> int:
     """The sum of ``n_bytes`` over a curated split, read one column batch at a time."""
-    return sum(pc.sum(b["n_bytes"]).as_py() or 0 for b in _batches(path, ["n_bytes"]))
+    return sum(pc.sum(b["n_bytes"]).as_py() or 0 for b in _batches(path, ["n_bytes"]))  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def sampled(doc_id: str, budget: int, total: int) -> bool:
@@ -297,7 +297,7 @@ def _read(path: Path) -> Iterator[tuple[pa.Table, list[str]]]:
     size = 0
     for batch in _batches(path, [*META, "text"]):
         parts.append(batch)
-        size += pc.sum(batch["n_bytes"]).as_py() or 0
+        size += pc.sum(batch["n_bytes"]).as_py() or 0  # pyright: ignore[reportAttributeAccessIssue]
         if size >= ENCODE_BATCH_BYTES:
             yield _take(parts)
             parts, size = [], 0

@@ -185,7 +185,9 @@ def _runs(lm: Any, hp: HarnessParams, loaded: dict[str, Any], tm: Any, bodies: d
           logs: dict[str, Any], decon: Any = None) -> bool:
     """Run ``loaded`` tasks in one ``simple_evaluate`` and put their bodies in ``bodies``; False if
     more than one task ran and one of them raised (the caller reruns them one by one)."""
-    from lm_eval import simple_evaluate
+    from lm_eval import simple_evaluate as evaluate_fn
+
+    simple_evaluate: Any = evaluate_fn  # lm-eval's decorated signature confuses type checkers
 
     if not loaded:
         return True

@@ -119,7 +119,7 @@ def setup(root: Path, params: Params) -> loop.Setup:
         return jax.jit(lambda p: step.TrainState(p, optimizer.init(p), jnp.zeros((), jnp.int32), rng),
                        out_shardings=shardings)(base)
 
-    return loop.Setup(cfg, mesh, optimizer, step.lr_schedule(tp), graphdef, abstract, shardings, loader,
+    return loop.Setup(cfg, mesh, optimizer, step.lr_schedule(tp), graphdef, abstract, shardings, loader,  # pyright: ignore[reportArgumentType]
                       step.make_train_step(graphdef, optimizer, shardings, mesh), tokm,
                       heldout_loss(graphdef, heldout, tp.batch_size), tp, init)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -96,7 +96,7 @@ class Clock:
         return out
 
 
-def check_chain(runs: list[_Run], skew_s: float) -> list[tuple[str, str]]:
+def check_chain(runs: Sequence[_Run], skew_s: float) -> list[tuple[str, str]]:
     """Step 9: each run's own clock, and its start against the producers of what it read."""
     produced: dict[tuple[str, str], list[tuple[str, _Run, int]]] = defaultdict(list)
     for rc in runs:
@@ -131,7 +131,7 @@ def stage_of(run_id: str) -> str:
     return run_id.rsplit("-", 2)[0]
 
 
-def backdated(head_time: str | None, known: set[str], runs: list[_Run], skew_s: float) -> list[tuple[str, str]]:
+def backdated(head_time: str | None, known: set[str], runs: Sequence[_Run], skew_s: float) -> list[tuple[str, str]]:
     """Step 8b: a record added since the snapshot (of a run it does not hold, or after the seq it holds
     of one it does) dated before the snapshot's head was added with its clock set back (history grows
     forward). One line per run: its earliest-dated such record."""

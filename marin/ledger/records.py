@@ -88,7 +88,7 @@ class Record:
         if kind in _SCHEMA_IDS and d["schema"] == _SCHEMA_IDS[kind] and _accepts(d, kind):
             return cls._of(d)  # the usual case: both compiled validators accept
         schemas.validate(d, "ledger/record", where)
-        if d["schema"] != schema_id(kind):
+        if d["schema"] != schema_id(str(kind)):
             raise SchemaError(f"{where}: schema {d['schema']!r} does not match kind {kind!r}")
         schemas.validate(d["body"], f"ledger/{kind}", f"{where} ({kind} body)")
         return cls(**d)
@@ -184,10 +184,10 @@ _EXOTIC: list[str] = []  # numbers the fast path cannot vouch for, in the line b
 _DECODER = json.JSONDecoder(parse_float=_plain_float, parse_int=_plain_int,
                             parse_constant=lambda name: _EXOTIC.append(name))
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-_SCAN = _DECODER.scan_once
+_SCAN = _DECODER.scan_once  # pyright: ignore[reportAttributeAccessIssue]
 # What ``_ENCODER.encode`` runs, made once rather than per call (no cycle check: parsed JSON has no cycles).
-_ENCODE = (json.encoder.c_make_encoder(None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
-                                       True, False, False) if json.encoder.c_make_encoder is not None
+_ENCODE = (json.encoder.c_make_encoder(None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",  # pyright: ignore[reportAttributeAccessIssue]
+                                       True, False, False) if json.encoder.c_make_encoder is not None  # pyright: ignore[reportAttributeAccessIssue]
            else lambda d, _level: _ENCODER.encode(d))
 
 

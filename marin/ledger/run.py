@@ -118,7 +118,7 @@ class Plan:
         body: RunStarted = {
             "stage": stage, "command": command, "params": params,
             "recipe_digest": recipe_digest(stage, command, params, recipe_code(code), recipe_inputs, det),
-            "inputs": recipe_inputs, "code": code, "env": fp, "determinism_class": det,
+            "inputs": recipe_inputs, "code": code, "env": fp, "determinism_class": det,  # pyright: ignore[reportAssignmentType]
             "determinism_digest": env.class_digest(det), "seeds": seeds or {},
         }
         execution = {**(execution or {}), **sweep_tag()}
@@ -223,7 +223,7 @@ class Run:
                 body["entries"] = entries
             else:  # any number of files stays named, in a listing committed with the ledger
                 body["listing"] = listing.write(self.root, entries, d.digest)
-        body.update(extra)  # OutputBody's optional keys: tensor_digest, meta
+        body.update(extra)  # pyright: ignore[reportCallIssue, reportArgumentType]  # OutputBody's optional keys: tensor_digest, meta
         self.ledger_s += time.perf_counter() - t
         rec = self.record("output", body)
         self._outputs.append({"name": name, "digest": body["digest"]})
@@ -234,7 +234,7 @@ class Run:
         t = time.perf_counter()
 
         def body(records: int, root: bytes) -> RunFinished:
-            b: RunFinished = {
+            b: RunFinished = {  # pyright: ignore[reportAssignmentType]
                 "status": status, "outputs": self._outputs, "merkle_root": hashing.fmt(root),
                 "records": records, "wall_s": round(time.perf_counter() - self.t0, 6),
                 "ledger_s": round(self.ledger_s + time.perf_counter() - t, 6),

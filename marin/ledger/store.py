@@ -54,6 +54,20 @@ class RunLog:
         return self.records[0] if self.records and self.records[0].kind == "run.started" else None
 
     @property
+    def start(self) -> Record:
+        """:attr:`started` where the reader needs it: a LedgerError naming the file when it has none."""
+        if (rec := self.started) is None:
+            raise LedgerError(f"{self.path}: no run.started record; see `marin ledger check`")
+        return rec
+
+    @property
+    def end(self) -> Record:
+        """:attr:`finished` where the reader needs it: a LedgerError naming the file when it has none."""
+        if (rec := self.finished) is None:
+            raise LedgerError(f"{self.path}: the run has no run.finished record (unfinished, or cut short)")
+        return rec
+
+    @property
     def finished(self) -> Record | None:
         """The run.finished record: the last record but for verifications appended after it."""
         for r in reversed(self.records):

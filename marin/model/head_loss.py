@@ -79,6 +79,7 @@ def _forward(x: jax.Array, head: jax.Array, targets: jax.Array,
         dxs.append(dx)
         dhead = dh if dhead is None else dhead + dh
     dx = dxs[0] if len(dxs) == 1 else jnp.concatenate(dxs, axis=0)
+    assert dhead is not None  # at least one chunk
     return (loss, hits), (dx, dhead.astype(head.dtype), targets, weights)
 
 

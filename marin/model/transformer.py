@@ -322,7 +322,7 @@ class Transformer(nnx.Module):
         cos, sin = rope_tables(t, self.cfg.head_dim, self.cfg.rope_theta)  # (T, Dh/2) each
         x = self.embed(tokens)  # (B, T, D)
         for block in self.blocks:
-            x = block(x, cos, sin)  # (B, T, D)
+            x = block(x, cos, sin)  # pyright: ignore[reportArgumentType]  # (B, T, D)
         return self.final_norm(x)  # (B, T, D)
 
     def head(self, dtype: Any) -> jax.Array:

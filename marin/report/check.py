@@ -181,7 +181,7 @@ def _as_of(ledger: Ledger, directory: Path, v: Verdict) -> str:
     """Step 3b: when the report was built, which its VSAs are judged as of: the start of the report run
     that recorded this very envelope (none: a problem, and nothing counts as of it)."""
     digest = hashing.file_digest(directory / build.ENVELOPE)
-    starts = sorted({ledger.runs[r].started.time for r, _, role, b in ledger.index.entities(digest=digest)
+    starts = sorted({ledger.runs[r].start.time for r, _, role, b in ledger.index.entities(digest=digest)
                      if role == "output" and str(b.get("path", "")).endswith(build.ENVELOPE)})
     if not starts:
         v.problems.append(f"{build.ENVELOPE}: no report run in the ledger recorded it, so when the report was built "

@@ -23,7 +23,7 @@ def section(f: Facts, ledger: Ledger, released_train: str | None) -> dict[str, A
     sweeps = []
     for row in ledger.index.runs(stage="sweep"):
         log = ledger.runs[row.run_id]
-        started, trials = log.started, log.of_kind("trial")
+        started, trials = log.start, log.of_kind("trial")
         base = started.body["params"].get("baseline", {})
         out: dict[str, Any] = {"run_id": log.run_id, "status": log.status, "method": started.body["params"]["sweep"]
                                ["method"], "trials": [], "selection": None,

@@ -166,7 +166,7 @@ def latest_reader(ledger: Ledger, digests: set[str], name: str, stage: str) -> R
     index, not by a scan of the ledger."""
     runs = {r for d in digests for r, _, _, b in ledger.index.entities(digest=d, role="input") if b.get("name") == name}
     found = sorted((log for log in map(ledger.runs.__getitem__, runs)
-                    if log.started.body["stage"] == stage and log.status == "succeeded"),
+                    if log.start.body["stage"] == stage and log.status == "succeeded"),
                    key=lambda log: (log.records[0].time, log.run_id))
     return found[-1] if found else None
 
@@ -218,7 +218,7 @@ def gather(root: Path, model: str = "models/final", ledger: Ledger | None = None
 
 
 def _model(f: Facts, log: RunLog) -> dict[str, Any]:
-    s, out = log.started, _output(log, "model")
+    s, out = log.start, _output(log, "model")
     p = "/body/params/model"
     arch = {k: f.cite(f"model.{k}", log, s, f"{p}/{_esc(k)}").id for k in s.body["params"]["model"]}
     return {"path": out.body["path"],
@@ -276,18 +276,18 @@ def _data(f: Facts, root: Path, logs: dict[str, RunLog]) -> dict[str, Any]:
            "type": f.cite_file("tokenizer type", tokenize, tm_rec, tm, "/tokenizer/type").id,
            "digest": f.cite_file("tokenizer digest", tokenize, tm_rec, tm, "/tokenizer/digest").id}
     return {"sources": sources, "funnel": funnel, "splits": splits, "tokenizer": tok,
-            "curate_params": curate.started.body["params"].get("curate", {}),
+            "curate_params": curate.start.body["params"].get("curate", {}),
             "license_notes": {src["name"]: src["license_note"]
-                              for src in curate.started.body["params"].get("fetch", {}).get("sources", [])
+                              for src in curate.start.body["params"].get("fetch", {}).get("sources", [])
                               if src.get("license_note")},
             "extract": {src["name"]: [{k: e.get(k, []) for k in ("corpus", "include", "exclude")}
                                       for e in src.get("extract", [])]
-                        for src in curate.started.body["params"].get("fetch", {}).get("sources", [])},
-            "filters_source": {"run_id": curate.run_id, "seq": 0, "record": curate.started.digest}}
+                        for src in curate.start.body["params"].get("fetch", {}).get("sources", [])},
+            "filters_source": {"run_id": curate.run_id, "seq": 0, "record": curate.start.digest}}
 
 
 def _training(f: Facts, log: RunLog, model: dict[str, Any]) -> dict[str, Any]:
-    s, fin = log.started, log.finished
+    s, fin = log.start, log.end
     hp = {k: f.cite(f"train.{k}", log, s, f"/body/params/train/{_esc(k)}").id for k in s.body["params"]["train"]}
     seeds = {"root": f.cite("root seed", log, s, "/body/seeds/root").id,
              "derivation": f.cite("seed derivation", log, s, "/body/seeds/derivation").id,
@@ -327,11 +327,11 @@ def _compute(f: Facts, logs: list[RunLog]) -> dict[str, Any]:
     (wall time × devices) of the runs whose backend was a GPU."""
     cpu, gpu = [], []
     for log in logs:
-        wall = f.cite(f"{log.started.body['stage']} wall time (s)", log, log.finished, "/body/wall_s")
-        cpu += [wall, f.cite(f"{log.started.body['stage']} usable cores", log, log.started,
+        wall = f.cite(f"{log.start.body['stage']} wall time (s)", log, log.end, "/body/wall_s")
+        cpu += [wall, f.cite(f"{log.start.body['stage']} usable cores", log, log.start,
                              "/body/env/usable_cores")]
-        if log.started.body["determinism_class"].get("backend") in ("gpu", "cuda", "rocm"):
-            gpu += [wall, f.cite(f"{log.started.body['stage']} devices", log, log.started,
+        if log.start.body["determinism_class"].get("backend") in ("gpu", "cuda", "rocm"):
+            gpu += [wall, f.cite(f"{log.start.body['stage']} devices", log, log.start,
                                  "/body/determinism_class/device_count")]
     return {"runs": len(logs),
             "cpu_hours": f.derive("CPU-hours (wall time × usable cores)", "Σ wall_s × cores / 3600", cpu).id,
@@ -340,7 +340,7 @@ def _compute(f: Facts, logs: list[RunLog]) -> dict[str, Any]:
 
 
 def _environment(f: Facts, log: RunLog) -> dict[str, Any]:
-    s = log.started
+    s = log.start
     env = {k: f.cite(f"env.{k}", log, s, f"/body/env/{k}").id
            for k in ("python", "platform", "cpu_model", "cpu_count", "machine")}
     env["cores_used"] = f.cite("usable cores", log, s, "/body/env/usable_cores").id
@@ -380,11 +380,11 @@ def _verification(f: Facts, ledger: Ledger, run_ids: list[str]) -> list[dict[str
         log = ledger.runs[run_id]
         vs = log.of_kind("verification")
         if not vs:
-            out.append({"run_id": run_id, "stage": log.started.body["stage"], "result": None})
+            out.append({"run_id": run_id, "stage": log.start.body["stage"], "result": None})
             continue
         full = [v for v in vs if v.body["mode"] == "full"]
         v = (full or vs)[-1]  # a full replay says more than segments; the latest of the strongest kind
-        row = {"run_id": run_id, "stage": log.started.body["stage"], "verifications": len(vs)}
+        row = {"run_id": run_id, "stage": log.start.body["stage"], "verifications": len(vs)}
         if v.body["mode"] == "segments":
             row["segments"] = {k: f.cite(f"segments {k}", log, v, f"/body/segments/{k}").id
                                for k in ("k", "n", "seed_source") if k in v.body["segments"]}

@@ -44,10 +44,10 @@ def section(f: Facts, ledger: Ledger, doc: dict[str, Any]) -> dict[str, Any] | N
     if sft is not None:
         model = next(r for r in sft.of_kind("output") if r.body["name"] == "model")
         out["sft"] = {"run_id": sft.run_id,
-                      "recipe_digest": f.cite("sft recipe digest", sft, sft.started, "/body/recipe_digest").id,
+                      "recipe_digest": f.cite("sft recipe digest", sft, sft.start, "/body/recipe_digest").id,
                       "tensor_digest": f.cite("instruct tensor digest", sft, model, "/body/tensor_digest").id,
-                      "steps": f.cite("sft steps", sft, sft.started, "/body/params/sft/steps").id,
-                      "lr": f.cite("sft learning rate", sft, sft.started, "/body/params/sft/lr").id}
+                      "steps": f.cite("sft steps", sft, sft.start, "/body/params/sft/steps").id,
+                      "lr": f.cite("sft learning rate", sft, sft.start, "/body/params/sft/lr").id}
         instr = _producer(ledger, sft, "instructions")
         if instr is not None:
             out["instructions_run"] = instr.run_id

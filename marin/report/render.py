@@ -221,7 +221,7 @@ def _training(d: Doc, doc: dict[str, Any]) -> None:
     rows = [[*(arch[i] if i < len(arch) else ("", None)), *(hp[i] if i < len(hp) else ("", None))]
             for i in range(max(len(arch), len(hp)))]
     d.table(["model", "value", "train", "value"],
-            [[a, d.v(fa) if a else "", h, d.v(fh) if h else ""] for a, fa, h, fh in rows])
+            [[a, d.v(fa) if a else "", h, d.v(fh) if h else ""] for a, fa, h, fh in rows])  # pyright: ignore[reportArgumentType]
     s = tr["seeds"]
     d.add(f"Seeds: root {d.v(s['root'])}; derivation {d.v(s['derivation'])}; streams "
           + ", ".join(f"`{n}` {d.v(fid)}" for n, fid in s["streams"].items()) + ".", "")
@@ -253,7 +253,7 @@ def _compute(d: Doc, doc: dict[str, Any], meta: dict[str, Any]) -> None:
     d.add(budget.compute_line(d.v, doc), "")
     e = meta.get("energy")
     estimate = energy.compute_energy(lambda fid: d.facts[fid].value, cp, e)
-    if estimate is None:
+    if estimate is None or e is None:
         d.add("Energy and CO2: not estimated (no `report.energy` assumptions in params.yaml).", "")
         return
     d.add(f"**Estimate** (not a measurement): {energy.kwh_text(estimate[0])} and {energy.co2_text(estimate[1])}, as "

@@ -25,7 +25,7 @@ def run_stage(root: Path, params: Params, model: str = MODEL) -> bool:
     with Index.using(root, None, refresh=False) as idx:
         done = build.publish(root, params, model, index=idx)
         print(build.report_line(done, root))
-        for line in placeholders(build.meta_for(params.report, model)):
+        for line in placeholders(build.meta_for(params.report, model)) if params.report else ():
             print(f"report: warning: params.yaml: {line} (`marin report verify --release` refuses it)", file=sys.stderr)
         sync_quietly(root, idx)  # the MLflow view, as after every stage
     return False

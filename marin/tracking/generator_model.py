@@ -13,7 +13,7 @@ from mlflow.models import set_model
 from marin.tracking.pyfunc import MAX_NEW_TOKENS
 
 
-class Generator(mlflow.pyfunc.PythonModel):
+class Generator(mlflow.pyfunc.PythonModel):  # pyright: ignore[reportPrivateImportUsage]
     """Greedy text continuation by marin's JAX model."""
 
     def load_context(self, context: Any) -> None:

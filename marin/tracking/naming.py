@@ -74,7 +74,7 @@ def pipeline_name(code: dict[str, Any]) -> str:
 
 def short_tags(log: RunLog) -> dict[str, str]:
     """Tags with short keys, so that the run list's tag column reads without hovering."""
-    s = log.started.body
+    s = log.start.body
     return {"stage": s["stage"], "recipe": s["recipe_digest"].split(":")[-1][:12],
             "commit": (s["code"]["git_commit"] or "none")[:8]}
 
@@ -82,7 +82,7 @@ def short_tags(log: RunLog) -> dict[str, str]:
 def run_note(log: RunLog) -> str:
     """A stage run's description: its key facts on the first line (the run list shows it), then what
     each tag holds."""
-    s = log.started.body
+    s = log.start.body
     return (f"{s['stage']} run `{log.run_id}`: recipe {s['recipe_digest'][:19]}…, commit "
             f"{(s['code']['git_commit'] or 'none')[:12]}, determinism {s['determinism_digest'][:19]}…\n\n" + RUN_NOTE)
 

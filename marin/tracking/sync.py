@@ -157,7 +157,7 @@ class _Syncer:
         return True
 
     def parent(self, log: RunLog) -> str:
-        code = log.started.body["code"]
+        code = log.start.body["code"]
         key = pipeline_key(code)
         found = self.lookup("pipeline:" + key)
         if found is not None and found.info.status == "RUNNING" and self.known is None:
@@ -166,7 +166,7 @@ class _Syncer:
         if found is not None:
             return found.info.run_id
         run, created = self._create_once(
-            "marin.pipeline", key, run_name=pipeline_name(code), start_time=ms(log.started.time),
+            "marin.pipeline", key, run_name=pipeline_name(code), start_time=ms(log.start.time),
             tags={"marin.kind": "pipeline", "marin.pipeline": key, "mlflow.source.git.commit": code["git_commit"] or "",
                   "mlflow.note.content": PIPELINE_NOTE})
         if created:
@@ -174,7 +174,7 @@ class _Syncer:
             if self._lost_late("marin.pipeline", key, run):
                 run = self._first("marin.pipeline", key, run)
             else:
-                self.client.set_terminated(run.info.run_id, "FINISHED", end_time=ms(log.started.time))
+                self.client.set_terminated(run.info.run_id, "FINISHED", end_time=ms(log.start.time))
         if self.known is not None:
             self.known["pipeline:" + key] = run
         return run.info.run_id
@@ -186,7 +186,7 @@ class _Syncer:
         found = self.lookup(log.run_id)
         if found is not None:
             return found, False
-        s = log.started.body
+        s = log.start.body
         tags = {"marin.kind": "stage", "marin.run_id": log.run_id, "marin.recipe_digest": s["recipe_digest"],
                 "marin.stage": s["stage"], "mlflow.source.git.commit": s["code"]["git_commit"] or "",
                 "mlflow.source.name": " ".join(s["command"]), "mlflow.source.type": "LOCAL", "mlflow.user": user(),
@@ -194,7 +194,7 @@ class _Syncer:
                 "mlflow.parentRunId": self.parent(log), "mlflow.note.content": run_note(log),
                 **short_tags(log)}
         run, created = self._create_once("marin.run_id", log.run_id, run_name=run_name(s['stage'], log.run_id),
-                                         start_time=ms(log.started.time), tags=tags)
+                                         start_time=ms(log.start.time), tags=tags)
         if created:
             params = flat("", s["params"])
             params.update(flat("seeds", s["seeds"]) if s["seeds"] else {})
@@ -214,7 +214,7 @@ class _Syncer:
         if found is not None and found.data.tags.get("marin.synced_digest") == last.digest:
             report.unchanged.append(log.run_id)
             return
-        s = log.started.body
+        s = log.start.body
         run, created = (found, False) if found is not None else self.stage_run(log)
         mlflow_id, synced = run.info.run_id, int(run.data.tags.get("marin.synced_seq", "-1"))
         (report.created if created else report.updated).append(log.run_id)
@@ -258,7 +258,9 @@ class _Syncer:
 
     def _extend_parent(self, parent_id: str | None, end: int) -> None:
         """A pipeline run lasts until its last stage run ends (it was made with no duration)."""
-        parent = self.client.get_run(parent_id) if parent_id else None
+        if not parent_id:
+            return
+        parent = self.client.get_run(parent_id)
         if parent is not None and (parent.info.end_time or 0) < end:
             self.client.set_terminated(parent_id, "FINISHED", end_time=end)
 
@@ -268,8 +270,8 @@ class _Syncer:
         datasets, models = [], []
         for r in records:
             b = r.body
-            if b.get("name") == "model" and self.models.id(b["digest"]):
-                models.append(LoggedModelInput(self.models.id(b["digest"])))
+            if b.get("name") == "model" and (model_id := self.models.id(b["digest"])):
+                models.append(LoggedModelInput(model_id))
             source = b.get("locator") or (self.root / b["path"]).resolve().as_uri()
             ds = Dataset(name=b["name"], digest=short_digest(b["digest"]), source_type="marin-ledger", source=source,
                          profile=json.dumps({"size": b["size"], "license": b.get("license")}))
@@ -279,7 +281,8 @@ class _Syncer:
         if datasets or models:
             _racing(lambda: self.client.log_inputs(mlflow_id, datasets=datasets, models=models or None))
 
-    def _metrics(self, r: Record, log: RunLog) -> list[Any]:
+    def _metrics(self, r: Record, log: RunLog | None) -> list[Any]:
+        """MLflow metrics of a metric record, or of an eval record linked to ``log``'s model and data."""
         from mlflow.entities import Metric
 
         t = ms(r.time)
@@ -287,7 +290,7 @@ class _Syncer:
             out = [Metric(k, v["value"], t, r.body["step"]) for k, v in r.body["values"].items()]
             out += [Metric(k, v, t, r.body["step"]) for k, v in r.body.get("timing", {}).items()]
             return out
-        if r.kind != "eval":
+        if r.kind != "eval" or log is None:
             return []
         inputs = {i.body["name"]: i.body["digest"] for i in log.of_kind("input")}
         model_id = self.models.id(inputs["model"]) if "model" in inputs else None
@@ -305,9 +308,9 @@ class _Syncer:
             self.client.log_artifact(mlflow_id, str(path), "manifests")
         if b["name"] in ("model", "hf_model"):
             self.models.log_output(mlflow_id, log, r)
-        if log.started.body["stage"] == "report" and b["name"] == "report" and path.is_dir():
+        if log.start.body["stage"] == "report" and b["name"] == "report" and path.is_dir():
             self.client.log_artifacts(mlflow_id, str(path), "report")  # the report itself, beside its ledger
-        if log.started.body["stage"] == "report" and b["name"] == "report_json" and path.is_file():
+        if log.start.body["stage"] == "report" and b["name"] == "report_json" and path.is_file():
             self.models.register(mlflow_id, log, readers.read_json(path, "report"))
 
 

@@ -121,7 +121,7 @@ class Setup:
                     rows[lo, hi] = self.loader.rows(i, lo, hi)
                 return rows[lo, hi][name]
 
-            return jax.make_array_from_callback(shape, sharding, load)
+            return jax.make_array_from_callback(shape, sharding, load)  # pyright: ignore[reportArgumentType]
 
         return {name: part(name) for name in getattr(self.loader, "fields", ("inputs", "targets"))}
 
@@ -255,8 +255,9 @@ def begin(root: Path, params: Params, topo: distributed.Topology, job: Job) -> t
         run = Run.resume(root, prior.run_id, reason="unfinished run of the same recipe", from_step=start, **extra)
         print(f"{job.stage}: resuming {run.run_id} from step {start}")
     elif topo.primary:
+        assert plan is not None  # the primary process plans the run
         run = Run.begin(plan)
-    run_id = distributed.from_primary(run.run_id if run else None) if rt.processes > 1 else run.run_id
+    run_id = distributed.from_primary(run.run_id if run else None) if rt.processes > 1 else run.run_id  # pyright: ignore[reportOptionalMemberAccess]  # one process is the primary
     if state is None:
         state = su.init_state(params)
     return su, Begun(run, run_id, state, metrics, ckpts)
@@ -303,7 +304,7 @@ def run(root: Path, params: Params, topo: distributed.Topology | None = None, jo
                 body: CheckpointBody = {
                     "step": done, "path": where.as_posix(), "digest": digest,
                     "params_digest": weights.params_digest(restored.params),
-                    "files_digest": hashing.path_digest(root / where), "loader": loader.position(done),
+                    "files_digest": hashing.path_digest(root / where), "loader": loader.position(done),  # pyright: ignore[reportAssignmentType]
                     "leaves": len(jax.tree.leaves(restored))}
                 if run is not None:
                     _record_once(run, "checkpoint", done, b.ckpts, digest, body)

@@ -116,7 +116,7 @@ def determinism_class(rt: RuntimeParams, fp: dict[str, Any]) -> dict[str, Any]:
     mesh: dict[str, Any] = {"axes": {"data": len(devices)}, "param_sharding": rt.param_sharding}
     if rt.processes > 1:  # the collectives cross processes (gloo on CPU): see docs/architecture.md
         mesh.update(processes=rt.processes, devices_per_process=rt.devices,
-                    cpu_collectives=str(jax.config.jax_cpu_collectives_implementation))
+                    cpu_collectives=str(jax.config.jax_cpu_collectives_implementation))  # pyright: ignore[reportAttributeAccessIssue]
     return {
         "kind": "jax",
         "backend": jax.default_backend(),
@@ -127,8 +127,8 @@ def determinism_class(rt: RuntimeParams, fp: dict[str, Any]) -> dict[str, Any]:
         "jaxlib": fp["packages"]["jaxlib"],
         "xla_flags": flags,
         "xla_cpu_threads": int(os.environ["NPROC"]),
-        "prng_impl": str(jax.config.jax_default_prng_impl),
-        "x64": bool(jax.config.jax_enable_x64),
+        "prng_impl": str(jax.config.jax_default_prng_impl),  # pyright: ignore[reportAttributeAccessIssue]
+        "x64": bool(jax.config.jax_enable_x64),  # pyright: ignore[reportAttributeAccessIssue]
         "machine": fp["machine"],
         **cpu_class(rt, fp),
     }

@@ -40,7 +40,7 @@ def record(root: int, streams: tuple[str, ...] = STREAMS) -> dict[str, Any]:
     return {
         "root": root,
         "derivation": DERIVATION,
-        "prng_impl": str(jax.config.jax_default_prng_impl),
+        "prng_impl": str(jax.config.jax_default_prng_impl),  # pyright: ignore[reportAttributeAccessIssue]
         "streams": {
             n: {"fold_in": stream_id(n),
                 "key_data": np.asarray(jax.random.key_data(key(root, n))).tolist()}

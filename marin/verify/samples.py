@@ -6,6 +6,7 @@ recorded digest; a replay whose samples differ has its output divergence told wh
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from marin import hashing, readers
@@ -17,7 +18,7 @@ from marin.verify.workspace import CannotVerify
 NAMES = ("harness_samples",)  # output records of per-sample logs
 
 
-def _lines(path: Path) -> object:
+def _lines(path: Path) -> Iterable[bytes]:
     return readers.lines(path, "samples", CannotVerify) if path.is_file() else iter(())
 
 

@@ -58,7 +58,7 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
     log = _load(root, run_id)  # 1
     if segments is not None:
         check_segments(root, log, segments, index)
-    out = Outcome(run_id, log.started.body["stage"], "segments" if segments else "full", signer=signer)
+    out = Outcome(run_id, log.start.body["stage"], "segments" if segments else "full", signer=signer)
     return Verifier(root, log, index, out, say, t0).run(segments, seed, xla_flags, keep)
 
 
@@ -74,7 +74,7 @@ def _load(root: Path, run_id: str) -> RunLog:
                              "see `marin ledger check`")
     if log.status != "succeeded":
         raise CannotVerify(f"step 1: run {run_id} is {log.status}; only a succeeded run claims outputs to verify")
-    if log.started.body["stage"] == "report":  # a view of the ledger at a snapshot, not a replayable recipe
+    if log.start.body["stage"] == "report":  # a view of the ledger at a snapshot, not a replayable recipe
         raise CannotVerify(f"step 1: run {run_id} built a report; check it with `marin report verify "
                            "reports/<model>` and `marin ledger check --since reports/<model>`")
     return log
@@ -96,7 +96,7 @@ class Verifier:
 
     @property
     def started(self) -> dict[str, Any]:
-        return self.log.started.body
+        return self.log.start.body
 
     def run(self, segments: int | None, seed: int | None, xla_flags: tuple[str, ...], keep: bool) -> Outcome:
         """Steps 2-8 (step 1 loaded the run)."""
@@ -122,7 +122,7 @@ class Verifier:
     def check_recipe(self) -> list[Divergence]:
         """Step 2: the recorded recipe digest is the digest of the recorded recipe fields."""
         log = self.log
-        s, seq = log.started.body, log.started.seq
+        s, seq = log.start.body, log.start.seq
         again = recipe_digest(s["stage"], s["command"], s["params"], recipe_code(s["code"]), s["inputs"],
                               s["determinism_class"])
         if again != s["recipe_digest"]:
@@ -210,7 +210,7 @@ class Verifier:
         ws.run(["-m", module, *started["command"][1:]], self.replay_env, f"step 6: the replay of {log.run_id}",
                progress=True)
         replay = self.replayed_run()
-        rs = replay.started.body
+        rs = replay.start.body
         out.class_diffs = class_differences(started["determinism_class"], rs["determinism_class"])
         out.compared, out.divergences = compare(log, replay)
         out.divergences = sorted(_started_fields(log, rs) + out.divergences
@@ -229,7 +229,7 @@ class Verifier:
             raise CannotVerify(f"step 6: the replay left {len(replays)} {out.stage} run(s) in {ledger_dir(ws.root)}, "
                                "expected one that succeeded")
         replay = replays[0]
-        rs = replay.started.body
+        rs = replay.start.body
         out.replay_run_id = replay.run_id
         out.verifier.update(env=rs["env"], code=rs["code"], determinism_class=rs["determinism_class"])
         if rs["code"]["code_digest"] != started["code"]["code_digest"]:
@@ -299,9 +299,9 @@ class Verifier:
         if not out.verifier:
             out.verifier = {"workspace": "none: stopped before the replay"}
         out.verifier.setdefault("env", env.fingerprint())
-        out.verifier.setdefault("code", log.started.body["code"])
+        out.verifier.setdefault("code", log.start.body["code"])
         out.verifier.setdefault("determinism_class", {})
-        out.cpu = cpu_differences(log.started.body["env"], out.verifier["env"])
+        out.cpu = cpu_differences(log.start.body["env"], out.verifier["env"])
         rec = RunFile(log.path, log.run_id, self.index).append("verification",
                                                                 json.loads(json.dumps(self.record(), default=str)))
         out.record_seq = rec.seq
@@ -313,8 +313,8 @@ class Verifier:
         """Step 8: the verification record's body."""
         log, out = self.log, self.out
         body: dict[str, Any] = {
-            "verified": {"run_id": log.run_id, "recipe_digest": log.started.body["recipe_digest"],
-                         "finished_digest": log.finished.digest},
+            "verified": {"run_id": log.run_id, "recipe_digest": log.start.body["recipe_digest"],
+                         "finished_digest": log.end.digest},
             "mode": out.mode, "result": out.result, "exit_code": out.exit_code, "verifier": out.verifier,
             "compared": out.compared, "first_divergence": out.first.to_dict() if out.first else None,
             "time": out.seconds,
@@ -356,14 +356,14 @@ def _widen(tensor_max: dict[str, dict[str, float]], dist: dict[str, Any]) -> Non
 def _started_fields(log: RunLog, replayed: dict[str, Any]) -> list[Divergence]:
     """What run.started claims beyond the recipe digest, against what the replay recorded: the
     derived seeds and the code state (commit, tree, lock file)."""
-    s, out = log.started.body, []
+    s, out = log.start.body, []
     if replayed["seeds"] != s["seeds"]:
-        out.append(Divergence(log.started.seq, "run.started", "the recorded seeds are not those the recorded "
+        out.append(Divergence(log.start.seq, "run.started", "the recorded seeds are not those the recorded "
                               "params derive", name="seeds", independent=True))
     keys = ("git_commit", "tree_digest", "code_digest", "lock_digest")
     bad = [k for k in keys if replayed["code"].get(k) != s["code"].get(k)]
     if bad:
         recorded, found = [s["code"].get(k) for k in bad], [replayed["code"].get(k) for k in bad]
-        out.append(Divergence(log.started.seq, "run.started", f"code {', '.join(bad)} recorded {recorded}, the "
+        out.append(Divergence(log.start.seq, "run.started", f"code {', '.join(bad)} recorded {recorded}, the "
                               f"commit has {found}", name="code", independent=True))
     return out

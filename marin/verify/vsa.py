@@ -159,7 +159,7 @@ def sign(root: Path, run_id: str, seq: int, key: Path) -> Path:
         raise attest.SigningKeyError(f"{run_id} seq {seq}: the verification record names another signer than key "
                                      f"{kid}; verify again with `marin verify --sign --key` this key")
     kid, _ = publish_key(root, key)
-    envelope = attest.sign(summary(log.started.body["stage"], rec, kid), key)
+    envelope = attest.sign(summary(log.start.body["stage"], rec, kid), key)
     path = envelope_path(root, run_id, kid)
     fsutil.write_bytes(path, (json.dumps(envelope, indent=2) + "\n").encode())
     return path
@@ -222,7 +222,7 @@ def _statement_problem(stmt: dict[str, Any], filed_run: str, kid: str, runs: dic
     p = stmt.get("predicate")
     m = p.get(NS) if isinstance(p, dict) else None
     if not isinstance(m, dict) or any(k not in m for k in ("run_id", "result", "mode", "verifier")) \
-            or p.get("verificationResult") not in (PASSED, FAILED):
+            or not isinstance(p, dict) or p.get("verificationResult") not in (PASSED, FAILED):
         return f"not a marin verification summary (predicate.{NS} with run_id, result, mode and verifier)"
     run_id = m["run_id"]
     if run_id != filed_run:
@@ -230,8 +230,8 @@ def _statement_problem(stmt: dict[str, Any], filed_run: str, kid: str, runs: dic
     log = runs.get(run_id)
     if log is None:
         return f"its subject {run_id} is not a run of this report"
-    want = {f"{resource_uri(run_id)}#run.finished": log.finished.digest,
-            f"{resource_uri(run_id)}#recipe": log.started.body["recipe_digest"]}
+    want = {f"{resource_uri(run_id)}#run.finished": log.end.digest,
+            f"{resource_uri(run_id)}#recipe": log.start.body["recipe_digest"]}
     got = {s.get("name"): "sha256:" + str(s.get("digest", {}).get("sha256")) for s in stmt.get("subject", [])}
     wrong = [n for n, d in want.items() if got.get(n) != d]
     if wrong:
@@ -259,12 +259,12 @@ def backing_problem(stmt: dict[str, Any], log: RunLog, kid: str, as_of: str) -> 
     if signer != kid:
         return (f"verification record seq {seq} names " + (f"key {signer} as its signer, not {kid}" if signer else
                 "no signer (it was not made by `marin verify --sign`)") + ": whoever signed this did not make it")
-    want = json.loads(hashing.canonical_json(summary(log.started.body["stage"], rec, kid)))
+    want = json.loads(hashing.canonical_json(summary(log.start.body["stage"], rec, kid)))
     if (where := _first_difference(want, stmt)) is not None:
         ptr, want_v, got_v = where
         return f"its {ptr} is {_short(got_v)}, but verification record seq {seq} gives {_short(want_v)}"
-    if _when(rec.time) < _when(log.finished.time):
-        return f"verified at {rec.time}, before the run it verifies ended ({log.finished.time})"
+    if _when(rec.time) < _when(log.end.time):
+        return f"verified at {rec.time}, before the run it verifies ended ({log.end.time})"
     if _when(rec.time) > _when(as_of):
         return f"verified at {rec.time}, after the report was built ({as_of})"
     return None
