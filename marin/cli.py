@@ -249,6 +249,19 @@ def _stages(sub: Sub) -> None:
     p.set_defaults(fn=cmd.stages)
 
 
+def _reference(sub: Sub) -> None:
+    ref = sub.add_parser("reference", help="compare your outputs with the published digests of the shipped "
+                                           "pipeline (published-digests.json), without the ledger")
+    rsub = ref.add_subparsers(dest="reference_command", required=True, metavar="ACTION")
+    p = rsub.add_parser("check", help="the tensor digests of models/final and models/instruct and every value of "
+                                      "metrics/eval.json against the published ones; exit 1 naming each difference")
+    p.set_defaults(fn=cmd.reference_check)
+    p = rsub.add_parser("write", help="(maintainers) publish the current outputs, after a change that alters the "
+                                      "bits on purpose")
+    p.add_argument("--why", required=True, help="one line saying why the bits changed (kept in the file)")
+    p.set_defaults(fn=cmd.reference_write)
+
+
 def _status(sub: Sub) -> None:
     p = sub.add_parser("status", help="outputs made by code that is no longer their stage's code (stale), "
                                       "module by module; exit 1 when any is stale")
@@ -273,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("-v", "--verbose", action="store_true", help="show tracebacks and extra notes")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in (_ledger, _status, _mlflow, _lineage, _diff, _verify, _report, _stages, _schemas, _params, _pin,
-                  _publish, _sweep):
+                  _publish, _sweep, _reference):
         group(sub)
     return ap
 

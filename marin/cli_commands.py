@@ -182,8 +182,8 @@ def verify(args: argparse.Namespace) -> int:
         out = verify.verify(args.root, args.target, **kw)
         code, outcomes = out.exit_code, [out]
     if args.sign:  # after the verification records are appended: they stay even when signing fails
+        from marin.attest import vsa
         from marin.fsutil import shown
-        from marin.verify import vsa
 
         recorded = [(o.run_id, o.record_seq) for o in outcomes if o.record_seq is not None]
         for path in vsa.sign_recorded(args.root, recorded, args.key, args.as_lab):
@@ -194,12 +194,11 @@ def verify(args: argparse.Namespace) -> int:
 def _signer(args: argparse.Namespace) -> str | None:
     """``--sign``: the key id the records will be signed with, written into them (None: no usable key;
     the verification is still recorded, and signing then fails in one line saying why)."""
-    from marin.report import attest
-    from marin.verify import vsa
+    from marin.attest import keyring, vsa
 
     try:
         return vsa.key_id(vsa.signing_key(args.root, args.key, args.as_lab))
-    except attest.SigningKeyError:
+    except keyring.SigningKeyError:
         return None
 
 
@@ -230,8 +229,8 @@ def report_verify(args: argparse.Namespace) -> int:
 
 def _trusted(report: dict[str, Any], trust_file: Path, lab_key: str | None) -> str:
     """``--trust FILE``: the (verified) report's verifications recounted by the reader's own list of keys."""
+    from marin.attest import verifiers
     from marin.report import verifications
-    from marin.verify import verifiers
 
     trust = verifiers.load_reader_list(trust_file)
     n = verifications.recount(report["doc"].get("independent_verification") or {}, report["facts"], trust, lab_key)
@@ -241,13 +240,13 @@ def _trusted(report: dict[str, Any], trust_file: Path, lab_key: str | None) -> s
 
 
 def keygen(args: argparse.Namespace) -> int:
-    from marin.report import attest, build
+    from marin.attest import keyring
 
-    path = args.path or build.signing_key(args.root, config.load(args.root / "params.yaml").report)
+    path = args.path or keyring.signing_key(args.root, config.load(args.root / "params.yaml").report)
     if args.if_missing and path.exists():
         print(f"keygen: {path} exists; kept")
         return 0
-    private, public = attest.keygen(path)
+    private, public = keyring.keygen(path)
     print(f"keygen: wrote {private} (keep it secret; never commit it) and {public}")
     return 0
 
@@ -335,3 +334,16 @@ def status(args: argparse.Namespace) -> int:
     more = f"; {len(found)} thing(s) in the workspace no run made" if found else ""
     print(f"status: {len(stale)} stale stage(s){': ' + ', '.join(stale) if stale else ''}{more}")
     return 1 if stale or found else 0
+
+
+def reference_check(args: argparse.Namespace) -> int:
+    from marin import reference
+
+    return reference.check(args.root)
+
+
+def reference_write(args: argparse.Namespace) -> int:
+    from marin import reference
+
+    print(f"wrote {reference.write(args.root, args.why)}")
+    return 0

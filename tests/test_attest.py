@@ -23,21 +23,22 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import CryptoSigner, SSlibKey
 
-from marin.report import attest
-from marin.report.attest import AttestationError, SigningKeyError
+from marin.attest import dsse, keyring
+from marin.attest.dsse import AttestationError
+from marin.attest.keyring import SigningKeyError
 
 DIGEST_A = "sha256:" + "ab" * 32
 DIGEST_B = "sha256:" + hashlib.sha256(b"tokens").hexdigest()
 
 
 def _predicate(**extra: object) -> dict:
-    return attest.slsa_predicate(
+    return dsse.slsa_predicate(
         build_type="https://marin.local/buildtypes/stage/v1",
         external_parameters={"stage": "train", "params": {"lr": 0.001, "steps": 20}},
         internal_parameters={"recipe_digest": DIGEST_A},
         resolved_dependencies=[
-            attest.resource(uri="git+https://example.org/marin", git_commit="0" * 40),
-            attest.resource(name="data/tokens", digest=DIGEST_B, annotations={"size": 1234}),
+            dsse.resource(uri="git+https://example.org/marin", git_commit="0" * 40),
+            dsse.resource(name="data/tokens", digest=DIGEST_B, annotations={"size": 1234}),
         ],
         builder_id="https://marin.local/builder/local",
         invocation_id="0c9d5a0e-4e3b-4a47-9a43-7c1f7cf6b3a1",
@@ -48,56 +49,56 @@ def _predicate(**extra: object) -> dict:
 
 
 def _statement() -> dict:
-    return attest.statement([("checkpoints/final", DIGEST_A), ("data/tokens", DIGEST_B)], _predicate())
+    return dsse.statement([("checkpoints/final", DIGEST_A), ("data/tokens", DIGEST_B)], _predicate())
 
 
 @pytest.fixture
 def keys(tmp_path: Path) -> tuple[Path, Path]:
-    return attest.keygen(tmp_path / "keys" / "marin.key")
+    return keyring.keygen(tmp_path / "keys" / "marin.key")
 
 
 def _sslib_key(public_path: Path) -> SSlibKey:
     pub = serialization.load_pem_public_key(public_path.read_bytes())
-    return SSlibKey.from_crypto(pub, keyid=attest.keyid(pub))
+    return SSlibKey.from_crypto(pub, keyid=keyring.keyid(pub))
 
 
 # -- keys -----------------------------------------------------------------------------------
 
 
 def test_keygen_writes_an_ed25519_pem_pair(tmp_path: Path) -> None:
-    priv, pub = attest.keygen(tmp_path / "k" / "signing.key")
+    priv, pub = keyring.keygen(tmp_path / "k" / "signing.key")
     assert pub == tmp_path / "k" / "signing.key.pub"
     assert stat.S_IMODE(priv.stat().st_mode) == 0o600
     assert priv.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
     assert pub.read_bytes().startswith(b"-----BEGIN PUBLIC KEY-----")
-    private_key, public_key = attest.load_private_key(priv), attest.load_public_key(pub)
+    private_key, public_key = keyring.load_private_key(priv), keyring.load_public_key(pub)
     raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     assert len(raw) == 32
-    assert attest.keyid(public_key) == attest.keyid(private_key.public_key()) == hashlib.sha256(raw).hexdigest()
+    assert keyring.keyid(public_key) == keyring.keyid(private_key.public_key()) == hashlib.sha256(raw).hexdigest()
 
 
 def test_keygen_takes_an_explicit_public_path(tmp_path: Path) -> None:
-    priv, pub = attest.keygen(tmp_path / "a.pem", tmp_path / "elsewhere" / "b.pem")
+    priv, pub = keyring.keygen(tmp_path / "a.pem", tmp_path / "elsewhere" / "b.pem")
     assert pub == tmp_path / "elsewhere" / "b.pem"
-    assert attest.keyid(attest.load_public_key(pub)) == attest.keyid(attest.load_private_key(priv).public_key())
+    assert keyring.keyid(keyring.load_public_key(pub)) == keyring.keyid(keyring.load_private_key(priv).public_key())
 
 
 def test_keygen_refuses_to_overwrite(tmp_path: Path) -> None:
-    priv, pub = attest.keygen(tmp_path / "marin.key")
+    priv, pub = keyring.keygen(tmp_path / "marin.key")
     before = priv.read_bytes(), pub.read_bytes()
     with pytest.raises(SigningKeyError, match="already exists; marin never overwrites a key"):
-        attest.keygen(priv)
+        keyring.keygen(priv)
     assert (priv.read_bytes(), pub.read_bytes()) == before
 
 
 def test_keygen_refuses_when_only_the_public_file_exists(tmp_path: Path) -> None:
     (tmp_path / "marin.key.pub").write_text("stale")
     with pytest.raises(SigningKeyError, match=r"marin\.key\.pub: already exists"):
-        attest.keygen(tmp_path / "marin.key")
+        keyring.keygen(tmp_path / "marin.key")
     assert not (tmp_path / "marin.key").exists()
 
 
-@pytest.mark.parametrize("load", [attest.load_private_key, attest.load_public_key])
+@pytest.mark.parametrize("load", [keyring.load_private_key, keyring.load_public_key])
 def test_missing_key_file_says_how_to_make_one(tmp_path: Path, load: Callable[[Path], object]) -> None:
     path = tmp_path / "nope.key"
     with pytest.raises(SigningKeyError) as err:
@@ -108,7 +109,7 @@ def test_missing_key_file_says_how_to_make_one(tmp_path: Path, load: Callable[[P
 
 def test_sign_with_a_missing_key_names_it(tmp_path: Path) -> None:
     with pytest.raises(SigningKeyError, match="run `marin keygen PATH` to make one"):
-        attest.sign(_statement(), tmp_path / "absent.key")
+        dsse.sign(_statement(), tmp_path / "absent.key")
 
 
 def test_wrong_key_type_is_rejected(tmp_path: Path) -> None:
@@ -118,7 +119,7 @@ def test_wrong_key_type_is_rejected(tmp_path: Path) -> None:
                                        serialization.NoEncryption()))
     pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
                                                   serialization.PublicFormat.SubjectPublicKeyInfo))
-    for load, path in ((attest.load_private_key, priv), (attest.load_public_key, pub)):
+    for load, path in ((keyring.load_private_key, priv), (keyring.load_public_key, pub)):
         with pytest.raises(SigningKeyError, match="must be ed25519"):
             load(path)
 
@@ -127,23 +128,23 @@ def test_garbage_and_swapped_key_files_are_rejected(tmp_path: Path, keys: tuple[
     junk = tmp_path / "junk.pem"
     junk.write_text("not a key\n")
     with pytest.raises(SigningKeyError, match="not a PEM private key"):
-        attest.load_private_key(junk)
+        keyring.load_private_key(junk)
     with pytest.raises(SigningKeyError, match="not a PEM public key"):
-        attest.load_public_key(junk)
+        keyring.load_public_key(junk)
     with pytest.raises(SigningKeyError, match=r"a private key; verify with its public key"):
-        attest.load_public_key(keys[0])
+        keyring.load_public_key(keys[0])
 
 
 def test_key_path_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(attest.KEY_ENV, "/abs/env.key")
-    assert attest.key_path("keys/p.key", tmp_path) == tmp_path / "keys" / "p.key"  # explicit wins
-    assert attest.key_path(None, tmp_path) == Path("/abs/env.key")
-    monkeypatch.setenv(attest.KEY_ENV, "rel/env.key")
-    assert attest.key_path(None, tmp_path) == tmp_path / "rel" / "env.key"
-    monkeypatch.delenv(attest.KEY_ENV)
+    monkeypatch.setenv(keyring.KEY_ENV, "/abs/env.key")
+    assert keyring.key_path("keys/p.key", tmp_path) == tmp_path / "keys" / "p.key"  # explicit wins
+    assert keyring.key_path(None, tmp_path) == Path("/abs/env.key")
+    monkeypatch.setenv(keyring.KEY_ENV, "rel/env.key")
+    assert keyring.key_path(None, tmp_path) == tmp_path / "rel" / "env.key"
+    monkeypatch.delenv(keyring.KEY_ENV)
     with pytest.raises(SigningKeyError, match=r"no signing key: set report\.signing_key in params\.yaml or "
                                               r"MARIN_SIGNING_KEY, or make one with `marin keygen PATH`"):
-        attest.key_path(None, tmp_path)
+        keyring.key_path(None, tmp_path)
 
 
 # -- statement and predicate ----------------------------------------------------------------
@@ -157,7 +158,7 @@ def test_statement_shape() -> None:
 
 
 def test_predicate_parses_strictly_as_slsa_provenance_v1() -> None:
-    byproducts = [attest.resource(name="ledger/runs/x.jsonl", digest=DIGEST_A)]
+    byproducts = [dsse.resource(name="ledger/runs/x.jsonl", digest=DIGEST_A)]
     for predicate in (_predicate(), _predicate(byproducts=byproducts)):
         prov = json_format.ParseDict(predicate, Provenance(), ignore_unknown_fields=False)
         assert prov.build_definition.build_type == "https://marin.local/buildtypes/stage/v1"
@@ -182,26 +183,26 @@ def test_statement_validates_with_in_toto_attestation() -> None:
 
 def test_bad_inputs_are_refused() -> None:
     with pytest.raises(AttestationError, match="not of the form sha256:<64 hex>"):
-        attest.statement([("x", "md5:00")], _predicate())
+        dsse.statement([("x", "md5:00")], _predicate())
     with pytest.raises(AttestationError, match="at least one subject"):
-        attest.statement([], _predicate())
+        dsse.statement([], _predicate())
     with pytest.raises(AttestationError, match="not an RFC 3339 UTC time"):
         _predicate_with(started_on="2024-05-01 12:00:00")
     with pytest.raises(AttestationError, match="not an RFC 3339 UTC time"):
         _predicate_with(started_on="2024-05-01T12:00:00+02:00")
     with pytest.raises(AttestationError, match="at least one of name, uri or digest"):
-        attest.resource()
+        dsse.resource()
 
 
 def _predicate_with(**kw: str) -> dict:
     args = dict(build_type="b", external_parameters={}, internal_parameters={}, resolved_dependencies=[],
                 builder_id="x", invocation_id="i", started_on="2024-05-01T12:00:00Z",
                 finished_on="2024-05-01T12:00:01Z")
-    return attest.slsa_predicate(**(args | kw))
+    return dsse.slsa_predicate(**(args | kw))
 
 
 def test_timestamp_is_rfc3339_utc() -> None:
-    ts = attest.timestamp()
+    ts = dsse.timestamp()
     assert ts.endswith("Z") and "+" not in ts
     json_format.ParseDict({"startedOn": ts}, Provenance().run_details.metadata)
 
@@ -210,22 +211,22 @@ def test_timestamp_is_rfc3339_utc() -> None:
 
 
 def test_pae_matches_the_dsse_spec_and_securesystemslib() -> None:
-    assert attest.pae("http://example.com/HelloWorld", b"hello world") == (
+    assert dsse.pae("http://example.com/HelloWorld", b"hello world") == (
         b"DSSEv1 29 http://example.com/HelloWorld 11 hello world")
-    assert attest.pae("t", b"body") == Envelope(b"body", "t", {}).pae()
+    assert dsse.pae("t", b"body") == Envelope(b"body", "t", {}).pae()
 
 
 def test_sign_verifies_with_securesystemslib_and_ours(keys: tuple[Path, Path]) -> None:
     priv, pub = keys
     s = _statement()
-    env = attest.sign(s, priv)
+    env = dsse.sign(s, priv)
     assert env["payloadType"] == "application/vnd.in-toto+json"
     assert base64.b64decode(env["payload"]) == rfc8785.dumps(s)
     key = _sslib_key(pub)
     accepted = Envelope.from_dict(copy.deepcopy(env)).verify([key], 1)
     assert list(accepted) == [env["signatures"][0]["keyid"]]
-    assert attest.verify(env, pub) == s
-    assert attest.verify(json.loads(json.dumps(env)), pub) == s  # survives a JSON round trip
+    assert dsse.verify(env, pub) == s
+    assert dsse.verify(json.loads(json.dumps(env)), pub) == s  # survives a JSON round trip
 
 
 def test_securesystemslib_envelope_verifies_with_ours(keys: tuple[Path, Path]) -> None:
@@ -234,7 +235,7 @@ def test_securesystemslib_envelope_verifies_with_ours(keys: tuple[Path, Path]) -
     signer = CryptoSigner(serialization.load_pem_private_key(priv.read_bytes(), None), _sslib_key(pub))
     env = Envelope(rfc8785.dumps(s), "application/vnd.in-toto+json", {})
     env.sign(signer)
-    assert attest.verify(env.to_dict(), pub) == s
+    assert dsse.verify(env.to_dict(), pub) == s
 
 
 def _flip_payload_byte(env: dict, other_pub: Path) -> None:
@@ -266,11 +267,11 @@ def test_each_tampering_fails_with_its_own_message(
     use_other: bool, message: str,
 ) -> None:
     priv, pub = keys
-    _, other_pub = attest.keygen(tmp_path / "other.key")
-    env = attest.sign(_statement(), priv)
+    _, other_pub = keyring.keygen(tmp_path / "other.key")
+    env = dsse.sign(_statement(), priv)
     tamper(env, other_pub)
     with pytest.raises(AttestationError) as err:
-        attest.verify(env, other_pub if use_other else pub)
+        dsse.verify(env, other_pub if use_other else pub)
     assert message in str(err.value)
     assert not any(m in str(err.value) for *_, m in TAMPERS if m != message)
     # securesystemslib rejects the same envelope (its keyid rule aside, payloadType is part of PAE)
@@ -280,43 +281,43 @@ def test_each_tampering_fails_with_its_own_message(
 
 def test_payload_change_names_the_key(keys: tuple[Path, Path]) -> None:
     priv, pub = keys
-    env = attest.sign(_statement(), priv)
+    env = dsse.sign(_statement(), priv)
     _flip_payload_byte(env, pub)
-    kid = attest.keyid(attest.load_public_key(pub))
+    kid = keyring.keyid(keyring.load_public_key(pub))
     with pytest.raises(AttestationError, match=f"signature does not verify with key {kid}: the envelope or its "
                                                "payload was changed, or it was signed with another key"):
-        attest.verify(env, pub)
+        dsse.verify(env, pub)
 
 
 def test_malformed_envelopes_are_refused(keys: tuple[Path, Path]) -> None:
     priv, pub = keys
-    env = attest.sign(_statement(), priv)
+    env = dsse.sign(_statement(), priv)
     with pytest.raises(AttestationError, match="needs payloadType, payload and signatures"):
-        attest.verify({"payload": env["payload"]}, pub)
+        dsse.verify({"payload": env["payload"]}, pub)
     with pytest.raises(AttestationError, match="payload is not valid base64"):
-        attest.verify(env | {"payload": "***"}, pub)
+        dsse.verify(env | {"payload": "***"}, pub)
     with pytest.raises(AttestationError, match="no signatures"):
-        attest.verify(env | {"signatures": []}, pub)
+        dsse.verify(env | {"signatures": []}, pub)
     with pytest.raises(AttestationError, match="not an in-toto Statement v1"):
-        attest.sign({"_type": "https://in-toto.io/Statement/v0.1"}, priv)
+        dsse.sign({"_type": "https://in-toto.io/Statement/v0.1"}, priv)
 
 
 def test_an_unsigned_envelope_carries_the_same_payload_and_no_signature(keys: tuple[Path, Path]) -> None:
     priv, pub = keys
     stmt = _statement()
-    env = attest.unsigned(stmt)
-    assert env["signatures"] == [] and env["payload"] == attest.sign(stmt, priv)["payload"]
-    assert not attest.is_signed(env) and attest.is_signed(attest.sign(stmt, priv))
-    assert attest.read_unsigned(env) == json.loads(rfc8785.dumps(stmt))
+    env = dsse.unsigned(stmt)
+    assert env["signatures"] == [] and env["payload"] == dsse.sign(stmt, priv)["payload"]
+    assert not dsse.is_signed(env) and dsse.is_signed(dsse.sign(stmt, priv))
+    assert dsse.read_unsigned(env) == json.loads(rfc8785.dumps(stmt))
     parsed = Envelope.from_dict(copy.deepcopy(env))  # DSSE tooling reads it...
     assert parsed.signatures == {} and json.loads(parsed.pae().split(b" ", 4)[4]) == json.loads(rfc8785.dumps(stmt))
     with pytest.raises(VerificationError):  # ...and finds nothing that vouches for it
         parsed.verify([_sslib_key(pub)], 1)
     with pytest.raises(AttestationError, match="no signatures"):
-        attest.verify(env, pub)
+        dsse.verify(env, pub)
     with pytest.raises(AttestationError, match="the envelope is signed: check it with verify"):
-        attest.read_unsigned(attest.sign(stmt, priv))
+        dsse.read_unsigned(dsse.sign(stmt, priv))
     with pytest.raises(AttestationError, match="payloadType is"):
-        attest.read_unsigned(env | {"payloadType": "application/json"})
+        dsse.read_unsigned(env | {"payloadType": "application/json"})
     with pytest.raises(AttestationError, match="not an in-toto Statement v1"):
-        attest.unsigned({"_type": "https://in-toto.io/Statement/v0.1"})
+        dsse.unsigned({"_type": "https://in-toto.io/Statement/v0.1"})

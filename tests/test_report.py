@@ -160,14 +160,14 @@ def _resign(proj: Project, out: Path) -> None:
     """Re-sign every file's digest with the project key, as a forger holding it would."""
     import hashlib
 
-    from marin.report import attest
+    from marin.attest import dsse
 
     env = json.loads((out / "provenance.intoto.json").read_text())
     stmt = json.loads(base64.b64decode(env["payload"]))
     for s in stmt["subject"]:
         if not s["name"].startswith("model:"):
             s["digest"]["sha256"] = hashlib.sha256((out / s["name"]).read_bytes()).hexdigest()
-    new = attest.sign(stmt, proj.root / ".marin/keys/report.key")
+    new = dsse.sign(stmt, proj.root / ".marin/keys/report.key")
     (out / "provenance.intoto.json").write_text(json.dumps(new))
     assert json.loads(base64.b64decode(new["payload"])) == json.loads(rfc8785.dumps(stmt))
 

@@ -15,8 +15,8 @@ import pytest
 import rfc8785
 import yaml
 
+from marin.attest import keyring
 from marin.ledger.merkle import merkle_root
-from marin.report import attest
 from tests.conftest import PINNED, Project, copy_project, reference
 from tests.test_verify import records, run_file
 
@@ -266,7 +266,7 @@ def test_without_a_key_the_stage_writes_an_unsigned_report(trained_project: Proj
     assert envelope["signatures"] == []
     from tests.test_attest import _sslib_key
 
-    _, pub = attest.keygen(tmp_path / "any.key")
+    _, pub = keyring.keygen(tmp_path / "any.key")
     with pytest.raises(VerificationError):  # DSSE tooling reads it, and finds no signature to trust
         Envelope.from_dict(envelope).verify([_sslib_key(pub)], 1)
     stmt = statement(out)

@@ -1,6 +1,7 @@
 """The code's shape, read from its imports (``marin.closure``): every pipeline/ script is a thin
 entry point into its stage's module, packages' ``__init__.py`` stay small, and the command
-modules (lineage, publish) are imported by the CLI alone."""
+modules (lineage, publish) are imported by the CLI alone, and report and verify never import each other
+(what both need, keys, envelopes and verification summaries, is ``marin.attest``)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,24 @@ def test_command_modules_are_imported_by_the_cli_alone() -> None:
         for name in _imports(path) & set(CLI_ONLY):
             importers[name].append(path.relative_to(ROOT).as_posix())
     assert importers == {m: ["marin/cli_commands.py"] for m in CLI_ONLY}
+
+
+# packages that must not import each other, either way: what both need lives below them
+APART = (("marin.report", "marin.verify"),)
+
+
+@pytest.mark.parametrize(("a", "b"), APART)
+def test_sibling_packages_do_not_import_each_other(a: str, b: str) -> None:
+    crossing = []
+    for src, dst in ((a, b), (b, a)):
+        for path in sorted((ROOT / src.replace(".", "/")).rglob("*.py")):
+            crossing += [f"{path.relative_to(ROOT).as_posix()} imports {n}" for n in sorted(_imports(path))
+                         if n == dst or n.startswith(dst + ".")]
+    assert not crossing, crossing
+
+
+def test_the_sibling_rule_sees_an_import() -> None:
+    """The rule's reader finds a lazy import inside a function (as report once reached verify)."""
+    src = "def f():\n    from marin.verify import vsa\n    return vsa\n"
+    assert "marin.verify.vsa" in closure.imported_names(src, "marin.report.x", False) or \
+        "marin.verify" in closure.imported_names(src, "marin.report.x", False)

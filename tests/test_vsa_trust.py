@@ -193,8 +193,8 @@ def test_an_unsigned_report_vouches_for_no_verifier(trained_project: Project, tm
 
 def test_each_forgery_of_a_record_is_named_and_counts_only_in_its_window(trained_project: Project,
                                                                          tmp_path: Path) -> None:
+    from marin.attest import vsa
     from marin.ledger.store import load_run
-    from marin.verify import vsa
 
     proj = trained_project
     proj.marin("keygen", str(tmp_path / "tp.key"), check=True)
@@ -239,7 +239,7 @@ def test_each_forgery_of_a_record_is_named_and_counts_only_in_its_window(trained
     (b" " * ((1 << 20) + 1), "cap"),
 ])
 def test_a_bad_verifiers_list_is_one_line_naming_the_entry(doc: bytes, words: str) -> None:
-    from marin.verify import verifiers
+    from marin.attest import verifiers
 
     with pytest.raises(verifiers.TrustListError) as e:
         verifiers.parse(doc, "verifications/verifiers.json")
@@ -248,7 +248,7 @@ def test_a_bad_verifiers_list_is_one_line_naming_the_entry(doc: bytes, words: st
 
 
 def test_a_good_verifiers_list_parses_and_a_reader_list_may_leave_out_the_rest() -> None:
-    from marin.verify import verifiers
+    from marin.attest import verifiers
 
     lab = verifiers.parse(json.dumps({"schema": "marin.verifiers@1", "verifiers": [
         {"keyid": "a" * 64, "name": "Lab  CI", "contact": "c", "published": "p", "role": "lab"}]}).encode(), "f")

@@ -19,10 +19,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from marin.ledger.head import Head
     from marin.ledger.records import Record
     from marin.ledger.store import RunLog
 
@@ -171,8 +170,18 @@ class _Fed:
     clock: Clock
 
 
+class Snapshot(Protocol):
+    """What the clock checks read of a ledger head (:class:`marin.ledger.head.Head`)."""
+
+    @property
+    def time(self) -> str | None: ...
+
+    @property
+    def leaves(self) -> Sequence[Any]: ...  # each with run_id and seq
+
+
 def problems_for(runs: Iterable[RunLog], skew_s: float = SKEW_S, now: dt.datetime | None = None,
-                 snapshot: Head | None = None) -> list[str]:
+                 snapshot: Snapshot | None = None) -> list[str]:
     """Steps 8b and 9 over runs already read (``marin report verify``: the runs behind a report), one
     ``"<run file> seq N: what"`` line each: clocks that went back, records in the future, runs started
     before their inputs were recorded, and, with ``snapshot``, records added since it yet dated before it."""

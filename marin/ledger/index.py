@@ -404,3 +404,18 @@ def hash_cache(root: Path, rehash: bool = False, index: Index | None = None) -> 
         except sqlite3.Error:  # a locked or failing index never fails a command: hash directly
             return hashing.file_digests(path)
     return cached
+
+
+def seed(path: Path, run_id: str, index: Index | None = None) -> tuple[int, merkle.Builder]:
+    """Where the ledger index (``index``, else the project's) has the file's range, start from it
+    (its last line checked); else from nothing. Either way the caller reads only the bytes not covered."""
+    root = path.parent.parent.parent
+    if path.parent != ledger_dir(root):  # a run file outside a project: no index to ask
+        return 0, merkle.Builder()
+    try:
+        with Index.using(root, index, refresh=False) as idx:
+            idx.refresh([run_id])
+            found = idx.merkle_state(run_id)
+    except (OSError, sqlite3.Error):
+        found = None  # no usable index here (read-only disk, say): one read of the file instead
+    return found if found is not None else (0, merkle.Builder())

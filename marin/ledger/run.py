@@ -13,6 +13,7 @@ run ``unfinished``; the train stage may resume it (``Run.resume``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -26,7 +27,7 @@ from marin import env, hashing, stages
 from marin.errors import LedgerError
 from marin.ledger import listing
 from marin.ledger.bodies import InputBody, OutputBody, RunFinished, RunStarted
-from marin.ledger.index import Index, hash_cache
+from marin.ledger.index import Index, hash_cache, seed
 from marin.ledger.records import Record, new_run_id
 from marin.ledger.store import RunFile, read_run
 from marin.paths import ledger_dir, relpath
@@ -183,7 +184,7 @@ class Run:
         log = read_run(path)
         if log.started is None or log.finished is not None:
             raise LedgerError(f"{path}: run {run_id} is not an unfinished run; cannot resume it")
-        file = RunFile(path, run_id)
+        file = RunFile(path, run_id, functools.partial(seed, path, run_id))  # the Merkle range from the index
         if log.truncated is not None:
             file.repair()
         run = cls(root, file, log.started)

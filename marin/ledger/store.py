@@ -12,12 +12,11 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import sqlite3
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 from marin import hashing, readers
 from marin.errors import LedgerError, SchemaError
@@ -25,9 +24,6 @@ from marin.fsutil import disk_cause, not_regular, shown, write_all
 from marin.ledger import merkle
 from marin.ledger.records import AFTER_FINISH, Record
 from marin.paths import ledger_dir
-
-if TYPE_CHECKING:
-    from marin.ledger.index import Index
 
 _ADVICE = "free space (or fix the disk) and rerun the stage"
 
@@ -183,17 +179,20 @@ def _read_tail(fd: int) -> tuple[Record | None, bool]:
 
 
 Body = Mapping[str, Any] | Callable[[int, bytes], Mapping[str, Any]]  # a TypedDict of marin.ledger.bodies
+Seed = Callable[[], tuple[int, merkle.Builder]]  # a run file's Merkle range so far: (bytes covered, range)
 
 
 class RunFile:
     """Appender for one run file. It keeps the compact Merkle range of the file's records as
     it appends (and catches up on lines others appended), so ``run.finished`` costs O(log n)."""
 
-    def __init__(self, path: str | os.PathLike[str], run_id: str, index: Index | None = None):
-        """``index``: the command's ledger index, asked for the file's Merkle range (else one is opened)."""
+    def __init__(self, path: str | os.PathLike[str], run_id: str, seed: Seed | None = None):
+        """``seed``: where the file's Merkle range starts (bytes covered, range over their records), asked
+        once before the first append (:func:`marin.ledger.index.seed`: from the ledger index); else the
+        whole file is read."""
         self.path = Path(path)
         self.run_id = run_id
-        self._index = index
+        self._seed = seed
         self._range: tuple[int, merkle.Builder] | None = None  # (bytes covered, range over their records)
 
     @contextmanager
@@ -247,7 +246,7 @@ class RunFile:
         """The Merkle range over every record in the file: kept from our own appends, extended by
         lines others appended since, seeded from the ledger index (or one read) the first time."""
         size = os.fstat(fd).st_size
-        covered, tree = self._range or _seed(self.path, self.run_id, self._index)
+        covered, tree = self._range or (self._seed() if self._seed is not None else (0, merkle.Builder()))
         if covered > size:  # the file shrank under us (repair): start over
             covered, tree = 0, merkle.Builder()
         if size - covered > readers.CAPS["run"].size:
@@ -306,23 +305,6 @@ class RunFile:
             os.ftruncate(fd, cut)
             os.fsync(fd)
             return torn
-
-
-def _seed(path: Path, run_id: str, index: Index | None) -> tuple[int, merkle.Builder]:
-    """Where the ledger index (``index``, else the project's) has the file's range, start from it
-    (its last line checked); else from nothing. Either way the caller reads only the bytes not covered."""
-    from marin.ledger.index import Index  # the index reads run files; the appender only asks it
-
-    root = path.parent.parent.parent
-    if path.parent != ledger_dir(root):  # a run file outside a project: no index to ask
-        return 0, merkle.Builder()
-    try:
-        with Index.using(root, index, refresh=False) as idx:
-            idx.refresh([run_id])
-            found = idx.merkle_state(run_id)
-    except (OSError, sqlite3.Error):
-        found = None  # no usable index here (read-only disk, say): one read of the file instead
-    return found if found is not None else (0, merkle.Builder())
 
 
 def open_run(path: Path) -> BinaryIO:

@@ -5,9 +5,15 @@ and the card that state them (Compute, and the memorisation risk)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from marin.report.facts import Facts
+
+class Facts(Protocol):
+    """What the budget reads of :class:`marin.report.facts.Facts`: its facts by id, and ``derive``."""
+
+    items: dict[str, Any]
+
+    def derive(self, label: str, formula: str, inputs: list[Any]) -> Any: ...
 
 EPOCHS = "tokens seen / training tokens"
 PER_PARAM = "tokens seen / parameters"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 import yaml
 
 from marin import fsutil, hashing
+from marin.attest import dsse, keyring
 from marin.config import Params, ReportParams
 from marin.errors import ParamsError
 from marin.ledger import check as ledger_check
@@ -35,7 +35,7 @@ from marin.ledger.query import Ledger
 from marin.ledger.run import Plan, Run, recipe_code, recipe_digest
 from marin.ledger.store import run_files
 from marin.paths import ledger_dir, relpath
-from marin.report import attest, cards, experiments, fmti, instruct, mof, reference, render, verifications
+from marin.report import cards, experiments, fmti, instruct, mof, reference, render, verifications
 from marin.report.facts import ReportError, gather
 from marin.report.reference import References
 
@@ -129,18 +129,18 @@ def statement(ledger: Ledger, files: dict[str, bytes], doc: dict[str, Any], fact
     subjects += [(name, hashing.bytes_digest(data)) for name, data in sorted(files.items())]
     train = next(log for log in runs if log.start.body["stage"] == "train")
     code = train.start.body["code"]
-    deps = [attest.resource(name=f"source:{r.body['name']}", uri=r.body.get("locator"), digest=r.body["digest"])
+    deps = [dsse.resource(name=f"source:{r.body['name']}", uri=r.body.get("locator"), digest=r.body["digest"])
             for log in runs if log.start.body["stage"] == "fetch" for r in log.of_kind("input")]
-    deps.append(attest.resource(name="code", uri="git+file:.", git_commit=code["git_commit"],
+    deps.append(dsse.resource(name="code", uri="git+file:.", git_commit=code["git_commit"],
                                 annotations={"code_digest": code["code_digest"]}))
     if code.get("lock_digest"):
-        deps.append(attest.resource(name="uv.lock", digest=code["lock_digest"]))
-    deps += [attest.resource(name=f"reference:{k}", uri=r.path, digest=r.digest) for k, r in sorted(refs.items())]
-    deps += [attest.resource(name=f"verification:{p}", uri=p, digest=x["digest"])
+        deps.append(dsse.resource(name="uv.lock", digest=code["lock_digest"]))
+    deps += [dsse.resource(name=f"reference:{k}", uri=r.path, digest=r.digest) for k, r in sorted(refs.items())]
+    deps += [dsse.resource(name=f"verification:{p}", uri=p, digest=x["digest"])
              for p, x in doc["independent_verification"]["files"].items()]
-    deps.append(attest.resource(uri="marin:ledger", digest=snapshot.root,
+    deps.append(dsse.resource(uri="marin:ledger", digest=snapshot.root,
                                 annotations={"runs": snapshot.runs, "snapshot": HEAD_FILE}))
-    predicate = attest.slsa_predicate(
+    predicate = dsse.slsa_predicate(
         build_type=BUILD_TYPE,
         external_parameters={"params": {log.start.body["stage"]: log.start.body["params"] for log in runs},
                              "pipeline": "dvc.yaml"},
@@ -149,34 +149,29 @@ def statement(ledger: Ledger, files: dict[str, bytes], doc: dict[str, Any], fact
                                        "derivation": train.start.body["seeds"].get("derivation")}},
         resolved_dependencies=deps, builder_id=BUILDER, invocation_id=train.run_id,
         started_on=min(log.start.time for log in runs), finished_on=max(log.end.time for log in runs),
-        byproducts=[attest.resource(name=f"ledger:{log.run_id}", digest=log.end.digest,
+        byproducts=[dsse.resource(name=f"ledger:{log.run_id}", digest=log.end.digest,
                                     annotations={"record": "run.finished", "stage": log.start.body["stage"]})
                     for log in runs])
-    return attest.statement(subjects, predicate)
-
-
-def signing_key(root: Path, p: ReportParams | None) -> Path:
-    """The private key: $MARIN_SIGNING_KEY, else report.signing_key (its public half is ``<key>.pub``)."""
-    return attest.key_path(os.environ.get(attest.KEY_ENV) or (p.signing_key if p else None), root)
+    return dsse.statement(subjects, predicate)
 
 
 def existing_key(root: Path, p: ReportParams) -> Path | None:
     """The signing key if its file exists (checked to be an ed25519 key); None: the report goes unsigned."""
     try:
-        key = signing_key(root, p)
-    except attest.SigningKeyError:  # neither report.signing_key nor $MARIN_SIGNING_KEY: no key
+        key = keyring.signing_key(root, p)
+    except keyring.SigningKeyError:  # neither report.signing_key nor $MARIN_SIGNING_KEY: no key
         return None
     if not key.exists():
         return None
-    attest.load_private_key(key)  # a key that is there but unusable fails before anything is built
+    keyring.load_private_key(key)  # a key that is there but unusable fails before anything is built
     return key
 
 
 def _configured(root: Path, p: ReportParams) -> str:
     try:
-        return fsutil.shown(signing_key(root, p))
-    except attest.SigningKeyError:
-        return f"report.signing_key or ${attest.KEY_ENV}"
+        return fsutil.shown(keyring.signing_key(root, p))
+    except keyring.SigningKeyError:
+        return f"report.signing_key or ${keyring.KEY_ENV}"
 
 
 def write(ledger: Ledger, p: ReportParams, refs: References, snapshot: Head, key: Path | None,
@@ -188,8 +183,8 @@ def write(ledger: Ledger, p: ReportParams, refs: References, snapshot: Head, key
     target = ledger.resolve(model)
     meta = meta_for(p, target.key if target.kind == "digest" else model)
     meta["data_remote"] = _data_remote(root)
-    lab_key = attest.keyid(attest.load_private_key(key).public_key()) if key is not None else None
-    files, doc = render_files(ledger, meta, refs, Vouching(vsas or {}, lab_key, as_of or attest.timestamp()))
+    lab_key = keyring.keyid(keyring.load_private_key(key).public_key()) if key is not None else None
+    files, doc = render_files(ledger, meta, refs, Vouching(vsas or {}, lab_key, as_of or dsse.timestamp()))
     for r in doc["lineage"]:  # vouch for nothing over a ledger that does not check
         problems = check_run(ledger.runs[r["run_id"]])
         if problems:
@@ -197,7 +192,7 @@ def write(ledger: Ledger, p: ReportParams, refs: References, snapshot: Head, key
     files[HEAD_FILE] = snapshot_bytes(snapshot)
     facts = json.loads(files["report.json"])["facts"]
     stmt = statement(ledger, files, doc, facts, refs, snapshot)
-    envelope = attest.sign(stmt, key) if key is not None else attest.unsigned(stmt)
+    envelope = dsse.sign(stmt, key) if key is not None else dsse.unsigned(stmt)
     out = root / "reports" / p.model_name
     with fsutil.atomic_dir(out) as tmp:
         for name, data in files.items():
@@ -273,8 +268,8 @@ def _head_input(root: Path, snapshot: Head) -> dict[str, Any]:
 
 def _key_input(root: Path, key: Path) -> dict[str, Any]:
     """The signing key's fingerprint (the DSSE keyid: sha256 of the raw public key), never the key."""
-    public = attest.load_private_key(key).public_key()
-    return {"name": "signing_key", "path": relpath(root, key), "digest": f"sha256:{attest.keyid(public)}",
+    public = keyring.load_private_key(key).public_key()
+    return {"name": "signing_key", "path": relpath(root, key), "digest": f"sha256:{keyring.keyid(public)}",
             "size": 32, "digest_of": "public_key"}
 
 

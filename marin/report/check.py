@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from marin import hashing, readers
+from marin.attest import dsse, keyring
 from marin.errors import LedgerError, MarinError
 from marin.ledger import clock
 from marin.ledger.asof import ledger_as_of
@@ -34,7 +35,7 @@ from marin.ledger.query import Ledger
 from marin.ledger.records import Record
 from marin.ledger.store import NoSuchRun, load_run
 from marin.paths import ledger_dir
-from marin.report import attest, build, reference, verifications
+from marin.report import build, reference, verifications
 from marin.report.facts import FORMULAS, ReportError, fmt, resolve
 from marin.report.reference import References
 
@@ -154,23 +155,23 @@ def _load(directory: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
 def _signature(root: Path, envelope: dict[str, Any], public_key: Path | None, require: bool,
                v: Verdict) -> dict[str, Any]:
     """Step 1: the statement, its signature checked; or read unsigned and said so."""
-    if not attest.is_signed(envelope):
+    if not dsse.is_signed(envelope):
         v.signature = "not signed"
         if require:
             v.problems.append(f"{build.ENVELOPE}: not signed (no signatures), and --require-signature was given: "
                               "build the report where the signing key is (`marin keygen`, then `marin report`)")
-        return attest.read_unsigned(envelope)
+        return dsse.read_unsigned(envelope)
     if public_key is None:  # the public half of the configured signing key
         from marin import config
 
-        private = build.signing_key(root, config.load(root / "params.yaml").report)
+        private = keyring.signing_key(root, config.load(root / "params.yaml").report)
         public_key = private.with_name(private.name + ".pub")
     if not public_key.is_file():
         kids = ", ".join(sorted({str(s.get("keyid")) for s in envelope["signatures"] if isinstance(s, dict)}))
         raise ReportError(f"{build.ENVELOPE}: signed by key {kids}, but there is no public key at {public_key}: "
                           "give the signer's public key with --key PUB")
-    stmt = attest.verify(envelope, public_key)
-    v.signature, v.signer = "signature ok", attest.keyid(attest.load_public_key(public_key))
+    stmt = dsse.verify(envelope, public_key)
+    v.signature, v.signer = "signature ok", keyring.keyid(keyring.load_public_key(public_key))
     return stmt
 
 

@@ -1,5 +1,5 @@
 """The report's **Independent verification** section: the signed verification summaries (VSAs,
-``marin verify --sign``, see ``marin.verify.vsa``) under verifications/ about the runs behind the model.
+``marin verify --sign``, see ``marin.attest.vsa``) under verifications/ about the runs behind the model.
 
 ``marin report`` reads every file under verifications/ (VSAs and public keys) as an input of its
 run, by digest, and builds the section from exactly those bytes. A VSA filed under a run of the
@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from marin import hashing, readers
+from marin.attest import dsse, verifiers, vsa
 from marin.ledger.store import RunLog
-from marin.report import attest
 from marin.report.facts import Fact, Facts, ReportError, md_escape, resolve
-from marin.verify import verifiers, vsa
 
 
 @dataclass(frozen=True)
@@ -226,7 +225,7 @@ def _missing(stmt: dict[str, Any] | None) -> str | None:
 
 
 def _cite(f: Facts, found: Found, log: RunLog) -> dict[str, Any]:
-    stmt = attest.statement_of(json.loads(found.data))
+    stmt = dsse.statement_of(json.loads(found.data))
 
     def cite(label: str, pointer: str) -> str:
         return f.cite_vsa(f"{label} ({log.run_id})", found.path, found.digest, stmt, pointer).id
@@ -247,8 +246,8 @@ def value_at(root: Path, src: dict[str, Any]) -> Any:
     if (got := hashing.bytes_digest(data)) != src["file_digest"]:
         raise ReportError(f"its source {src['vsa']} hashes to {got}, the report read {src['file_digest']}")
     try:
-        return resolve(attest.statement_of(json.loads(data)), src["pointer"])
-    except (KeyError, IndexError, ValueError, TypeError, attest.AttestationError) as e:
+        return resolve(dsse.statement_of(json.loads(data)), src["pointer"])
+    except (KeyError, IndexError, ValueError, TypeError, dsse.AttestationError) as e:
         raise ReportError(f"its source {src['vsa']} holds nothing at {src['pointer']} ({e})") from None
 
 

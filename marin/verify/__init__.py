@@ -6,7 +6,7 @@
 - ``segments``: ``--segments K``, K checkpoint intervals of a train run drawn and replayed;
 - ``workspace``: the git worktree at the recorded commit, its inputs and environment;
 - ``compare``: recorded records against replayed ones; ``outcome``: what a verification found, and the verdict;
-- ``vsa``: ``--sign``, the signed verification summary of a verification record.
+- ``--sign`` writes the signed verification summary of a verification record (``marin.attest.vsa``).
 
 Exit 0: bit-exact. 1: a mismatch (the first diverging record, step and tensor are named).
 3: the replay's determinism class differs from the recorded one; distances are reported

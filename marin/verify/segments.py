@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import secrets
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from marin import hashing
 from marin.ledger.index import Index
@@ -21,11 +21,23 @@ from marin.ledger.store import RunLog
 from marin.remote import checkpoints_dir
 from marin.stages import TRAINING
 from marin.verify.compare import Divergence, class_differences, values_divergence
-from marin.verify.outcome import Outcome, counts, json_run
-from marin.verify.workspace import CannotVerify
+from marin.verify.outcome import Outcome, Say, counts, json_run
+from marin.verify.workspace import CannotVerify, Workspace
 
-if TYPE_CHECKING:
-    from marin.verify.verifier import Verifier
+
+class Verifier(Protocol):
+    """What the segment replay reads of :class:`marin.verify.verifier.Verifier` (steps 1-5 done)."""
+
+    root: Path
+    log: RunLog
+    index: Index
+    out: Outcome
+    say: Say
+    ws: Workspace
+    replay_env: dict[str, str]
+
+    @property
+    def started(self) -> dict[str, Any]: ...
 
 
 def check_segments(root: Path, log: RunLog, k: int, index: Index | None = None) -> None:

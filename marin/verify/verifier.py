@@ -22,6 +22,7 @@ and the result is never called bit-exact. 4: the run cannot be verified here.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from typing import Any
 from marin import env, hashing
 from marin.errors import IntegrityError
 from marin.ledger.check import check_run
-from marin.ledger.index import Index, with_index
+from marin.ledger.index import Index, seed, with_index
 from marin.ledger.query import Ledger
 from marin.ledger.run import recipe_code, recipe_digest
 from marin.ledger.store import NoSuchRun, RunFile, RunLog, load_run, read_all
@@ -302,8 +303,8 @@ class Verifier:
         out.verifier.setdefault("code", log.start.body["code"])
         out.verifier.setdefault("determinism_class", {})
         out.cpu = cpu_differences(log.start.body["env"], out.verifier["env"])
-        rec = RunFile(log.path, log.run_id, self.index).append("verification",
-                                                                json.loads(json.dumps(self.record(), default=str)))
+        file = RunFile(log.path, log.run_id, functools.partial(seed, log.path, log.run_id, self.index))
+        rec = file.append("verification", json.loads(json.dumps(self.record(), default=str)))
         out.record_seq = rec.seq
         for line in render(out):
             self.say(line)

@@ -2,7 +2,7 @@
 
 A VSA is an in-toto Statement v1 with a SLSA Verification Summary v1 predicate
 (https://slsa.dev/spec/v1.0/verification_summary) about one verified run, in a DSSE envelope
-signed with ed25519 (``marin.report.attest`` builds, signs and checks envelopes). It is built
+signed with ed25519 (``marin.attest.dsse`` builds, signs and checks envelopes). It is built
 from the ``verification`` record ``marin verify`` appended to the run, never from the machine
 anew: the result, mode, CPU and determinism class are the record's.
 
@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from marin import env, fsutil, hashing
+from marin.attest import dsse, keyring, verifiers
 from marin.errors import MarinError
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog, load_run
-from marin.report import attest
-from marin.verify import verifiers
 
 VSA_TYPE = "https://slsa.dev/verification_summary/v1"
 VERIFIER_ID = "https://marin.local/verifier/marin-verify@v1"
@@ -98,7 +97,7 @@ def summary(stage: str, rec: Record, kid: str) -> dict[str, Any]:
     }
     subjects = [(f"{resource_uri(run_id)}#run.finished", v["finished_digest"]),
                 (f"{resource_uri(run_id)}#recipe", v["recipe_digest"])]
-    return attest.statement(subjects, predicate, predicate_type=VSA_TYPE)
+    return dsse.statement(subjects, predicate, predicate_type=VSA_TYPE)
 
 
 def signing_key(root: Path, explicit: Path | None, as_lab: bool = False) -> Path:
@@ -108,10 +107,10 @@ def signing_key(root: Path, explicit: Path | None, as_lab: bool = False) -> Path
     configured = _report_key(root)
     key = explicit or configured
     if key is None:
-        raise attest.SigningKeyError("no signing key: give --key KEY (`marin keygen KEY` makes one)")
-    attest.load_private_key(key)
+        raise keyring.SigningKeyError("no signing key: give --key KEY (`marin keygen KEY` makes one)")
+    keyring.load_private_key(key)
     if not as_lab and configured is not None and configured.exists() and key_id(key) == key_id(configured):
-        raise attest.SigningKeyError(
+        raise keyring.SigningKeyError(
             f"{fsutil.shown(key)} is the lab's report signing key: a VSA signed with it is the lab's own replay, "
             "not an independent verification; sign with your own key (--key KEY, `marin keygen KEY` makes one), "
             "or pass --as-lab to sign as the lab")
@@ -121,30 +120,30 @@ def signing_key(root: Path, explicit: Path | None, as_lab: bool = False) -> Path
 def _report_key(root: Path) -> Path | None:
     """The lab's report signing key ($MARIN_SIGNING_KEY, else report.signing_key), or None when unset."""
     from marin import config
-    from marin.report.build import signing_key as configured
+    from marin.attest.keyring import signing_key as configured
 
     try:
         return configured(root, config.load(Path(root) / "params.yaml").report)
-    except attest.SigningKeyError:
+    except keyring.SigningKeyError:
         return None
 
 
 def key_id(private: Path) -> str:
     """The key id (sha256 of the raw public key) of the private key at ``private``."""
-    return attest.keyid(attest.load_private_key(private).public_key())
+    return keyring.keyid(keyring.load_private_key(private).public_key())
 
 
 def publish_key(root: Path, key: Path) -> tuple[str, Path]:
     """verifications/keys/<key id>.pub for the private ``key`` (written when absent): its id and path."""
-    public = attest.load_private_key(key).public_key()
-    kid = attest.keyid(public)
+    public = keyring.load_private_key(key).public_key()
+    kid = keyring.keyid(public)
     path = key_file(root, kid)
     if path.exists():
-        there = attest.keyid(attest.load_public_key(path))
+        there = keyring.keyid(keyring.load_public_key(path))
         if there != kid:
-            raise attest.SigningKeyError(f"{fsutil.shown(path)}: holds key {there}, not {kid}: remove that file")
+            raise keyring.SigningKeyError(f"{fsutil.shown(path)}: holds key {there}, not {kid}: remove that file")
     else:
-        fsutil.write_bytes(path, attest.public_pem(public))
+        fsutil.write_bytes(path, keyring.public_pem(public))
     return kid, path
 
 
@@ -156,10 +155,10 @@ def sign(root: Path, run_id: str, seq: int, key: Path) -> Path:
         raise MarinError(f"{run_id}: no verification record at seq {seq} to sign")
     kid = key_id(key)
     if (rec.body.get("signer") or {}).get("keyid") != kid:
-        raise attest.SigningKeyError(f"{run_id} seq {seq}: the verification record names another signer than key "
+        raise keyring.SigningKeyError(f"{run_id} seq {seq}: the verification record names another signer than key "
                                      f"{kid}; verify again with `marin verify --sign --key` this key")
     kid, _ = publish_key(root, key)
-    envelope = attest.sign(summary(log.start.body["stage"], rec, kid), key)
+    envelope = dsse.sign(summary(log.start.body["stage"], rec, kid), key)
     path = envelope_path(root, run_id, kid)
     fsutil.write_bytes(path, (json.dumps(envelope, indent=2) + "\n").encode())
     return path
@@ -194,7 +193,7 @@ def check(rel: str, data: bytes, keys: dict[str, bytes], runs: dict[str, RunLog]
         envelope = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         return Checked(rel, "invalid", f"not JSON ({type(e).__name__})")
-    if not attest.is_signed(envelope):
+    if not dsse.is_signed(envelope):
         return Checked(rel, "unsigned", "no signatures: nobody vouches for it")
     if not _KEYID.match(kid):
         return Checked(rel, "invalid", f"filed under {kid!r}, not a key id (64 hex digits)")
@@ -202,11 +201,11 @@ def check(rel: str, data: bytes, keys: dict[str, bytes], runs: dict[str, RunLog]
     if pub not in keys:
         return Checked(rel, "unverifiable", f"public key not found ({pub})", kid)
     try:
-        key = attest.public_key_from_pem(keys[pub], Path(pub))
-        if (there := attest.keyid(key)) != kid:
+        key = keyring.public_key_from_pem(keys[pub], Path(pub))
+        if (there := keyring.keyid(key)) != kid:
             return Checked(rel, "invalid", f"{pub} holds another key ({there})", kid)
-        stmt = attest.verify(envelope, key)
-    except (attest.AttestationError, attest.SigningKeyError) as e:
+        stmt = dsse.verify(envelope, key)
+    except (dsse.AttestationError, keyring.SigningKeyError) as e:
         return Checked(rel, "invalid", str(e), kid)
     try:
         why = _statement_problem(stmt, filed_run, kid, runs)
@@ -309,7 +308,7 @@ def sign_recorded(root: Path, recorded: list[tuple[str, int]], key: Path | None,
     how to make one; the verification records stay in the ledger, unsigned."""
     try:
         key = signing_key(root, key, as_lab)
-    except attest.SigningKeyError as e:
+    except keyring.SigningKeyError as e:
         where = ", ".join(f"{r} seq {s}" for r, s in recorded) or "nothing"
-        raise attest.SigningKeyError(f"--sign: {e}; the verification is recorded ({where}) but not signed") from None
+        raise keyring.SigningKeyError(f"--sign: {e}; the verification is recorded ({where}) but not signed") from None
     return [sign(root, run_id, seq, key) for run_id, seq in recorded]
