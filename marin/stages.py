@@ -34,14 +34,16 @@ class Stage:
     note: str = ""  # one line, written as a comment beside the stage in dvc.yaml
     dep_notes: dict[str, str] = field(default_factory=dict)
     task_deps: bool = False  # also the lab's harness task folders and data files (marin.evaluate.task_files)
+    entry: str = ""  # the pipeline/ module, where it is not the stage's name (the reference stages)
+    args: str = ""  # after the module in the command
 
     @property
     def module(self) -> str:
-        return f"pipeline.{self.name}"
+        return f"pipeline.{self.entry or self.name}"
 
     @property
     def cmd(self) -> str:
-        return f"python -m {self.module}"
+        return f"python -m {self.module}" + (f" {self.args}" if self.args else "")
 
 
 RUNTIME_TRAIN = ("runtime.xla_cpu_threads", "runtime.devices", "runtime.processes", "runtime.param_sharding",
@@ -98,12 +100,38 @@ NAMES = tuple(s.name for s in STAGES)
 TRAINING = ("train", "sft")  # the stages that run marin.train.loop: checkpoints, segments, resume
 CLI_MODULE = "marin.cli"  # the entry point of runs that no pipeline stage makes (publish)
 
+REFERENCE = "reference_"  # a stage per evaluate.references entry: reference_<name> (pipeline/reference.py)
+
+
+def reference(name: str, path: str) -> Stage:
+    """The stage that scores the Hugging Face model folder ``path`` beside ours (marin.evaluate.reference_stage)."""
+    return Stage(f"{REFERENCE}{name}", deps=(path, "data/curated/validation.parquet", "data/evalsets",
+                                             "data/decontamination.json"),
+                 params=("evaluate.harness", "evaluate.decontaminate"),
+                 outs=(Out(f"metrics/reference/{name}.json", "metrics"),),
+                 note=f"evaluate.references {name}: lm-eval's hf model on evaluate's requests, bits per byte",
+                 dep_notes={path: "the model folder, pinned by its tree digest"},
+                 task_deps=True, entry="reference", args=name)
+
+
+def declared(root: Path) -> tuple[Stage, ...]:
+    """The stages of the project at ``root``: :data:`STAGES`, then one per reference model that its
+    params.yaml lists (none without one)."""
+    from marin import config
+
+    path = Path(root) / "params.yaml"
+    refs = config.load(path).evaluate.references if path.is_file() else ()
+    return (*STAGES, *(reference(r.name, r.path) for r in refs))
+
+
 def get(name: str) -> Stage | None:
     return next((s for s in STAGES if s.name == name), None)
 
 
 def entry_module(stage: str) -> str:
     """The module whose import closure is the code of a run of ``stage``."""
+    if stage.startswith(REFERENCE):
+        return "pipeline.reference"
     return get(stage).module if get(stage) is not None else CLI_MODULE
 
 
