@@ -11,7 +11,7 @@ output stale.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from marin import closure
@@ -116,12 +116,21 @@ def reference(name: str, path: str) -> Stage:
 
 def declared(root: Path) -> tuple[Stage, ...]:
     """The stages of the project at ``root``: :data:`STAGES`, then one per reference model that its
-    params.yaml lists (none without one)."""
+    params.yaml lists (none without one). With references, a stage that declares the whole ``evaluate``
+    section declares its keys but ``references`` instead (DVC compares a section whole: a new pin
+    would rerun evaluate and export)."""
     from marin import config
 
     path = Path(root) / "params.yaml"
-    refs = config.load(path).evaluate.references if path.is_file() else ()
-    return (*STAGES, *(reference(r.name, r.path) for r in refs))
+    loaded = config.load(path) if path.is_file() else None
+    if loaded is None or not loaded.evaluate.references:
+        return STAGES
+    keys = tuple(f"evaluate.{k}" for k in loaded.raw["evaluate"] if k != "references")
+
+    def narrow(s: Stage) -> Stage:
+        return replace(s, params=tuple(p for x in s.params for p in (keys if x == "evaluate" else (x,))))
+
+    return (*map(narrow, STAGES), *(reference(r.name, r.path) for r in loaded.evaluate.references))
 
 
 def get(name: str) -> Stage | None:
