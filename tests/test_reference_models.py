@@ -138,3 +138,38 @@ def test_a_second_trained_model_is_scored_beside_ours_as_a_reference(trained_pro
     acc = records["harness:marin_cloze"]["values"]["acc"]["value"]
     assert f"{acc:.4f}" in row and "not stated" in row and f"{bpb:.4f}" in row, row
     assert proj.marin("report", "verify", "reports/marin-tiny").returncode == 0
+
+
+def test_a_reference_is_a_stage_of_its_own_and_evaluate_no_longer_tracks_the_list(tmp_path) -> None:
+    import yaml
+
+    from marin import stages
+    from tests.conftest import REPO
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    assert "references" not in params["evaluate"]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert stages.declared(tmp_path) == stages.STAGES  # the default pipeline is the declared one
+    params["evaluate"]["references"] = [{"name": "pythia-160m", "path": "refs/pythia-160m", "sha256": "a" * 64,
+                                         "license": "Apache-2.0"}]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    got = {s.name: s for s in stages.declared(tmp_path)}
+    ref = got["reference_pythia-160m"]
+    assert ref.cmd == "python -m pipeline.reference pythia-160m" and "refs/pythia-160m" in ref.deps
+    assert stages.entry_module(ref.name) == "pipeline.reference"
+    for name in ("evaluate", "export"):
+        assert "evaluate" not in got[name].params and "evaluate.harness" in got[name].params
+        assert not any("references" in p for p in got[name].params)
+
+
+def test_the_card_states_parameters_and_tokens_or_not(tmp_path) -> None:
+    from marin.evaluate.reference_stage import NOT_STATED, card_facts
+
+    (tmp_path / "README.md").write_text("---\nlicense: apache-2.0\nparameters: 162322944\n"
+                                        "training_tokens: 300000000000\n---\n# a model\n")
+    assert card_facts(tmp_path) == {"parameters": 162322944, "training_tokens": 300000000000}
+    (tmp_path / "README.md").write_text("# no metadata\n")
+    (tmp_path / "config.json").write_text(json.dumps({"num_parameters": 1000, "model_type": "llama"}))
+    assert card_facts(tmp_path) == {"parameters": 1000, "training_tokens": NOT_STATED}
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert card_facts(tmp_path) == {"parameters": NOT_STATED, "training_tokens": NOT_STATED}
