@@ -111,6 +111,8 @@ def test_a_second_trained_model_is_scored_beside_ours_as_a_reference(trained_pro
                                 abs_tol=1e-6), (task, key)
     bpb = records["model"]["values"]["bits_per_byte"]["value"]
     assert math.isclose(bpb, _bits_per_byte(proj), rel_tol=1e-6), bpb
+    ours = json.loads((proj.root / "metrics/eval.json").read_text())["bits_per_byte"]
+    assert math.isclose(bpb, ours, rel_tol=1e-5), (bpb, ours)  # the same model and text, JAX and torch
     metrics = json.loads((proj.root / f"metrics/reference/{NAME}.json").read_text())
     assert metrics["bits_per_byte"] == bpb and metrics["parameters"] == "not stated"
 
@@ -133,10 +135,17 @@ def test_a_second_trained_model_is_scored_beside_ours_as_a_reference(trained_pro
     proj.marin("keygen", "--if-missing", check=True)
     proj.marin("report", check=True)
     report = (proj.root / "reports/marin-tiny/report.md").read_text()
-    section = report[report.index("### Reference models"):]
-    row = next(x for x in section.splitlines() if x.startswith(f"| {NAME} "))
-    acc = records["harness:marin_cloze"]["values"]["acc"]["value"]
-    assert f"{acc:.4f}" in row and "not stated" in row and f"{bpb:.4f}" in row, row
+    built = json.loads((proj.root / "reports/marin-tiny/report.json").read_text())
+    [ref], facts = built["doc"]["reference_models"], built["facts"]
+    for task in TASKS:  # the report's numbers are lm-eval's by hand
+        for key, value in theirs["results"][task].items():
+            if key.endswith(",none") and "_stderr" not in key:
+                cited = facts[ref["results"][f"{task} {key.removesuffix(',none')}"][""]]["value"]
+                assert math.isclose(cited, value, abs_tol=1e-6), (task, key)
+    row = next(x for x in report[report.index("### Reference models"):].splitlines() if x.startswith(f"| {NAME} "))
+    shown = [facts[ref["results"]["marin_cloze acc"][""]], facts[ref["bits_per_byte"]], facts[ref["parameters"]]]
+    assert shown[1]["value"] == bpb and shown[2]["value"] == "not stated"
+    assert all(f"[{x['text']}](#{x['id']})" in row for x in shown), row
     assert proj.marin("report", "verify", "reports/marin-tiny").returncode == 0
 
 

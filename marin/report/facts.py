@@ -210,7 +210,7 @@ def gather(root: Path, model: str = "models/final", ledger: Ledger | None = None
     doc["budget"] = budget.section(f, doc)
     doc["evaluation"] = _evaluation(f, logs["evaluate"]) if "evaluate" in logs else None
     doc["harness"] = harness_section.facts(f, logs["evaluate"]) if "evaluate" in logs else None
-    doc["references"] = references_section.facts(f, ledger, root)  # other models, on the same requests
+    doc["reference_models"] = references_section.facts(f, ledger, root)  # other models, on the same requests
     doc["export"] = _export(f, logs["export"]) if "export" in logs else None
     doc["environment"] = _environment(f, logs["train"])
     doc["compute"] = _compute(f, [ledger.runs[r["run_id"]] for r in doc["lineage"]])

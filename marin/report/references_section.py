@@ -57,7 +57,7 @@ def _one(f: Any, log: Any) -> dict[str, Any]:
 
 def lines(v: Any, doc: dict[str, Any]) -> list[str]:
     """The table (Markdown lines): our model, then each reference, one column per harness result."""
-    refs, hz = doc.get("references") or [], doc.get("harness") or {}
+    refs, hz = doc.get("reference_models") or [], doc.get("harness") or {}
     if not refs:
         return []
     cols = [f"{r['task']} {r['metric']}" for r in hz.get("rows", [])]
