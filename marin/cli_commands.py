@@ -299,7 +299,7 @@ def stages(args: argparse.Namespace) -> int:
         from marin.fsutil import write_bytes
 
         write_bytes(args.root / st.DVC_YAML, dvcyaml.render(args.root).encode())
-        print(f"wrote {st.DVC_YAML}: {len(st.STAGES)} stages, code dependencies from their imports")
+        print(f"wrote {st.DVC_YAML}: {len(st.declared(args.root))} stages, code dependencies from their imports")
         return 0
     if args.check:
         problems = dvcyaml.check(args.root)
@@ -308,7 +308,7 @@ def stages(args: argparse.Namespace) -> int:
         print(f"stages: {st.DVC_YAML} {'matches' if not problems else 'does not match'} the declared stages and "
               "their import closures")
         return 1 if problems else 0
-    for s in st.STAGES:
+    for s in st.declared(args.root):
         files = st.code_files(args.root, s.name)
         print(f"{s.name:<9} {s.cmd:<28} {len(files):>3} code files  params: {', '.join(s.params) or '-'}  "
               f"outs: {', '.join(o.path for o in s.outs)}")

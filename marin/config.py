@@ -250,12 +250,23 @@ class HarnessParams:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """A Hugging Face model folder scored beside the model (marin/evaluate/reference_stage.py)."""
+
+    name: str  # its stage: reference_<name>
+    path: str  # project folder: config.json, weights, tokenizer, README.md (its card)
+    sha256: str  # hashing.dir_digest of the folder, hex
+    license: str
+
+
+@dataclass(frozen=True)
 class EvaluateParams:
     prompts: tuple[str, ...]
     sample_tokens: int
     batch_size: int
     harness: HarnessParams = HarnessParams()
     decontaminate: str = "report"  # report | exclude: the items stage decontaminate found in training data
+    references: tuple[Reference, ...] = ()  # other models on the same requests, a stage each
 
 
 @dataclass(frozen=True)
@@ -366,6 +377,7 @@ _NESTED: dict[tuple[str, str], type] = {
     ("Params", "evaluate"): EvaluateParams,
     ("EvaluateParams", "harness"): HarnessParams,
     ("HarnessParams", "datasets"): HubDataset,
+    ("EvaluateParams", "references"): Reference,
     ("Params", "decontaminate"): DecontaminateParams,
     ("Params", "report"): ReportParams,
     ("Params", "network"): NetworkParams,

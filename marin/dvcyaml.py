@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from marin import closure, readers
-from marin.stages import DVC_YAML, STAGES, Stage, code_files
+from marin.stages import DVC_YAML, Stage, code_files, declared
 
 PLOTS = (("loss", "loss"), ("validation_loss", "val_loss"), ("learning_rate", "lr"), ("grad_norm", "grad_norm"))
 
@@ -43,7 +43,7 @@ def render(root: Path) -> str:
         "# that a failed stage leaves the previous outputs in place; each stage is a ledger run.",
         "stages:",
     ]
-    for s in STAGES:
+    for s in declared(root):
         lines.append(f"  {s.name}:" + (f"   # {s.note}" if s.note else ""))
         lines.append(f"    cmd: {s.cmd}")
         lines.append("    deps:")
@@ -81,7 +81,7 @@ def check(root: Path) -> list[str]:
 
     have = (yaml.safe_load(text) or {}).get("stages") or {}
     problems = []
-    for s in STAGES:
+    for s in declared(root):
         listed = set(closure.expand(root, [d for d in (have.get(s.name) or {}).get("deps") or []
                                            if (Path(root) / d).exists() and d not in data_deps(root, s)]))
         code = set(code_files(root, s.name))

@@ -11,7 +11,7 @@ output stale.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from marin import closure
@@ -34,14 +34,16 @@ class Stage:
     note: str = ""  # one line, written as a comment beside the stage in dvc.yaml
     dep_notes: dict[str, str] = field(default_factory=dict)
     task_deps: bool = False  # also the lab's harness task folders and data files (marin.evaluate.task_files)
+    entry: str = ""  # the pipeline/ module, where it is not the stage's name (the reference stages)
+    args: str = ""  # after the module in the command
 
     @property
     def module(self) -> str:
-        return f"pipeline.{self.name}"
+        return f"pipeline.{self.entry or self.name}"
 
     @property
     def cmd(self) -> str:
-        return f"python -m {self.module}"
+        return f"python -m {self.module}" + (f" {self.args}" if self.args else "")
 
 
 RUNTIME_TRAIN = ("runtime.xla_cpu_threads", "runtime.devices", "runtime.processes", "runtime.param_sharding",
@@ -98,12 +100,47 @@ NAMES = tuple(s.name for s in STAGES)
 TRAINING = ("train", "sft")  # the stages that run marin.train.loop: checkpoints, segments, resume
 CLI_MODULE = "marin.cli"  # the entry point of runs that no pipeline stage makes (publish)
 
+REFERENCE = "reference_"  # a stage per evaluate.references entry: reference_<name> (pipeline/reference.py)
+
+
+def reference(name: str, path: str) -> Stage:
+    """The stage that scores the Hugging Face model folder ``path`` beside ours (marin.evaluate.reference_stage)."""
+    return Stage(f"{REFERENCE}{name}", deps=(path, "data/curated/validation.parquet", "data/evalsets",
+                                             "data/decontamination.json"),
+                 params=("evaluate.harness", "evaluate.decontaminate"),
+                 outs=(Out(f"metrics/reference/{name}.json", "metrics"),),
+                 note=f"evaluate.references {name}: lm-eval's hf model on evaluate's requests, bits per byte",
+                 dep_notes={path: "the model folder, pinned by its tree digest"},
+                 task_deps=True, entry="reference", args=name)
+
+
+def declared(root: Path) -> tuple[Stage, ...]:
+    """The stages of the project at ``root``: :data:`STAGES`, then one per reference model that its
+    params.yaml lists (none without one). With references, a stage that declares the whole ``evaluate``
+    section declares its keys but ``references`` instead (DVC compares a section whole: a new pin
+    would rerun evaluate and export)."""
+    from marin import config
+
+    path = Path(root) / "params.yaml"
+    loaded = config.load(path) if path.is_file() else None
+    if loaded is None or not loaded.evaluate.references:
+        return STAGES
+    keys = tuple(f"evaluate.{k}" for k in loaded.raw["evaluate"] if k != "references")
+
+    def narrow(s: Stage) -> Stage:
+        return replace(s, params=tuple(p for x in s.params for p in (keys if x == "evaluate" else (x,))))
+
+    return (*map(narrow, STAGES), *(reference(r.name, r.path) for r in loaded.evaluate.references))
+
+
 def get(name: str) -> Stage | None:
     return next((s for s in STAGES if s.name == name), None)
 
 
 def entry_module(stage: str) -> str:
     """The module whose import closure is the code of a run of ``stage``."""
+    if stage.startswith(REFERENCE):
+        return "pipeline.reference"
     s = get(stage)
     return s.module if s is not None else CLI_MODULE
 

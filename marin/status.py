@@ -95,7 +95,7 @@ def status(root: Path, index: Index) -> list[StageStatus]:
     """One status per declared stage, in pipeline order."""
     locks, hashes = dvcfiles.lock_outs(root), hash_cache(root, index=index)
     out = []
-    for s in stages.STAGES:
+    for s in stages.declared(root):
         locked = locks.get(s.name, {})
         run_id = producing_run(index, s.name, locked)
         if run_id is None:
@@ -164,7 +164,7 @@ def unmatched_params(root: Path, index: Index) -> list[str]:
     """One line per stage whose declared params, as params.yaml has them now, are those of no
     succeeded run of it in the ledger, naming the closest run and where it differs."""
     raw, out = config.load(root / "params.yaml").raw, []
-    for s in stages.STAGES:
+    for s in stages.declared(root):
         now = _declared(raw, s.params)
         done = [r.run_id for r in index.runs(s.name) if r.status == "succeeded"]
         if not now or not done:

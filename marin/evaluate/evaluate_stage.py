@@ -42,7 +42,7 @@ def run_stage(root: Path, params: Params) -> None:
     decon = decontam.load(root, params.evaluate.decontaminate)  # None: not run, and not asked to exclude
     if decon is not None:
         inputs.append(Input("decontamination", decontam.OUT.as_posix()))
-    recorded = {**params.section("evaluate"),
+    recorded = {"evaluate": {k: v for k, v in params.raw["evaluate"].items() if k != "references"},  # their own stages
                 "runtime": {"xla_cpu_threads": rt.xla_cpu_threads, "determinism": rt.determinism}}
     with Run.start(root, "evaluate", params=recorded, inputs=inputs,
                    det_class=runtime.determinism_class(rt, fp), fingerprint=fp) as run:

@@ -17,7 +17,7 @@ from typing import Any
 from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
 
 from marin.export.card import METRICS, Measure, hf_license, metadata, model_index
-from marin.report import budget, harness_section, render
+from marin.report import budget, harness_section, references_section, render
 from marin.report.facts import md_escape
 
 NR = "not recorded"
@@ -184,7 +184,8 @@ def _evaluation(c: Ctx) -> list[str]:
     if ev["samples"]:
         out += ["Greedy completions of the prompts " + ", ".join(md(x["prompt"]) for x in ev["samples"])
                 + " are listed in the [technical report](report.md).", ""]
-    return out + harness_section.lines(md, c.doc)  # the benchmarks, marked against their baselines
+    # the benchmarks, marked against their baselines, then the reference models on the same requests
+    return out + harness_section.lines(md, c.doc) + references_section.lines(md, c.doc)
 
 
 def _reproducibility(c: Ctx) -> list[str]:

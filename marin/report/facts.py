@@ -22,7 +22,7 @@ from marin.evaluate import baselines
 from marin.ledger.query import Ledger, Step, upstream
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
-from marin.report import harness_section
+from marin.report import harness_section, references_section
 
 
 class ReportError(MarinError):
@@ -210,6 +210,7 @@ def gather(root: Path, model: str = "models/final", ledger: Ledger | None = None
     doc["budget"] = budget.section(f, doc)
     doc["evaluation"] = _evaluation(f, logs["evaluate"]) if "evaluate" in logs else None
     doc["harness"] = harness_section.facts(f, logs["evaluate"]) if "evaluate" in logs else None
+    doc["reference_models"] = references_section.facts(f, ledger, root)  # other models, on the same requests
     doc["export"] = _export(f, logs["export"]) if "export" in logs else None
     doc["environment"] = _environment(f, logs["train"])
     doc["compute"] = _compute(f, [ledger.runs[r["run_id"]] for r in doc["lineage"]])

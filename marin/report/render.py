@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marin import hashing
-from marin.report import budget, energy, experiments, harness_section, instruct, verifications
+from marin.report import budget, energy, experiments, harness_section, instruct, references_section, verifications
 from marin.report.facts import Fact, md_escape
 
 CURVES = (("loss", "Loss"), ("lr", "Learning rate"), ("grad_norm", "Gradient norm (before clipping)"))
@@ -105,6 +105,7 @@ def markdown(facts: dict[str, Fact], doc: dict[str, Any], meta: dict[str, Any]) 
     _compute(d, doc, meta)
     _evaluation(d, doc)
     d.add(*harness_section.lines(d.v, doc))
+    d.add(*references_section.lines(d.v, doc))
     d.add(*experiments.lines(d.v, doc))
     _environment(d, doc)
     d.add(*verifications.lines(d.v, doc, facts))

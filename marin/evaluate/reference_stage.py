@@ -1,0 +1,174 @@
+"""Stage reference_<name>: a Hugging Face model folder that ``evaluate.references`` lists, scored beside
+ours. lm-eval's own ``hf`` model (:class:`lm_eval.models.huggingface.HFLM`, CPU, float32) runs exactly
+the evaluate stage's requests (the same tasks, limit, seeds, shots and decontamination), recorded as
+``harness:<task>`` eval records like evaluate's; then bits per byte of the validation text with the
+model's own tokenizer (``model`` records, whole and per corpus), and what the model's card states of
+its parameters and training tokens (a ``card`` record). Writes metrics/reference/<name>.json.
+
+The folder is pinned by its tree digest (:func:`marin.hashing.dir_digest`) like a corpus, and is the
+run's ``model`` input: one changed byte makes ``dvc status`` name this stage only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from marin import fsutil, hashing, readers
+from marin.config import Params, Reference
+from marin.errors import StageError
+from marin.evaluate import decontam, task_files
+
+VALIDATION = Path("data/curated/validation.parquet")  # the evaluation text: evaluate scores its tokens
+EVALSETS = Path("data/evalsets")
+NOT_STATED = "not stated"
+# Where a card states a model's size: keys of README.md's YAML metadata, then of config.json
+PARAMETER_KEYS = ("parameters", "num_parameters", "n_params", "params")
+TOKEN_KEYS = ("training_tokens", "train_tokens", "tokens_seen", "num_tokens")
+
+
+def out_path(name: str) -> Path:
+    return Path(f"metrics/reference/{name}.json")
+
+
+def find(params: Params, name: str) -> Reference:
+    """The reference ``name`` of params.yaml; a StageError when it lists none by that name."""
+    for ref in params.evaluate.references:
+        if ref.name == name:
+            return ref
+    raise StageError(f"evaluate.references lists no model {name!r}; run `marin stages --write` after editing "
+                     "params.yaml")
+
+
+def check_pin(root: Path, ref: Reference) -> str:
+    """The folder (project-relative), once it is a project folder whose tree digest is the pinned one."""
+    rel = task_files.inside(root, ref.path, f"evaluate.references {ref.name}")
+    if not (root / rel).is_dir():
+        raise StageError(f"evaluate.references {ref.name}: {rel} is not a folder; put the model's files there "
+                         "(docs/guide/harness.md)")
+    found = hashing.dir_digest(root / rel).removeprefix(hashing.PREFIX)
+    if found != ref.sha256:
+        raise StageError(f"evaluate.references {ref.name}: {rel} has sha256 {found}, params.yaml pins {ref.sha256}; "
+                         "if you replaced its files on purpose, pin the new digest")
+    return rel
+
+
+def card_facts(folder: Path) -> dict[str, Any]:
+    """The parameters and training tokens the folder's card states (README.md's YAML metadata, else
+    config.json), each an integer or ``"not stated"``."""
+    import yaml
+
+    meta: dict[str, Any] = {}
+    readme = folder / "README.md"
+    if readme.is_file():
+        text = readers.read_text(readme, "text", StageError)
+        if text.startswith("---"):
+            head = text.split("---", 2)[1] if text.count("---") >= 2 else ""
+            loaded = yaml.safe_load(head) or {}
+            meta = loaded if isinstance(loaded, dict) else {}
+    config = readers.read_json(folder / "config.json", "config", StageError) if (folder / "config.json").is_file() \
+        else {}
+    out = {}
+    for fact, keys in (("parameters", PARAMETER_KEYS), ("training_tokens", TOKEN_KEYS)):
+        found = [src[k] for src in (meta, config) if isinstance(src, dict) for k in keys if k in src]
+        ok = [int(v) for v in found if isinstance(v, int | float) and not isinstance(v, bool) and v > 0]
+        out[fact] = ok[0] if ok else NOT_STATED
+    return out
+
+
+def run_stage(root: Path, params: Params, name: str) -> None:
+    """Score the reference ``name`` on evaluate's requests and the validation text, as a ledger run."""
+    import torch
+
+    from marin import env
+    from marin.evaluate import harness_run
+    from marin.ledger import Input, Run
+
+    ref = find(params, name)
+    folder = check_pin(root, ref)
+    hp = params.evaluate.harness
+    inputs = [Input("model", folder, license=ref.license), Input("text", VALIDATION.as_posix())]
+    if (root / EVALSETS).is_dir():
+        inputs.append(Input("evalsets", EVALSETS.as_posix()))
+    inputs += [Input(f"task:{p}", p) for p in task_files.listed_paths(root, hp, f"reference_{name}")]
+    decon = decontam.load(root, params.evaluate.decontaminate)
+    if decon is not None:
+        inputs.append(Input("decontamination", decontam.OUT.as_posix()))
+    fp = env.fingerprint()
+    det = {"kind": "torch", "torch": torch.__version__, "device": "cpu", "dtype": "float32",
+           "threads": torch.get_num_threads(), "machine": fp["machine"]}
+    recorded = {"evaluate": {"harness": params.section("evaluate")["evaluate"].get("harness", {}),
+                             "decontaminate": params.evaluate.decontaminate},
+                "reference": {"name": ref.name, "path": ref.path, "sha256": ref.sha256, "license": ref.license}}
+    with Run.start(root, f"reference_{name}", params=recorded, inputs=inputs, det_class=det, fingerprint=fp) as run:
+        lm = hf_model(root, folder, hp.batch_size)
+        harness = harness_run.run_tasks(root, hp, lm, lambda body: run.record("eval", body), decon=decon)
+        tallies = _bits_per_byte(root, lm, run)
+        card = card_facts(root / folder)
+        run.record("eval", {"name": "card", "split": "card", "values": {**card, "license": ref.license}})
+        metrics = {"bits_per_byte": tallies[""].bits_per_byte, **card,
+                   "per_corpus": {c: t.bits_per_byte for c, t in sorted(tallies.items()) if c},
+                   "harness": {t: {k: v for k, v in vals.items() if isinstance(v, int | float)}
+                               for t, vals in harness.items() if "error" not in vals}}
+        path = out_path(name)
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        fsutil.write_bytes(root / path, (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode(),
+                           before_publish=lambda tmp: run.output("reference_metrics", path, source=tmp))
+        for task, vals in harness.items():
+            if "error" not in vals:
+                print(f"reference {name}: harness {task}: " + ", ".join(
+                    f"{k} {v:.4f}" for k, v in sorted(vals.items()) if isinstance(v, float) and "/" not in k))
+        print(f"reference {name}: validation bits/byte {tallies[''].bits_per_byte:.4f} (its own tokenizer); "
+              f"parameters {card['parameters']}, training tokens {card['training_tokens']} (its card)")
+
+
+def hf_model(root: Path, folder: str, batch_size: int) -> Any:
+    """lm-eval's ``hf`` model on the folder: CPU, float32, its defaults otherwise (what
+    ``lm_eval --model hf --model_args pretrained=<folder>,dtype=float32 --device cpu`` builds)."""
+    from lm_eval.models.huggingface import HFLM as Built
+
+    from marin.evaluate import harness_run
+
+    hflm: Any = Built  # lm-eval's decorated constructor confuses type checkers
+    with harness_run.offline(root):
+        return hflm(pretrained=str(root / folder), device="cpu", dtype="float32", batch_size=batch_size)
+
+
+def _bits_per_byte(root: Path, lm: Any, run: Any) -> dict[str, Any]:
+    """Each validation document scored by the model with its own tokenizer (:func:`doc_nll`), tallied
+    whole (key ``""``) and per corpus; one ``model`` eval record each."""
+    import pyarrow.parquet as pq
+
+    from marin.evaluate.scoring import Tally
+    from marin.ledger import exact
+
+    tallies: dict[str, Tally] = {}
+    start = lm.tokenizer.bos_token_id if lm.tokenizer.bos_token_id is not None else lm.tokenizer.eos_token_id
+    for b in pq.ParquetFile(root / VALIDATION).iter_batches(batch_size=64, columns=["text", "corpus"]):
+        for text, corpus in zip(b.column("text").to_pylist(), b.column("corpus").to_pylist(), strict=True):
+            ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+            nll = doc_nll(lm.model, [start, *ids], lm.max_length)
+            for key in ("", corpus):
+                tallies.setdefault(key, Tally()).add(nll, len(ids), len(text.encode("utf-8")))
+    for corpus, t in sorted(tallies.items()):
+        values = {"bits_per_byte": exact(t.bits_per_byte), "perplexity": exact(t.perplexity),
+                  "nll_nats": exact(t.nll_nats), "tokens": t.tokens, "bytes": t.bytes, "docs": t.docs}
+        run.record("eval", {"name": "model", "split": "validation", "values": values,
+                            **({"corpus": corpus} if corpus else {})})
+    return tallies
+
+
+def doc_nll(model: Any, seq: list[int], max_len: int) -> float:
+    """The summed negative log-likelihood (nats) of ``seq[1:]``, each token predicted once, from at
+    most ``max_len`` tokens of its own document (the windows of :func:`marin.data.documents.windows`)."""
+    import torch
+
+    total = 0.0
+    with torch.no_grad():
+        for j in range(0, len(seq) - 1, max_len):
+            y = seq[j + 1: j + max_len + 1]
+            x = torch.tensor([seq[j: j + len(y)]])
+            logp = torch.log_softmax(model(x).logits[0].float(), dim=-1)
+            total -= float(logp[torch.arange(len(y)), torch.tensor(y)].double().sum())
+    return total

@@ -1,0 +1,88 @@
+"""Reference models beside ours, in the Benchmarks section of the report and of its card: each model
+that params.yaml's ``evaluate.references`` lists, from the latest succeeded run of its stage
+``reference_<name>`` (:mod:`marin.evaluate.reference_stage`): its licence, the parameters and training
+tokens its card states, its bits per byte on the validation text (its own tokenizer) and its result on
+each harness task our model ran, every number a fact cited from that run's records.
+
+They are not in the card's ``model-index``: the Hub reads every entry there as a result of the model
+the card describes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from marin.report import harness_section
+
+STAGE = "reference_"
+
+
+def facts(f: Any, ledger: Any, root: Path) -> list[dict[str, Any]]:
+    """One entry per listed reference with a succeeded run, in params.yaml's order."""
+    from marin import config
+
+    path = Path(root) / "params.yaml"
+    refs = config.load(path).evaluate.references if path.is_file() else ()
+    out = []
+    for ref in refs:
+        done = [r for r in ledger.index.runs(f"{STAGE}{ref.name}") if r.status == "succeeded"]
+        if done:
+            out.append(_one(f, ledger.runs[done[-1].run_id]))
+    return out
+
+
+def _one(f: Any, log: Any) -> dict[str, Any]:
+    s = log.started
+    name = s.body["params"]["reference"]["name"]
+    row: dict[str, Any] = {"run_id": log.run_id, "name": name,
+                           "license": f.cite(f"{name} licence", log, s, "/body/params/reference/license").id,
+                           "results": {}}
+    for r in log.of_kind("eval"):
+        b = r.body
+        if b["name"] == "card":
+            for k in ("parameters", "training_tokens"):
+                row[k] = f.cite(f"{name} {k} (its card)", log, r, f"/body/values/{k}").id
+        elif b["name"] == "model" and "corpus" not in b:
+            row["bits_per_byte"] = f.cite(f"{name} validation bits per byte", log, r,
+                                          "/body/values/bits_per_byte/value").id
+        elif harness_section.is_harness(b) and "error" not in b["values"]:
+            task = b["name"].removeprefix(harness_section.PREFIX)
+            for m in harness_section.metrics(b["values"]):
+                row["results"][f"{task} {m}"] = {
+                    k: f.cite(f"{name} {task} {m}{' stderr' if k else ''}", log, r, f"/body/values/{m}{k}/value").id
+                    for k in ("", "_stderr") if f"{m}{k}" in b["values"]}
+    return row
+
+
+def lines(v: Any, doc: dict[str, Any]) -> list[str]:
+    """The table (Markdown lines): our model, then each reference, one column per harness result."""
+    refs, hz = doc.get("reference_models") or [], doc.get("harness") or {}
+    if not refs:
+        return []
+    cols = [f"{r['task']} {r['metric']}" for r in hz.get("rows", [])]
+    ours = {f"{r['task']} {r['metric']}": {"": r["value"], "_stderr": r.get("stderr")} for r in hz.get("rows", [])}
+    bpb = next((r["bits_per_byte"] for r in (doc.get("evaluation") or {}).get("rows", [])
+                if r["name"] == "model" and r["corpus"] == "all"), None)
+    out = ["### Reference models on the same requests", "",
+           "Other models on exactly the requests above (the same tasks, items, shots and seeds), each scored by "
+           "lm-evaluation-harness's own `hf` model (transformers on CPU, float32) in a run of its own stage "
+           "(`reference_<name>`, its folder pinned by digest), and its bits per byte on the validation text with its "
+           "own tokenizer. Parameters and training tokens are those its card states.", "",
+           "| model | run | licence | parameters | training tokens | validation bits/byte | "
+           + " | ".join(f"`{c.split()[0]}` {c.split()[1]}" for c in cols) + " |", "|" + "---|" * (6 + len(cols)),
+           _row(v, ["this model", f"`{hz.get('run_id', '')}`", "(above)", v(doc["model"]["n_params"]),
+                    v(doc["training"]["tokens_seen"]), v(bpb) if bpb else "–"], cols, ours)]
+    for ref in refs:
+        out.append(_row(v, [ref["name"], f"`{ref['run_id']}`", v(ref["license"]), v(ref.get("parameters")),
+                            v(ref.get("training_tokens")), v(ref["bits_per_byte"]) if ref.get("bits_per_byte")
+                            else "–"], cols, ref["results"]))
+    return [*out, ""]
+
+
+def _row(v: Any, head: list[str], cols: list[str], results: dict[str, dict[str, str | None]]) -> str:
+    cells = []
+    for c in cols:
+        got = results.get(c) or {}
+        cells.append((v(got[""]) if got.get("") else "–") + (f" ± {v(got['_stderr'])}" if got.get("_stderr") else ""))
+    return "| " + " | ".join([*head, *cells]) + " |"

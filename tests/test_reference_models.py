@@ -1,0 +1,184 @@
+"""Reference models beside ours (issue 39, item 5): a second model this project trains and exports is
+listed in evaluate.references as a Hugging Face folder pinned by digest. Its stage, reference_<name>,
+records lm-eval's own ``hf`` model on exactly the evaluate stage's requests; the values equal
+``lm_eval.simple_evaluate(model="hf", ...)`` run here by hand on the same folder, and its bits per
+byte equal transformers' own loss on the validation text. One changed byte of its weights makes
+``dvc status`` name its stage only, and the report shows it beside our model."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import BIN, Project
+
+pytestmark = pytest.mark.slow
+
+NAME, FOLDER, STAGE = "tiny", "refs/tiny", "reference_tiny"
+TASKS = ("marin_cloze", "marin_cloze_fewshot", "marin_source")
+
+
+def _list(proj: Project, sha256: str) -> None:
+    params = proj.params
+    params["evaluate"]["references"] = [{"name": NAME, "path": FOLDER, "sha256": sha256, "license": "Apache-2.0"}]
+    proj.write_params(params)
+
+
+def _commit(proj: Project, message: str) -> None:
+    proj.git("add", "-A")
+    proj.git("commit", "-qm", message)
+
+
+def _by_hand(proj: Project, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """lm-eval's hf model on the folder, as a user would run it, with evaluate's harness settings."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    hp = proj.params["evaluate"]["harness"]
+    monkeypatch.chdir(proj.root)  # the built-in tasks name their data relative to the project
+    for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.setenv(k, "1")
+    tm = TaskManager(include_path=[str(proj.root / "marin/evaluate/tasks")], include_defaults=False)
+    seed = hp["seed"]
+    return lm_eval.simple_evaluate(
+        model="hf", model_args={"pretrained": str(proj.root / FOLDER), "dtype": "float32"}, device="cpu",
+        batch_size=hp["batch_size"], tasks=list(TASKS), task_manager=tm, limit=hp["limit"],
+        num_fewshot=hp["num_fewshot"], random_seed=seed, numpy_random_seed=seed, fewshot_random_seed=seed,
+        torch_random_seed=None, bootstrap_iters=1000)
+
+
+def _bits_per_byte(proj: Project) -> float:
+    """transformers' own mean cross-entropy (labels=...) over each document's windows of the model's
+    context, after its start token, summed over the validation text, in bits per UTF-8 byte."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(proj.root / FOLDER, torch_dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(proj.root / FOLDER)
+    ctx = model.config.max_position_embeddings
+    start = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+    nats, n_bytes = 0.0, 0
+    for text in pq.read_table(proj.root / "data/curated/validation.parquet", columns=["text"]).column(0).to_pylist():
+        seq = [start, *tok(text, add_special_tokens=False)["input_ids"]]
+        for j in range(0, len(seq) - 1, ctx):
+            window = seq[j:j + ctx + 1]  # ctx inputs, the last one only a label
+            x = torch.tensor([window])
+            with torch.no_grad():  # HF shifts the labels itself: every token of the window but the first is one
+                loss = model(x, labels=x).loss
+            nats += float(loss) * (len(window) - 1)
+        n_bytes += len(text.encode("utf-8"))
+    return nats / math.log(2) / n_bytes
+
+
+def test_a_second_trained_model_is_scored_beside_ours_as_a_reference(trained_project: Project,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    proj = trained_project
+    proj.stage("export")  # models/hf: our tiny model as a Hugging Face folder, the second model here
+    shutil.copytree(proj.root / "models/hf", proj.root / FOLDER)
+    _list(proj, "0" * 64)
+    assert proj.marin("stages", "--write").returncode == 0
+    spec = proj.run("git", "diff", "dvc.yaml").stdout
+    assert f"{STAGE}:" in spec and "pipeline.reference tiny" in spec and f"- {FOLDER}" in spec, spec
+    p = proj.run(str(BIN / "python"), "-m", "pipeline.reference", NAME)
+    [line] = p.stderr.strip().splitlines()  # the placeholder pin: refused in one line that prints the digest
+    found = re.search(rf"{FOLDER} has sha256 ([0-9a-f]{{64}}), params.yaml pins 0{{64}}", line)
+    assert p.returncode != 0 and found, line
+
+    _list(proj, found.group(1))
+    assert proj.marin("stages", "--check").returncode == 0
+    _commit(proj, "a reference model")
+    proj.dvc("commit", "-f", "train", "evaluate")  # their outputs are this project's, made by the stages above
+    proj.dvc("repro", "--single-item", STAGE)
+    _commit(proj, "scored")
+    [run] = proj.runs(STAGE)[-1:]
+    records = {r["body"]["name"]: r["body"] for r in run if r["kind"] == "eval" and "corpus" not in r["body"]}
+    inputs = {r["body"]["name"]: r["body"] for r in run if r["kind"] == "input"}
+    assert inputs["model"]["path"] == FOLDER and inputs["model"]["license"] == "Apache-2.0"
+
+    theirs = _by_hand(proj, monkeypatch)
+    for task in TASKS:
+        mine = records[f"harness:{task}"]["values"]
+        assert mine["samples"] == theirs["n-samples"][task]["effective"] > 0
+        compared = [k for k in theirs["results"][task] if k.endswith(",none")]
+        assert {"acc,none", "acc_stderr,none"} <= set(compared), compared
+        for key in compared:
+            assert math.isclose(mine[key.removesuffix(",none")]["value"], theirs["results"][task][key],
+                                abs_tol=1e-6), (task, key)
+    bpb = records["model"]["values"]["bits_per_byte"]["value"]
+    assert math.isclose(bpb, _bits_per_byte(proj), rel_tol=1e-6), bpb
+    ours = json.loads((proj.root / "metrics/eval.json").read_text())["bits_per_byte"]
+    assert math.isclose(bpb, ours, rel_tol=1e-5), (bpb, ours)  # the same model and text, JAX and torch
+    metrics = json.loads((proj.root / f"metrics/reference/{NAME}.json").read_text())
+    assert metrics["bits_per_byte"] == bpb and metrics["parameters"] == "not stated"
+
+    blob = proj.root / FOLDER / "model.safetensors"  # one byte of its weights
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 1
+    blob.write_bytes(bytes(data))
+    p = proj.run(str(BIN / "python"), "-m", "pipeline.reference", NAME)
+    assert p.returncode != 0 and found.group(1) in p.stderr, p.stderr  # the pin no longer holds
+    _list(proj, re.search(r"has sha256 ([0-9a-f]{64})", p.stderr).group(1))  # re-pinned
+    status = proj.dvc("status", "train", "evaluate", STAGE).stdout
+    named = re.findall(r"^(\S+):$", status, re.M)
+    assert named == [STAGE] and FOLDER in status, status
+    marin = proj.marin("status")
+    stale = [x for x in (marin.stdout + marin.stderr).splitlines() if x.startswith("stale:")]
+    assert [x.split()[1] for x in stale] == [STAGE] and FOLDER in stale[0], stale
+
+    blob.write_bytes(bytes(data[:-1] + bytearray([data[-1] ^ 1])))  # back: the scored bytes
+    _list(proj, found.group(1))
+    proj.marin("keygen", "--if-missing", check=True)
+    proj.marin("report", check=True)
+    report = (proj.root / "reports/marin-tiny/report.md").read_text()
+    built = json.loads((proj.root / "reports/marin-tiny/report.json").read_text())
+    [ref], facts = built["doc"]["reference_models"], built["facts"]
+    for task in TASKS:  # the report's numbers are lm-eval's by hand
+        for key, value in theirs["results"][task].items():
+            if key.endswith(",none") and "_stderr" not in key:
+                cited = facts[ref["results"][f"{task} {key.removesuffix(',none')}"][""]]["value"]
+                assert math.isclose(cited, value, abs_tol=1e-6), (task, key)
+    row = next(x for x in report[report.index("### Reference models"):].splitlines() if x.startswith(f"| {NAME} "))
+    shown = [facts[ref["results"]["marin_cloze acc"][""]], facts[ref["bits_per_byte"]], facts[ref["parameters"]]]
+    assert shown[1]["value"] == bpb and shown[2]["value"] == "not stated"
+    assert all(f"[{x['text']}](#{x['id']})" in row for x in shown), row
+    assert proj.marin("report", "verify", "reports/marin-tiny").returncode == 0
+
+
+def test_a_reference_is_a_stage_of_its_own_and_evaluate_no_longer_tracks_the_list(tmp_path) -> None:
+    import yaml
+
+    from marin import stages
+    from tests.conftest import REPO
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    assert "references" not in params["evaluate"]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert stages.declared(tmp_path) == stages.STAGES  # the default pipeline is the declared one
+    params["evaluate"]["references"] = [{"name": "pythia-160m", "path": "refs/pythia-160m", "sha256": "a" * 64,
+                                         "license": "Apache-2.0"}]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    got = {s.name: s for s in stages.declared(tmp_path)}
+    ref = got["reference_pythia-160m"]
+    assert ref.cmd == "python -m pipeline.reference pythia-160m" and "refs/pythia-160m" in ref.deps
+    assert stages.entry_module(ref.name) == "pipeline.reference"
+    for name in ("evaluate", "export"):
+        assert "evaluate" not in got[name].params and "evaluate.harness" in got[name].params
+        assert not any("references" in p for p in got[name].params)
+
+
+def test_the_card_states_parameters_and_tokens_or_not(tmp_path) -> None:
+    from marin.evaluate.reference_stage import NOT_STATED, card_facts
+
+    (tmp_path / "README.md").write_text("---\nlicense: apache-2.0\nparameters: 162322944\n"
+                                        "training_tokens: 300000000000\n---\n# a model\n")
+    assert card_facts(tmp_path) == {"parameters": 162322944, "training_tokens": 300000000000}
+    (tmp_path / "README.md").write_text("# no metadata\n")
+    (tmp_path / "config.json").write_text(json.dumps({"num_parameters": 1000, "model_type": "llama"}))
+    assert card_facts(tmp_path) == {"parameters": 1000, "training_tokens": NOT_STATED}
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert card_facts(tmp_path) == {"parameters": NOT_STATED, "training_tokens": NOT_STATED}
