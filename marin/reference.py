@@ -79,7 +79,7 @@ def check(root: Path, say: Any = print) -> int:
     diffs = compare(pub, measured(root))
     checked = len(pub["models"]) + len(pub["metrics"])
     if not diffs:
-        say(f"reference: the {checked} published values hold (models {', '.join(pub['models'])}, "
+        say(f"reference: the {checked} published values hold ({', '.join(pub['models'])} and "
             f"{len(pub['metrics'])} metrics of {METRICS}); published from {pub['measured_on']}")
         return 0
     for what, want, got in diffs:

@@ -297,21 +297,13 @@ def trained_project(tmp_path: Path, _trained_project: Project) -> Project:
     return copy_project(_trained_project, tmp_path / "proj")
 
 
-SHORT_TRAINING = {"steps": 80, "batch_size": 16, "warmup_steps": 8, "checkpoint_every": 40, "log_every": 10}
-SHORT_SFT = {"steps": 40, "batch_size": 16, "warmup_steps": 4, "checkpoint_every": 20, "log_every": 10}
-
-
 def shipped_repro(dest: Path) -> None:
-    """The shipped pipeline on the built-in corpus, as the README runs it (a signing key made first),
-    with training shortened for CI (the full default run is measured by hand; see the README).
-    Its first ``dvc repro``'s stdout is kept beside it, in ``repro.stdout``."""
+    """The shipped pipeline on the built-in corpus exactly as the README runs it (a signing key made
+    first, then ``dvc repro`` of the shipped params.yaml), so that its outputs can be compared with the
+    published digests (tests/test_reference.py). Its first ``dvc repro``'s stdout is kept beside it,
+    in ``repro.stdout``."""
     proj = new_project(dest / "proj")
     proj.env["MARIN_MLFLOW"] = "on"  # each stage mirrors itself into the embedded store
-    params = proj.params
-    params["train"].update(SHORT_TRAINING)
-    params["sft"].update(SHORT_SFT)
-    params["instructions"]["heldout_max"] = 32
-    proj.write_params(params)
     proj.marin("keygen", "--if-missing", check=True)  # the report stage signs with it (README command)
     (dest / "repro.stdout").write_text(proj.dvc("repro").stdout)
 

@@ -41,8 +41,8 @@ def test_default_pipeline_runs_and_ledger_checks(repro) -> None:
     for stage in ("fetch", "curate", "tokenize", "train", "instructions", "sft", "evaluate", "evaluate_instruct",
                   "export_instruct", "report"):
         assert f"Running stage '{stage}'" in first
-    # the built-in corpus's held-out instructions after the short fine-tune (measured 0.0 and 0.0625 of 32; the shipped
-    # params give 0.0 and 0.21 of 200: docs/performance.md): the base model never answers exactly, the instruct one does
+    # the built-in corpus's held-out instructions (the shipped params give 0.0 and 0.21 of 200: docs/performance.md):
+    # the base model never answers exactly, the instruct one does
     scores = json.loads((proj.root / "metrics/instruct_eval.json").read_text())
     assert scores["base"]["exact_match"] == 0.0 and scores["instruct"]["exact_match"] >= 0.05, scores
     check = proj.marin("ledger", "check")
