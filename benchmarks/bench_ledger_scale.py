@@ -171,13 +171,14 @@ def at_size(base: Path, work: Path, n: int, mlflow_max: int) -> dict[str, tuple]
 def mark_mirrored(proj: Path, uri: str) -> None:
     """Record in the index that every run is mirrored at ``uri`` (MLflow holds none of them: the
     per-stage sync's ledger side is measured at this size, its MLflow side up to --mlflow-max)."""
+    from marin.ledger import mirror
     from marin.ledger.index import Index
 
     idx = Index.open(proj)
     try:
-        for rid in idx.unsynced(uri):
+        for rid in mirror.unsynced(idx, uri):
             row = idx.run(rid)
-            idx.mark_synced(uri, rid, row.last_seq, row.last_digest)
+            mirror.mark_synced(idx, uri, rid, row.last_seq, row.last_digest)
     finally:
         idx.close()
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from marin import hashing
 from marin.errors import MarinError
 from marin.ledger.bodies import PublicationBody
-from marin.ledger.index import Index, hash_cache, with_index
+from marin.ledger.hash_cache import hash_cache
+from marin.ledger.index import Index, with_index
 from marin.ledger.query import Ledger
 from marin.ledger.run import Plan, Run
 from marin.ledger.store import RunLog

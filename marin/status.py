@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from marin import config, dvcfiles, hashing, stages
-from marin.ledger.index import Index, hash_cache
+from marin.ledger.hash_cache import hash_cache
+from marin.ledger.index import Index
 from marin.ledger.store import read_started
 
 SHOWN = 3  # changed files named per stage in the one-line summary

@@ -153,6 +153,7 @@ OUTSIDE = {  # each command that needs a project, with arguments it would otherw
     ("status",): (), ("mlflow", "sync"): (), ("lineage",): ("models/final",), ("diff",): ("a", "b"),
     ("verify",): ("train-x",), ("report",): (), ("report", "verify"): ("reports/x",), ("keygen",): (),
     ("stages",): (), ("params", "check"): (), ("pin",): ("corpus",), ("publish",): (), ("sweep",): (),
+    ("reference", "check"): (), ("reference", "write"): ("--why", "x"),
 }
 
 

@@ -15,8 +15,8 @@ from typing import Any
 from marin import dvcfiles, fsutil, hashing, schemas
 from marin.errors import IntegrityError, LedgerError, SchemaError
 from marin.ledger import clock, head, listing, merkle
+from marin.ledger.hash_cache import hash_cache
 from marin.ledger.head import Head
-from marin.ledger.index import hash_cache
 from marin.ledger.records import AFTER_FINISH, Record, content_digest
 from marin.ledger.store import RunLog, odd_files, open_run, read_run, run_files, run_lines
 from marin.paths import ledger_dir

@@ -75,7 +75,7 @@ def index_path(root: Path) -> Path:
     return Path(root) / ".marin" / "index" / "ledger.sqlite"
 
 
-def _stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
+def stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
@@ -123,7 +123,7 @@ class Index:
         on_disk = self._scan(run_ids)
         if not any(self._changes(on_disk, run_ids)):
             return 0  # nothing to write: no lock taken
-        with self._write():  # one writer at a time; what it reads is current
+        with self.writing():  # one writer at a time; what it reads is current
             gone, changed = self._changes(on_disk, run_ids)
             for run_id in gone:
                 self._forget(run_id)
@@ -135,11 +135,11 @@ class Index:
         known = {r[0]: tuple(r[1:]) for r in self.db.execute("SELECT run_id, size, mtime_ns, ctime_ns, ino FROM files")}
         scope = known if run_ids is None else [k for k in run_ids if k in known]
         gone = [k for k in scope if k not in on_disk]
-        changed = [k for k, st in on_disk.items() if known.get(k) != _stat_key(st)]
+        changed = [k for k, st in on_disk.items() if known.get(k) != stat_key(st)]
         return gone, changed
 
     @contextmanager
-    def _write(self) -> Iterator[None]:
+    def writing(self) -> Iterator[None]:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield
@@ -187,7 +187,7 @@ class Index:
                     break  # a torn or unparsable line: `ledger check` names it; index what came before
         self.db.execute(
             "INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (run_id, *_stat_key(st), state.indexed, state.last_start, state.records, state.last_seq,
+            (run_id, *stat_key(st), state.indexed, state.last_start, state.records, state.last_seq,
              state.last_digest, json.dumps(state.merkle.state()), state.stage, state.recipe, state.started,
              state.status, state.finished, state.problem))
 
@@ -259,42 +259,6 @@ class Index:
             return None
         b = merkle.Builder.from_state(json.loads(r[1]))
         return (r[0], b) if b.size == r[2] else None
-
-    # -- file hashes, cached by (device, inode, size, mtime, ctime) ----------------------------
-
-    def file_hashes(self, path: Path, rehash: bool = False) -> tuple[str, str, int]:
-        """(sha256, md5, size) of a file, read once for both; reused while its inode is unchanged,
-        so a file hashed in a stage's temporary directory is not read again once renamed into place."""
-        st = os.stat(path)
-        key = f"{st.st_dev}:{st.st_ino}"
-        if not rehash:
-            r = self.db.execute("SELECT size, mtime_ns, ctime_ns, ino, sha256, md5 FROM hashes WHERE path=?",
-                                (key,)).fetchone()
-            if r is not None and tuple(r[:4]) == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
-                return r[4], r[5], st.st_size
-        sha, md5, size = hashing.file_digests(path)
-        if os.stat(path).st_mtime_ns == st.st_mtime_ns:  # not being written while we read it
-            with self._write():
-                self.db.execute("INSERT OR REPLACE INTO hashes VALUES (?,?,?,?,?,?,?)", (key, *_stat_key(st), sha, md5))
-        return sha, md5, size
-
-    # -- the MLflow mirror -------------------------------------------------------------------
-
-    def synced(self, uri: str) -> dict[str, tuple[int, str]]:
-        return {r[0]: (r[1], r[2]) for r in self.db.execute(
-            "SELECT run_id, seq, digest FROM synced WHERE uri=?", (uri,))}
-
-    def mark_synced(self, uri: str, run_id: str, seq: int, digest: str) -> None:
-        with self._write():
-            self.db.execute("INSERT OR REPLACE INTO synced VALUES (?,?,?,?)", (uri, run_id, seq, digest))
-
-    def unsynced(self, uri: str) -> list[str]:
-        """Run ids whose last record the mirror at ``uri`` has not seen, oldest first."""
-        return [r[0] for r in self.db.execute(
-            "SELECT f.run_id FROM files f LEFT JOIN synced s ON s.uri=? AND s.run_id=f.run_id "
-            "WHERE f.stage IS NOT NULL AND (s.digest IS NULL OR s.digest != f.last_digest) "
-            "ORDER BY f.started, f.run_id", (uri,))]
-
 
 class _FileState:
     """What indexing one run file has learned so far; resumable from its ``files`` row."""
@@ -388,22 +352,6 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 def _db_files(path: Path) -> Iterator[Path]:
     yield from (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"))
-
-
-def hash_cache(root: Path, rehash: bool = False, index: Index | None = None) -> hashing.FileHashes:
-    """``file_hashes`` of the project's index (``index``, the command's, else opened here), or plain
-    hashing where no index can be kept."""
-    try:
-        idx = index or Index.open(root, refresh=False)
-    except (OSError, sqlite3.Error):
-        return hashing.file_digests
-
-    def cached(path: Path) -> tuple[str, str, int]:
-        try:
-            return idx.file_hashes(path, rehash)
-        except sqlite3.Error:  # a locked or failing index never fails a command: hash directly
-            return hashing.file_digests(path)
-    return cached
 
 
 def seed(path: Path, run_id: str, index: Index | None = None) -> tuple[int, merkle.Builder]:

@@ -21,6 +21,7 @@ from marin import hashing
 from marin.errors import MarinError
 from marin.fsutil import not_regular
 from marin.ledger import listing
+from marin.ledger.hash_cache import hash_cache
 from marin.ledger.index import Index, RunRow
 from marin.ledger.store import RunLog, load_run
 from marin.paths import relpath
@@ -147,7 +148,7 @@ class Ledger:
         rel = relpath(self.root, path)
         _refuse_special(path, target)
         if path.exists():
-            digest = hashing.digest_path(path, self.index.file_hashes).digest
+            digest = hashing.digest_path(path, hash_cache(self.root, index=self.index)).digest
             if self.producers_of(digest):
                 return Target("digest", digest)
         recorded = [(self.runs[r], b) for r, _, role, b in self.index.entities(path=rel) if role in PRODUCED]
@@ -172,7 +173,8 @@ class Ledger:
             if not rows:
                 continue
             name = Path(rel).relative_to(folder).as_posix()
-            digest = hashing.digest_path(path, self.index.file_hashes).digest if path.is_file() else None
+            hashes = hash_cache(self.root, index=self.index)
+            digest = hashing.digest_path(path, hashes).digest if path.is_file() else None
             listed = [(log, b, e["digest"]) for log, b in rows for e in listing.entries(self.root, b)
                       if e["path"] == name]
             if not listed:

@@ -27,7 +27,8 @@ from marin import env, hashing, stages
 from marin.errors import LedgerError
 from marin.ledger import listing
 from marin.ledger.bodies import InputBody, OutputBody, RunFinished, RunStarted
-from marin.ledger.index import Index, hash_cache, seed
+from marin.ledger.hash_cache import hash_cache
+from marin.ledger.index import Index, seed
 from marin.ledger.records import Record, new_run_id
 from marin.ledger.store import RunFile, read_run
 from marin.paths import ledger_dir, relpath

