@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TypeAlias
 
 from marin import cli_commands as cmd
+from marin import stages
 from marin.errors import NotAProjectError
 from marin.paths import NOT_A_PROJECT, is_project, project_root
 from marin.stage import STAGES, guarded
@@ -169,7 +170,7 @@ def _report(sub: Sub) -> None:
               "[--release] [--trust FILE]",
         description="Without a subcommand: build reports/<report.model_name>/ from the ledger, as a ledger run "
                     "(the same as the report stage of `dvc repro`). With `verify`: check a report that was built.")
-    rep.add_argument("--model", default="models/final",
+    rep.add_argument("--model", default=stages.MODEL,
                      help="the model to report on: a path, a digest or a train run id (default: models/final)")
     rep.set_defaults(fn=cmd.report)
     rsub = rep.add_subparsers(dest="report_command", title="optional subcommand", metavar="verify")

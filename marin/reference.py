@@ -17,12 +17,12 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from marin import config, hashing, readers
+from marin import config, hashing, readers, stages
 from marin.errors import IntegrityError, MarinError
 from marin.fsutil import shown
 
 FILE = "published-digests.json"
-MODELS = ("models/final", "models/instruct")
+MODELS = (stages.MODEL, stages.INSTRUCT)
 METRICS = "metrics/eval.json"
 
 

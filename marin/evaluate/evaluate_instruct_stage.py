@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from marin import fsutil, readers
+from marin import fsutil, readers, stages
 from marin.config import Params, RuntimeParams
 from marin.errors import StageError
 from marin.train import runtime
 
-MODELS = {"base": Path("models/final"), "instruct": Path("models/instruct")}
+MODELS = {"base": Path(stages.MODEL), "instruct": Path(stages.INSTRUCT)}
 TOKENIZER, TEMPLATE = Path("data/tokens/tokenizer.json"), Path("data/tokens/chat_template.jinja")
 HELDOUT, METRICS = Path("data/instructions/heldout.jsonl"), Path("metrics/instruct_eval.json")
 BATCH = 32  # prompts answered at a time: (BATCH, seq_len, vocab) logits per step

@@ -12,12 +12,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from marin import fsutil
+from marin import fsutil, stages
 from marin.config import HarnessParams, Params, RuntimeParams
 from marin.evaluate import decontam
 from marin.train import runtime
 
-MODEL, TOKENS, METRICS = Path("models/final"), Path("data/tokens"), Path("metrics/eval.json")
+MODEL, TOKENS, METRICS = Path(stages.MODEL), Path("data/tokens"), Path("metrics/eval.json")
 EVALSETS = Path("data/evalsets")  # the built-in harness tasks' data (stage evalsets)
 
 

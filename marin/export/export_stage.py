@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marin import fsutil, hashing, model_folder, readers
+from marin import fsutil, hashing, model_folder, readers, stages
 from marin.config import Params
 from marin.data import chat
 from marin.data.tokenize import EOS
@@ -22,7 +22,7 @@ from marin.errors import IntegrityError, StageError
 from marin.export import card, hf
 from marin.ledger import Input, Run
 
-MODEL, TOKENIZER, OUT = Path("models/final"), Path("data/tokens/tokenizer.json"), Path("models/hf")
+MODEL, TOKENIZER, OUT = Path(stages.MODEL), Path("data/tokens/tokenizer.json"), Path("models/hf")
 TEMPLATE = Path("data/tokens") / chat.TEMPLATE_FILE
 EVAL = Path("metrics/eval.json")
 CARD_PARAMS = ("report", "fetch", "evaluate")  # what the base card states: recorded as the run's params

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marin import hashing, model_folder, readers
+from marin import hashing, model_folder, readers, stages
 from marin.config import Params, TrainParams
 from marin.data import chat
 from marin.data import tokenize as tk
@@ -35,7 +35,7 @@ from marin.train import distributed, loop, runtime, seeds, step, weights
 from marin.train.loader import sample_windows
 
 TOKENS, INSTRUCTIONS = Path("data/tokens"), Path("data/instructions")
-BASE, MODEL, CURVE = Path("models/final"), Path("models/instruct"), Path("metrics/sft_curve.csv")
+BASE, MODEL, CURVE = Path(stages.MODEL), Path(stages.INSTRUCT), Path("metrics/sft_curve.csv")
 TOKENIZER, TEMPLATE = TOKENS / "tokenizer.json", TOKENS / chat.TEMPLATE_FILE
 STREAMS = ("sft_data_order", "sft_step")
 PACKING = ("one conversation per row, cut to seq_len + 1 tokens and padded with EOS; the loss is the mean over "

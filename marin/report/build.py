@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from marin import fsutil, hashing
+from marin import fsutil, hashing, stages
 from marin.attest import dsse, keyring
 from marin.config import Params, ReportParams
 from marin.errors import ParamsError
@@ -175,7 +175,7 @@ def _configured(root: Path, p: ReportParams) -> str:
 
 
 def write(ledger: Ledger, p: ReportParams, refs: References, snapshot: Head, key: Path | None,
-          model: str = "models/final", record: Callable[[Path], object] | None = None,
+          model: str = stages.MODEL, record: Callable[[Path], object] | None = None,
           vsas: verifications.Files | None = None, as_of: str | None = None) -> Path:
     """Build reports/<model_name>/ (replaced whole, only once everything is ready), signed when ``key``;
     ``record(tmp)`` runs on the finished directory before it replaces the old one."""
@@ -215,7 +215,7 @@ class Published:
 
 
 @with_index
-def publish(root: Path, params: Params, model: str = "models/final", *, index: Index) -> Published:
+def publish(root: Path, params: Params, model: str = stages.MODEL, *, index: Index) -> Published:
     """The report stage: one ledger run ``report`` whose inputs are the ledger snapshot (its head
     before this run), the reference files and the signing key's fingerprint, and whose outputs are
     the report directory and its envelope, snapshot and report.json. ``index``: the command's

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marin import hashing, readers
+from marin import hashing, readers, stages
 from marin.errors import MarinError
 from marin.evaluate import baselines
 from marin.ledger.query import Ledger, Step, upstream
@@ -171,7 +171,7 @@ def latest_reader(ledger: Ledger, digests: set[str], name: str, stage: str) -> R
     return found[-1] if found else None
 
 
-def gather(root: Path, model: str = "models/final", ledger: Ledger | None = None) -> tuple[Facts, dict[str, Any]]:
+def gather(root: Path, model: str = stages.MODEL, ledger: Ledger | None = None) -> tuple[Facts, dict[str, Any]]:
     """Facts about the model at ``model`` (a path, digest or train run id) and the report's structure."""
     root = Path(root)
     ledger = ledger or Ledger(root)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from marin import stages
 from marin.config import Params
 
-MODEL = "models/final"
+MODEL = stages.MODEL
 
 
 def run_stage(root: Path, params: Params, model: str = MODEL) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 
 import jax
 
-from marin import env, fsutil, hashing, progress
+from marin import env, fsutil, hashing, progress, stages
 from marin.config import Params, TrainParams
 from marin.data import manifest
 from marin.errors import StageError
@@ -37,7 +37,7 @@ from marin.train.budget import Budget
 from marin.train.loader import CACHE, Loader, open_stream
 
 TOKENS, CKPT = Path("data/tokens"), Path("checkpoints")
-MODEL, CURVE = Path("models/final"), Path("metrics/train_curve.csv")
+MODEL, CURVE = Path(stages.MODEL), Path("metrics/train_curve.csv")
 EXACT_METRICS = ("loss", "lr", "grad_norm", "accuracy")
 
 
