@@ -121,7 +121,7 @@ def test_copied_task_is_contaminated_a_clean_one_is_not_and_exclude_scores_the_c
     assert (tasks["lab_copied"]["fraction"], tasks["lab_copied"]["ids"]) == (1.0, [0, 1, 2, 3]), p.stdout
     assert (tasks["lab_clean"]["fraction"], tasks["lab_clean"]["ids"]) == (0.0, [])
     assert tasks["lab_mixed"]["ids"] == [i for i, x in enumerate(mixed) if x in copied] == [0, 2, 5]
-    [run] = proj.runs("decontaminate")
+    run = proj.runs("decontaminate")[-1]  # the session's project ran it once already
     rec = {x["body"]["name"]: x["body"]["values"] for x in run if x["kind"] == "eval"}
     assert rec["decontamination:lab_copied"]["contaminated"] == 4 and rec["decontamination:lab_clean"][
         "contaminated"] == 0

@@ -240,7 +240,7 @@ def test_results_are_shown_in_the_report_the_card_and_mlflow(trained_project: Pr
     report = (proj.root / "reports/marin-tiny/report.md").read_text()
     table = report[report.index("### Benchmarks (lm-evaluation-harness)"):].split("\n\n")[2].splitlines()
     assert table[0] == ("| task | metric | chance | unigram baseline | constant answer | model | ± stderr | "
-                        "against baseline | samples | shots |")
+                        "against baseline | clean items | samples | shots |")  # the session's project decontaminated
     rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in table[2:]}
     [run] = proj.runs("evaluate")[-1:]
     unigram = {r["body"]["name"].removeprefix("unigram:"): r["body"]["values"] for r in run
@@ -255,9 +255,14 @@ def test_results_are_shown_in_the_report_the_card_and_mlflow(trained_project: Pr
             if task == "marin_source":
                 assert "[0.25" in cells[2]  # the task's stated chance level
             assert cells[3].strip().startswith("[")  # the unigram baseline, cited
-            assert cells[8].strip().startswith(f"[{v['samples']}")
-            assert ("limit [" in cells[8]) == ("limit" in v)  # stated where one is set
-            assert "limit" not in v or f"limit [{v['limit']}]" in cells[8]
+            if f"clean/{metric}" in v:  # the score on the items no training text shares a 13-gram with
+                clean = float(cells[8].strip()[1:].split("]")[0].replace(",", ""))
+                assert clean == pytest.approx(v[f"clean/{metric}"]["value"], abs=1e-4, rel=1e-6)
+                n = v["contaminated"]["value"] if isinstance(v["contaminated"], dict) else v["contaminated"]
+                assert f"[{n}](#" in cells[8] and "contaminated)" in cells[8], cells[8]
+            assert cells[9].strip().startswith(f"[{v['samples']}")
+            assert ("limit [" in cells[9]) == ("limit" in v)  # stated where one is set
+            assert "limit" not in v or f"limit [{v['limit']}]" in cells[9]
             marks[(task, metric)] = expected_mark(v, unigram[task], metric)
             assert f"[{marks[(task, metric)]}]" in cells[7]
             assert cells[7].strip().startswith("**") == (marks[(task, metric)] != "better than baseline")
