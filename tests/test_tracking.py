@@ -168,6 +168,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# MLflow 3's job runner (GenAI scorers, trace archival) is 7 more processes, ~16 CPU s each time a
+# server starts, beside the stage under test on 2 cores; marin uses none of it.
+NO_JOBS = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
 class Server:
     """A real `mlflow server` on 127.0.0.1 with a SQLite backend (or ``backend``: a team's PostgreSQL,
     with ``artifacts`` on S3 and ``env`` saying where the S3 server is: tests/test_team.py)."""
@@ -184,7 +189,7 @@ class Server:
         self.proc = subprocess.Popen(
             [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
              "--backend-store-uri", self.backend, "--artifacts-destination", self.artifacts],
-            cwd=self.workdir, env={**env_for_subprocess(), **self.extra_env}, stdout=subprocess.DEVNULL,
+            cwd=self.workdir, env={**env_for_subprocess(), **NO_JOBS, **self.extra_env}, stdout=subprocess.DEVNULL,
             stderr=open(self.workdir / "server.log", "ab"))  # noqa: SIM115 (the server's, for as long as it runs)
         deadline = time.time() + 120
         while time.time() < deadline:
