@@ -106,8 +106,7 @@ def _put(remote: Remote, digest: str, local: Path | None = None, data: bytes | N
 
 def _publish_checkpoints(root: Path, remote: Remote, log: RunLog, say: Callable[[str], None]) -> list[PublicationBody]:
     out: list[PublicationBody] = []
-    for rec in log.of_kind("checkpoint"):
-        b = rec.body
+    for b in log.bodies("checkpoint"):
         where = root / b["path"]
         if not where.is_dir():
             raise PublishError(f"{b['path']}: checkpoint {b['step']} of run {log.run_id} is not on this machine, "

@@ -16,9 +16,9 @@ from typing import Any
 
 from marin import hashing, schemas
 from marin.errors import SchemaError
+from marin.ledger.bodies import BODIES, Exact, Kind
 
-KINDS = ("run.started", "run.resumed", "input", "output", "checkpoint", "metric", "eval", "run.finished",
-         "verification", "publication", "trial", "selection")
+KINDS: tuple[Kind, ...] = tuple(BODIES)  # every record kind, each with its body's TypedDict
 # Kinds that may follow run.finished: claims about the finished run, outside its Merkle root.
 AFTER_FINISH = ("verification",)
 SCHEMA_VERSION = 1
@@ -37,7 +37,7 @@ def new_run_id(stage: str) -> str:
     return f"{stage.replace('_', '-')}-{stamp}-{secrets.token_hex(4)}"
 
 
-def exact(x: float) -> dict[str, Any]:
+def exact(x: float) -> Exact:
     """A float stored twice: a decimal for people and ``float.hex()`` for machines."""
     x = float(x)
     return {"value": x, "hex": x.hex()}

@@ -129,8 +129,8 @@ def statement(ledger: Ledger, files: dict[str, bytes], doc: dict[str, Any], fact
     subjects += [(name, hashing.bytes_digest(data)) for name, data in sorted(files.items())]
     train = next(log for log in runs if log.start.body["stage"] == "train")
     code = train.start.body["code"]
-    deps = [dsse.resource(name=f"source:{r.body['name']}", uri=r.body.get("locator"), digest=r.body["digest"])
-            for log in runs if log.start.body["stage"] == "fetch" for r in log.of_kind("input")]
+    deps = [dsse.resource(name=f"source:{i['name']}", uri=i.get("locator"), digest=i["digest"])
+            for log in runs if log.start.body["stage"] == "fetch" for i in log.bodies("input")]
     deps.append(dsse.resource(name="code", uri="git+file:.", git_commit=code["git_commit"],
                                 annotations={"code_digest": code["code_digest"]}))
     if code.get("lock_digest"):

@@ -308,7 +308,7 @@ def _training(f: Facts, log: RunLog, model: dict[str, Any]) -> dict[str, Any]:
     last = metrics[-1] if metrics else None
     out = {"hyperparameters": hp, "seeds": seeds, "tokens_seen": tokens.id, "flops": flops.id, "curve": curve,
            "wall_s": f.cite("train wall time (s)", log, fin, "/body/wall_s").id,
-           "checkpoints": len(log.of_kind("checkpoint"))}
+           "checkpoints": len(log.bodies("checkpoint"))}
     if last is not None:
         out["final_loss"] = f.cite("final training loss", log, last, "/body/values/loss/value").id
         out["final_step"] = f.cite("final logged step", log, last, "/body/step").id

@@ -293,7 +293,7 @@ class _Syncer:
             return out
         if r.kind != "eval" or log is None:
             return []
-        inputs = {i.body["name"]: i.body["digest"] for i in log.of_kind("input")}
+        inputs = {i["name"]: i["digest"] for i in log.bodies("input")}
         model_id = self.models.id(inputs["model"]) if "model" in inputs else None
         tokens = inputs.get("tokens")
         link = {"model_id": model_id} if model_id else {}
