@@ -123,7 +123,7 @@ class Plan:
         code = env.code_state(root, [*(i.path for i in inputs), *tracked], closure=stages.code_files(root, stage))
         command = command or [relpath(root, sys.argv[0]), *sys.argv[1:]]
         hashes = hash_cache(root, index=index)  # each input read once for sha256 and md5, not again while unchanged
-        digested = []
+        digested: list[tuple[Input, str, int, str]] = []
         for i in inputs:
             p = root / i.path
             if not p.exists():
@@ -140,7 +140,7 @@ class Plan:
         execution = {**(execution or {}), **sweep_tag()}
         if execution:
             body["execution"] = execution
-        records = []
+        records: list[InputBody] = []
         for i, d, size, md5 in digested:
             rec: InputBody = {"name": i.name, "path": i.path, "digest": d, "size": size, "dvc_md5": md5}
             if i.license:

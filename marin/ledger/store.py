@@ -12,7 +12,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,7 +241,7 @@ class RunFile:
         self._range: tuple[int, merkle.Builder] | None = None  # (bytes covered, range over their records)
 
     @contextmanager
-    def _locked(self) -> Iterator[int]:
+    def _locked(self) -> Generator[int, None, None]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
