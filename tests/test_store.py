@@ -92,6 +92,7 @@ def test_bodies_are_the_bodies_of_one_kind_in_file_order(tmp_path: Path) -> None
     assert log.bodies("metric") == [{"step": 3, "values": {"loss": {"value": 0.5, "hex": "0x1.0000000000000p-1"}}}]
     assert log.bodies("checkpoint") == []
     assert [len(log.bodies("run.started")), len(log.bodies("run.finished"))] == [1, 1]
+    assert log.start_body is log.bodies("run.started")[0] and log.start_body["stage"] == "typed"
 
 
 def test_failed_stage_records_failure(tmp_path: Path) -> None:

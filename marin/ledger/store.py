@@ -16,7 +16,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Literal, overload
+from typing import Any, BinaryIO, Literal, cast, overload
 
 from marin import hashing, readers
 from marin.errors import LedgerError, SchemaError
@@ -70,6 +70,11 @@ class RunLog:
         if (rec := self.started) is None:
             raise LedgerError(f"{self.path}: no run.started record; see `marin ledger check`")
         return rec
+
+    @property
+    def start_body(self) -> RunStarted:
+        """The body of :attr:`start`, typed (a LedgerError naming the file when the run has none)."""
+        return cast(RunStarted, self.start.body)
 
     @property
     def end(self) -> Record:

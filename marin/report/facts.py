@@ -166,7 +166,7 @@ def latest_reader(ledger: Ledger, digests: set[str], name: str, stage: str) -> R
     index, not by a scan of the ledger."""
     runs = {r for d in digests for r, _, _, b in ledger.index.entities(digest=d, role="input") if b.get("name") == name}
     found = sorted((log for log in map(ledger.runs.__getitem__, runs)
-                    if log.start.body["stage"] == stage and log.status == "succeeded"),
+                    if log.start_body["stage"] == stage and log.status == "succeeded"),
                    key=lambda log: (log.records[0].time, log.run_id))
     return found[-1] if found else None
 
@@ -277,13 +277,13 @@ def _data(f: Facts, root: Path, logs: dict[str, RunLog]) -> dict[str, Any]:
            "type": f.cite_file("tokenizer type", tokenize, tm_rec, tm, "/tokenizer/type").id,
            "digest": f.cite_file("tokenizer digest", tokenize, tm_rec, tm, "/tokenizer/digest").id}
     return {"sources": sources, "funnel": funnel, "splits": splits, "tokenizer": tok,
-            "curate_params": curate.start.body["params"].get("curate", {}),
+            "curate_params": curate.start_body["params"].get("curate", {}),
             "license_notes": {src["name"]: src["license_note"]
-                              for src in curate.start.body["params"].get("fetch", {}).get("sources", [])
+                              for src in curate.start_body["params"].get("fetch", {}).get("sources", [])
                               if src.get("license_note")},
             "extract": {src["name"]: [{k: e.get(k, []) for k in ("corpus", "include", "exclude")}
                                       for e in src.get("extract", [])]
-                        for src in curate.start.body["params"].get("fetch", {}).get("sources", [])},
+                        for src in curate.start_body["params"].get("fetch", {}).get("sources", [])},
             "filters_source": {"run_id": curate.run_id, "seq": 0, "record": curate.start.digest}}
 
 
@@ -331,7 +331,7 @@ def _compute(f: Facts, logs: list[RunLog]) -> dict[str, Any]:
         wall = f.cite(f"{log.start.body['stage']} wall time (s)", log, log.end, "/body/wall_s")
         cpu += [wall, f.cite(f"{log.start.body['stage']} usable cores", log, log.start,
                              "/body/env/usable_cores")]
-        if log.start.body["determinism_class"].get("backend") in ("gpu", "cuda", "rocm"):
+        if log.start_body["determinism_class"].get("backend") in ("gpu", "cuda", "rocm"):
             gpu += [wall, f.cite(f"{log.start.body['stage']} devices", log, log.start,
                                  "/body/determinism_class/device_count")]
     return {"runs": len(logs),
@@ -381,11 +381,11 @@ def _verification(f: Facts, ledger: Ledger, run_ids: list[str]) -> list[dict[str
         log = ledger.runs[run_id]
         vs = log.of_kind("verification")
         if not vs:
-            out.append({"run_id": run_id, "stage": log.start.body["stage"], "result": None})
+            out.append({"run_id": run_id, "stage": log.start_body["stage"], "result": None})
             continue
         full = [v for v in vs if v.body["mode"] == "full"]
         v = (full or vs)[-1]  # a full replay says more than segments; the latest of the strongest kind
-        row = {"run_id": run_id, "stage": log.start.body["stage"], "verifications": len(vs)}
+        row = {"run_id": run_id, "stage": log.start_body["stage"], "verifications": len(vs)}
         if v.body["mode"] == "segments":
             row["segments"] = {k: f.cite(f"segments {k}", log, v, f"/body/segments/{k}").id
                                for k in ("k", "n", "seed_source") if k in v.body["segments"]}
