@@ -300,12 +300,14 @@ def trained_project(tmp_path: Path, _trained_project: Project) -> Project:
 def shipped_repro(dest: Path) -> None:
     """The shipped pipeline on the built-in corpus exactly as the README runs it (a signing key made
     first, then ``dvc repro`` of the shipped params.yaml), so that its outputs can be compared with the
-    published digests (tests/test_reference.py). Its first ``dvc repro``'s stdout is kept beside it,
-    in ``repro.stdout``."""
+    published digests (tests/test_reference.py). Its first ``dvc repro``'s stdout and stderr are kept
+    beside it, in ``repro.stdout`` and ``repro.stderr``."""
     proj = new_project(dest / "proj")
     proj.env["MARIN_MLFLOW"] = "on"  # each stage mirrors itself into the embedded store
     proj.marin("keygen", "--if-missing", check=True)  # the report stage signs with it (README command)
-    (dest / "repro.stdout").write_text(proj.dvc("repro").stdout)
+    p = proj.dvc("repro")
+    (dest / "repro.stdout").write_text(p.stdout)
+    (dest / "repro.stderr").write_text(p.stderr)
 
 
 @pytest.fixture(scope="session")

@@ -98,6 +98,24 @@ def test_exp_show_holds_each_experiment_and_the_baseline_with_numbers(experiment
     assert len({r["bpb"] for r in rows.values()}) == 3  # three trainings, three results
 
 
+def test_each_experiment_s_runs_record_its_name_and_baseline(experiments) -> None:
+    """`dvc exp show`'s row leads to the ledger: every run `dvc exp run -n NAME` made records NAME and the
+    baseline commit (DVC_EXP_NAME, DVC_EXP_BASELINE_REV); the baseline's own runs record none."""
+    proj, names, _ = experiments
+    base = exp_rows(proj)["baseline"]["rev"]
+
+    def tag(run: list[dict]) -> dict | None:
+        return (run[0]["body"].get("execution") or {}).get("dvc_experiment")
+
+    for run in proj.runs("train"):
+        lr = run[0]["body"]["params"]["train"]["lr"]
+        want = {"name": names[lr], "baseline_rev": base} if lr in names else None
+        assert tag(run) == want, (run[0]["run_id"], tag(run), want)
+    evaluated = [t for run in proj.runs("evaluate") if (t := tag(run)) is not None]
+    assert sorted(t["name"] for t in evaluated) == sorted(names.values())
+    assert {t["baseline_rev"] for t in evaluated} == {base}
+
+
 def test_metrics_diff_and_exp_diff_print_the_numeric_change(experiments) -> None:
     proj, names, _ = experiments
     rows = exp_rows(proj)

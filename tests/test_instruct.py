@@ -385,4 +385,8 @@ def test_the_report_compares_base_and_instruct_side_by_side_from_the_ledger(sft_
             se = cited[7]
             beyond = by[key] - const[f"{task}/{key}"]["value"] > 2 * se
             assert ("**[not distinguishable" in cells[6] or "**[worse" in cells[6]) == (not beyond), row
+    # every run the report cites is in its tables: the instruct export the section sends the reader to as well
+    [exported] = proj.runs("export_instruct")
+    for title in ("Lineage", "Verification status"):
+        assert f"| export_instruct | `{exported[0]['run_id']}` |" in md.split(f"\n## {title}\n", 1)[1].split("\n## ")[0]
     assert proj.marin("report", "verify", f"reports/{name}").returncode == 0

@@ -90,6 +90,17 @@ def sweep_tag(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     return {"sweep": {"run_id": run_id, "trial": int(trial)}}
 
 
+def dvc_experiment_tag(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``{"dvc_experiment": {"name", "baseline_rev"}}`` when DVC runs this stage for ``dvc exp run`` (it sets
+    ``DVC_EXP_NAME`` and ``DVC_EXP_BASELINE_REV``), so a row of ``dvc exp show`` leads to its ledger runs."""
+    env = os.environ if environ is None else environ
+    name = env.get("DVC_EXP_NAME", "")
+    if not name:
+        return {}
+    base = env.get("DVC_EXP_BASELINE_REV", "")
+    return {"dvc_experiment": {"name": name[:200], **({"baseline_rev": base[:64]} if base else {})}}
+
+
 @dataclass
 class Plan:
     """Everything ``run.started`` will say, computed before the run exists (so that a
@@ -137,7 +148,7 @@ class Plan:
             "inputs": recipe_inputs, "code": code, "env": fp, "determinism_class": det,  # pyright: ignore[reportAssignmentType]
             "determinism_digest": env.class_digest(det), "seeds": seeds or {},
         }
-        execution = {**(execution or {}), **sweep_tag()}
+        execution = {**(execution or {}), **sweep_tag(), **dvc_experiment_tag()}
         if execution:
             body["execution"] = execution
         records: list[InputBody] = []

@@ -16,6 +16,13 @@ class Facts(Protocol):
     def derive(self, label: str, formula: str, inputs: list[Any]) -> Any: ...
 
 EPOCHS = "tokens seen / training tokens"
+# What the hours above leave out: the ledger times each run from its plan (inputs digested) to its last record
+WALL_TIME_SCOPE = (
+    "The wall times, and the hours and energy computed from them, are the runs' own (`wall_s` of each run's "
+    "`run.finished` record: from the run's plan, its inputs digested, to its last record). Outside them: each "
+    "stage's process start and imports, DVC's own hashing and `dvc.lock` writes, and the time between stages. "
+    "The ledger measures none of these, so the pipeline took longer on the clock than these figures say, by an "
+    "amount this report does not know.")
 PER_PARAM = "tokens seen / parameters"
 
 

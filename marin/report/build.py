@@ -35,7 +35,7 @@ from marin.ledger.query import Ledger
 from marin.ledger.run import Plan, Run, recipe_code, recipe_digest
 from marin.ledger.store import run_files
 from marin.paths import ledger_dir, relpath
-from marin.report import cards, experiments, fmti, instruct, mof, reference, render, verifications
+from marin.report import cards, experiments, fmti, instruct, mof, proves, reference, render, toc, verifications
 from marin.report.facts import ReportError, gather
 from marin.report.reference import References
 
@@ -77,15 +77,16 @@ def render_files(ledger: Ledger, meta: dict[str, Any], refs: References,
         (r["run_id"] for r in doc["lineage"] if r["stage"] == "train"), None))
     meta = {**meta, "date": (doc["lineage"][-1]["finished"] or doc["lineage"][-1]["started"])[:10],
             "model_tensor_digest": facts.items[doc["model"]["tensor_digest"]].value}  # the BibTeX note (CITATION.cff)
-    md = render.markdown(facts.items, doc, meta)
+    doc["proves"] = proves.section(facts, [ledger.runs[r["run_id"]] for r in doc["lineage"]])
+    md = toc.with_toc(render.markdown(facts.items, doc, meta))  # heading ids and a contents list
     curve = doc["training"]["curve"]
     figures = {key: render.figure_svg(curve, key, title) for key, title in render.CURVES}
     figures.update(experiments.figures(doc))
     fd = facts.to_dict()
     report_json = {"schema": "marin.report@1", "meta": meta, "facts": fd, "doc": doc,
                    "references": {k: r.to_dict() for k, r in sorted(refs.items())}}
-    files = {"report.md": md, "report.html": render.html_page(md, facts.items, figures,
-                                                                f"{meta['model_name']} transparency report"),
+    files = {"report.md": md, "report.html": toc.heading_ids(render.html_page(
+        md, facts.items, figures, f"{meta['model_name']} transparency report")),
              "model_card.md": cards.model_card(fd, doc, meta), "datasheet.md": cards.datasheet(fd, doc, meta),
              "fmti.csv": fmti.fmti(fd, doc, meta, reference.file(root, refs["fmti_indicators"])),
              "mof.yml": yaml.safe_dump(_mof(fd, doc, meta, reference.file(root, refs["mof_licenses"])),

@@ -22,7 +22,7 @@ from marin.evaluate import baselines
 from marin.ledger.query import Ledger, Step, upstream
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
-from marin.report import harness_section, references_section
+from marin.report import cited, harness_section, references_section
 
 
 class ReportError(MarinError):
@@ -158,19 +158,6 @@ def _one(steps: list[Step], stage: str) -> Step:
     return found[-1]
 
 
-READERS = (("evaluate", "model"), ("export", "model"), ("evaluate_instruct", "base_model"))  # (stage, input name)
-
-
-def latest_reader(ledger: Ledger, digests: set[str], name: str, stage: str) -> RunLog | None:
-    """The latest succeeded run of ``stage`` whose input ``name`` is one of ``digests``: found in the
-    index, not by a scan of the ledger."""
-    runs = {r for d in digests for r, _, _, b in ledger.index.entities(digest=d, role="input") if b.get("name") == name}
-    found = sorted((log for log in map(ledger.runs.__getitem__, runs)
-                    if log.start_body["stage"] == stage and log.status == "succeeded"),
-                   key=lambda log: (log.records[0].time, log.run_id))
-    return found[-1] if found else None
-
-
 def gather(root: Path, model: str = stages.MODEL, ledger: Ledger | None = None) -> tuple[Facts, dict[str, Any]]:
     """Facts about the model at ``model`` (a path, digest or train run id) and the report's structure."""
     root = Path(root)
@@ -190,14 +177,12 @@ def gather(root: Path, model: str = stages.MODEL, ledger: Ledger | None = None) 
         _one(steps, stage)
     logs = {s.stage: ledger.runs[s.run_id] for s in steps}
     digests = {o.digest for o in train.outputs}
-    for stage, name in READERS:
-        found = latest_reader(ledger, digests, name, stage)
-        if found is not None:
-            logs[stage] = found
+    read = cited.readers(ledger, digests)  # evaluate, export, evaluate_instruct, export_instruct
+    logs.update(read)
     f = Facts(root)
     # every run whose records the report cites, and everything upstream of them (evaluate's evalsets run; the sft
     # and instructions runs behind evaluate_instruct): the lineage, the compute and the verification tables
-    behind = upstream(node, *(ledger._step(logs[stage].run_id) for stage, _ in READERS if stage in logs))
+    behind = upstream(node, *(ledger._step(log.run_id) for log in read.values()))
     doc: dict[str, Any] = {"lineage": [{"stage": s.stage, "run_id": s.run_id, "status": s.status,
                                         "recipe_digest": s.recipe_digest, "git_commit": s.code.get("git_commit"),
                                         "started": s.started, "finished": s.finished}
@@ -213,6 +198,7 @@ def gather(root: Path, model: str = stages.MODEL, ledger: Ledger | None = None) 
     doc["reference_models"] = references_section.facts(f, ledger, root)  # other models, on the same requests
     doc["export"] = _export(f, logs["export"]) if "export" in logs else None
     doc["environment"] = _environment(f, logs["train"])
+    doc["environment"]["packages"].update(harness_section.package(doc["harness"]))  # lm-eval made numbers too
     doc["compute"] = _compute(f, [ledger.runs[r["run_id"]] for r in doc["lineage"]])
     doc["verification"] = _verification(f, ledger, [row["run_id"] for row in doc["lineage"]])
     return f, doc
@@ -328,11 +314,11 @@ def _compute(f: Facts, logs: list[RunLog]) -> dict[str, Any]:
     (wall time × devices) of the runs whose backend was a GPU."""
     cpu, gpu = [], []
     for log in logs:
-        wall = f.cite(f"{log.start.body['stage']} wall time (s)", log, log.end, "/body/wall_s")
-        cpu += [wall, f.cite(f"{log.start.body['stage']} usable cores", log, log.start,
+        wall = f.cite(f"{log.start_body['stage']} wall time (s)", log, log.end, "/body/wall_s")
+        cpu += [wall, f.cite(f"{log.start_body['stage']} usable cores", log, log.start,
                              "/body/env/usable_cores")]
         if log.start_body["determinism_class"].get("backend") in ("gpu", "cuda", "rocm"):
-            gpu += [wall, f.cite(f"{log.start.body['stage']} devices", log, log.start,
+            gpu += [wall, f.cite(f"{log.start_body['stage']} devices", log, log.start,
                                  "/body/determinism_class/device_count")]
     return {"runs": len(logs),
             "cpu_hours": f.derive("CPU-hours (wall time × usable cores)", "Σ wall_s × cores / 3600", cpu).id,

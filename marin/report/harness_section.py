@@ -64,6 +64,13 @@ def facts(f: Any, log: Any) -> dict[str, Any]:
     return {"run_id": log.run_id, "rows": rows, "failed": failed}
 
 
+def package(section: dict[str, Any] | None) -> dict[str, str]:
+    """lm-eval for the report's package list: the harness version the evaluate run recorded (a fact id),
+    or nothing when no harness task ran."""
+    row = next((r for r in (section or {}).get("rows", []) if r.get("harness_version")), None)
+    return {"lm-eval (evaluate run)": row["harness_version"]} if row else {}
+
+
 def _mark(f: Any, row: dict[str, Any]) -> str | None:
     """The derived fact (id) of a row's mark against its best baseline, or None (no stderr or baseline)."""
     base = [row[k] for k in ("chance", "unigram", "constant") if row.get(k)]

@@ -12,7 +12,8 @@ from typing import Any
 from marin.evaluate.baselines import BETTER, SAME
 from marin.ledger.query import Ledger
 from marin.ledger.store import RunLog
-from marin.report.facts import Facts, latest_reader
+from marin.report.cited import latest_reader
+from marin.report.facts import Facts
 
 MODELS = ("base", "instruct")
 SAMPLES = 5  # held-out answers shown side by side

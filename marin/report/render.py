@@ -15,7 +15,16 @@ from collections.abc import Callable
 from typing import Any
 
 from marin import hashing
-from marin.report import budget, energy, experiments, harness_section, instruct, references_section, verifications
+from marin.report import (
+    budget,
+    energy,
+    experiments,
+    harness_section,
+    instruct,
+    proves,
+    references_section,
+    verifications,
+)
 from marin.report.facts import Fact, md_escape
 
 CURVES = (("loss", "Loss"), ("lr", "Learning rate"), ("grad_norm", "Gradient norm (before clipping)"))
@@ -98,8 +107,7 @@ def markdown(facts: dict[str, Fact], doc: dict[str, Any], meta: dict[str, Any]) 
           "shapes, bytes): the model's identity, the same in every file format, and the subject of the signed "
           f"provenance. The **folder digest** {d.v(m['folder_digest'])} is the sha256 of the list of files in "
           f"`{m['path']}`: what the ledger, `marin lineage` and DVC track.", "")
-    _how_to_use(d, doc)
-    _uses(d, doc, meta)
+    d.add(*how_to_use(d.v, doc), *uses(d.v, doc))
     _data(d, doc)
     _training(d, doc)
     _compute(d, doc, meta)
@@ -108,7 +116,7 @@ def markdown(facts: dict[str, Fact], doc: dict[str, Any], meta: dict[str, Any]) 
     d.add(*references_section.lines(d.v, doc))
     d.add(*experiments.lines(d.v, doc))
     _environment(d, doc)
-    d.add(*verifications.lines(d.v, doc, facts))
+    d.add(*proves.lines(d.v, doc), *verifications.lines(d.v, doc, facts))
     d.add(*instruct.lines(d.v, doc))
     _lineage(d, doc)
     _people(d, meta)
@@ -144,8 +152,9 @@ def uses(v: Callable[[str | None], str], doc: dict[str, Any], level: str = "##")
     return [
         f"{level} Intended use", "",
         "Research and teaching on reproducible language-model training: a complete, small pipeline whose every "
-        "number can be re-derived from its ledger and whose runs can be replayed bit for bit (`marin verify`). "
-        "A baseline to compare data, training or provenance changes against.", "",
+        "number can be re-derived from its ledger and whose runs can be replayed bit for bit (`marin verify`) "
+        "on the CPUs, layout and threads the report's \"What verification proves\" names. A baseline to compare "
+        "data, training or provenance changes against.", "",
         "Out of scope: any use that relies on the generated text being correct, safe or fluent: chat, advice, "
         "content for publication, decisions about people.", "",
         f"{level} Limitations", "",
@@ -173,14 +182,6 @@ def _evaluation_limits(doc: dict[str, Any]) -> str:
         done.append("the instruct model's answers to held-out instructions from it")
     return (f"- Evaluation: only on held-out data of the same sources ({'; '.join(done)}); no evaluation of "
             "knowledge, reasoning, bias, toxicity or memorisation on other data was run.")
-
-
-def _how_to_use(d: Doc, doc: dict[str, Any]) -> None:
-    d.add(*how_to_use(d.v, doc))
-
-
-def _uses(d: Doc, doc: dict[str, Any], meta: dict[str, Any]) -> None:
-    d.add(*uses(d.v, doc))
 
 
 def _data(d: Doc, doc: dict[str, Any]) -> None:
@@ -251,7 +252,7 @@ def _compute(d: Doc, doc: dict[str, Any], meta: dict[str, Any]) -> None:
         ["hardware", f"{d.v(env['cpu_model'])}, {d.v(env['cpu_count'])} cores ({d.v(env['machine'])})"],
         ["cores usable by the train run", d.v(env["cores_used"])],
         ["XLA CPU threads, devices", f"{d.v(det.get('xla_cpu_threads'))}, {d.v(det.get('device_count'))}"]])
-    d.add(budget.compute_line(d.v, doc), "")
+    d.add(budget.compute_line(d.v, doc), "", budget.WALL_TIME_SCOPE, "")
     e = meta.get("energy")
     estimate = energy.compute_energy(lambda fid: d.facts[fid].value, cp, e)
     if estimate is None or e is None:
