@@ -53,14 +53,14 @@ def diff(root: Path, run_a: str, run_b: str) -> Diff:
                                                flatten(sb["determinism_class"]))
     d.sections["inputs"] = _compare({i["name"]: i["digest"] for i in sa["inputs"]},
                                     {i["name"]: i["digest"] for i in sb["inputs"]})
-    d.sections["outputs"] = _compare({r.body["name"]: r.body["digest"] for r in a.of_kind("output")},
-                                     {r.body["name"]: r.body["digest"] for r in b.of_kind("output")})
-    ma = {(r.body["step"], k): v["hex"] for r in a.of_kind("metric") for k, v in r.body["values"].items()}
-    mb = {(r.body["step"], k): v["hex"] for r in b.of_kind("metric") for k, v in r.body["values"].items()}
+    d.sections["outputs"] = _compare({o["name"]: o["digest"] for o in a.bodies("output")},
+                                     {o["name"]: o["digest"] for o in b.bodies("output")})
+    ma = {(m["step"], k): v["hex"] for m in a.bodies("metric") for k, v in m["values"].items()}
+    mb = {(m["step"], k): v["hex"] for m in b.bodies("metric") for k, v in m["values"].items()}
     differing = [key for key in sorted(set(ma) | set(mb)) if ma.get(key) != mb.get(key)]
     d.sections["metrics"] = [(f"step {s} {k}", _exact(ma.get((s, k))), _exact(mb.get((s, k)))) for s, k in differing]
-    ca = {r.body["step"]: r.body["digest"] for r in a.of_kind("checkpoint")}
-    cb = {r.body["step"]: r.body["digest"] for r in b.of_kind("checkpoint")}
+    ca = {c["step"]: c["digest"] for c in a.bodies("checkpoint")}
+    cb = {c["step"]: c["digest"] for c in b.bodies("checkpoint")}
     d.first_divergence = first_divergence(differing, ca, cb)
     if d.first_divergence is None and d.sections["outputs"]:
         d.first_divergence = f"output {d.sections['outputs'][0][0]}"

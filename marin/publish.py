@@ -62,7 +62,7 @@ def publish(root: Path, remote_name: str | None = None, say: Callable[[str], Non
         for path, md5 in outs:
             body, producer = _dvc_publication(root, remote, ledger, path, md5)
             records.append(body)
-            if producer.start.body["stage"] in TRAINING:  # its checkpoints are published too
+            if producer.start_body["stage"] in TRAINING:  # its checkpoints are published too
                 trains[producer.run_id] = producer
         for log in trains.values():
             records += _publish_checkpoints(root, remote, log, say)
@@ -106,8 +106,7 @@ def _put(remote: Remote, digest: str, local: Path | None = None, data: bytes | N
 
 def _publish_checkpoints(root: Path, remote: Remote, log: RunLog, say: Callable[[str], None]) -> list[PublicationBody]:
     out: list[PublicationBody] = []
-    for rec in log.of_kind("checkpoint"):
-        b = rec.body
+    for b in log.bodies("checkpoint"):
         where = root / b["path"]
         if not where.is_dir():
             raise PublishError(f"{b['path']}: checkpoint {b['step']} of run {log.run_id} is not on this machine, "

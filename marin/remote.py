@@ -110,15 +110,15 @@ def publications(root: Path, what: str, index: Index | None = None) -> list[dict
     out = []
     for row in rows:
         log = load_run(root, row.run_id, validate=False)
-        out += [r.body for r in log.of_kind("publication") if r.body["what"] == what]
+        out += [p for p in log.bodies("publication") if p["what"] == what]
     return out
 
 
 def checkpoints_dir(root: Path, log: RunLog, index: Index | None = None) -> Path:
     """The run's recorded checkpoints: the project's own folder, else the published ones fetched
     into ``.marin/cache/checkpoints/<run id>/`` (every file checked against its sha256)."""
-    recs = log.of_kind("checkpoint")
-    own = root / Path(recs[0].body["path"]).parent
+    ckpts = log.bodies("checkpoint")
+    own = root / Path(ckpts[0]["path"]).parent
     if own.is_dir():
         return own
     pubs = {p["step"]: p for p in publications(root, "checkpoint", index) if p["run_id"] == log.run_id}
@@ -127,13 +127,13 @@ def checkpoints_dir(root: Path, log: RunLog, index: Index | None = None) -> Path
     dest = root / CACHE / log.run_id
     with open_repo(root) as repo:
         remotes: dict[str, Remote] = {}
-        for rec in recs:
-            pub = pubs.get(rec.body["step"])
-            if pub is None or pub["digest"] != rec.body["digest"] or (dest / str(rec.body["step"])).is_dir():
+        for c in ckpts:
+            pub = pubs.get(c["step"])
+            if pub is None or pub["digest"] != c["digest"] or (dest / str(c["step"])).is_dir():
                 continue  # not published (verify names it missing), or fetched before
             if pub["remote"] not in remotes:
                 remotes[pub["remote"]] = _remote_for(repo, pub)
-            _fetch_checkpoint(remotes[pub["remote"]], pub, dest / str(rec.body["step"]))
+            _fetch_checkpoint(remotes[pub["remote"]], pub, dest / str(c["step"]))
     return dest
 
 

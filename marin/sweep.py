@@ -133,14 +133,15 @@ def last_metrics(logs: list[RunLog]) -> dict[str, float]:
     evaluate's bits per byte over the whole validation split."""
     out: dict[str, float] = {}
     for log in logs:
-        metrics = log.of_kind("metric")
+        metrics = log.bodies("metric")
         if metrics:
-            last = metrics[-1].body
+            last = metrics[-1]
             out["step"] = last["step"]
             out.update({k: v["value"] for k, v in last["values"].items() if k in ("loss", "val_loss")})
-        for r in log.of_kind("eval"):
-            if r.body.get("name") == "model" and "corpus" not in r.body and "bits_per_byte" in r.body["values"]:
-                out["bits_per_byte"] = r.body["values"]["bits_per_byte"]["value"]
+        for e in log.bodies("eval"):
+            bpb = e["values"].get("bits_per_byte") if e["name"] == "model" and "corpus" not in e else None
+            if isinstance(bpb, dict):  # an exact value (evaluate records no other kind of bits_per_byte)
+                out["bits_per_byte"] = bpb["value"]
     return out
 
 

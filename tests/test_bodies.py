@@ -4,11 +4,11 @@ the schema's ``required``, all keys its ``properties``; nested objects the schem
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
-from marin.ledger import bodies
+from marin.ledger import bodies, records
 from marin.paths import PACKAGE_ROOT
 
 SCHEMAS = PACKAGE_ROOT.parent / "schemas" / "ledger"
@@ -39,6 +39,11 @@ def _keys(td: type) -> tuple[set[str], set[str]]:
 
 def test_every_record_kind_has_a_body_type() -> None:
     assert sorted(bodies.BODIES) == sorted(KINDS)
+
+
+def test_the_typed_kinds_and_the_ledger_kinds_are_the_schema_kinds() -> None:
+    assert sorted(get_args(bodies.Kind)) == sorted(KINDS)  # what RunLog.bodies and Run.record are typed over
+    assert sorted(records.KINDS) == sorted(KINDS)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -82,6 +82,19 @@ def test_truncated_tail_is_named_and_blocks_appends_until_repaired(tmp_path: Pat
     assert check_run(read_run(path)) == []  # unfinished but valid
 
 
+def test_bodies_are_the_bodies_of_one_kind_in_file_order(tmp_path: Path) -> None:
+    with Run.start(tmp_path, "typed", params={}, inputs=[]) as run:
+        run.record("input", {"name": "a", "path": "x", "digest": D, "size": 1})
+        run.record("metric", {"step": 3, "values": {"loss": {"value": 0.5, "hex": (0.5).hex()}}})
+        run.record("input", {"name": "b", "path": "y", "digest": D, "size": 2})
+    log = read_run(run.file.path)
+    assert [b["name"] for b in log.bodies("input")] == ["a", "b"]
+    assert log.bodies("metric") == [{"step": 3, "values": {"loss": {"value": 0.5, "hex": "0x1.0000000000000p-1"}}}]
+    assert log.bodies("checkpoint") == []
+    assert [len(log.bodies("run.started")), len(log.bodies("run.finished"))] == [1, 1]
+    assert log.start_body is log.bodies("run.started")[0] and log.start_body["stage"] == "typed"
+
+
 def test_failed_stage_records_failure(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError), Run.start(tmp_path, "boom", params={}, inputs=[]) as run:
         raise RuntimeError("disk on fire")

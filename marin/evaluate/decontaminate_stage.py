@@ -25,6 +25,7 @@ from marin.config import HarnessParams, Params
 from marin.errors import StageError
 from marin.evaluate import harness_run, ngrams, task_files
 from marin.ledger import Input, Run, exact
+from marin.ledger.bodies import Exact
 
 CURATED_TRAIN = Path("data/curated/train.parquet")
 INSTRUCTIONS_TRAIN = Path("data/instructions/train.jsonl")
@@ -49,7 +50,8 @@ def run_stage(root: Path, params: Params) -> None:
             tasks = {name: check(Path(index), got, n) if isinstance(got, list) else {"error": got}
                      for name, got in items.items()}
         for name, t in tasks.items():
-            values = {k: exact(v) if isinstance(v, float) else v for k, v in t.items() if k != "ids"}
+            values: dict[str, Exact | int | str] = {
+                k: exact(v) if isinstance(v, float) else v for k, v in t.items() if k != "ids"}
             run.record("eval", {"name": f"decontamination:{name}", "split": harness_run.SPLIT, "values": values})
         report = {"kind": "decontamination", "ngram": n, "normalization": NORMALIZATION, "training": built,
                   "tasks": tasks}

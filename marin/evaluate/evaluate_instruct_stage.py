@@ -22,6 +22,7 @@ import numpy as np
 from marin import fsutil, readers, stages
 from marin.config import Params, RuntimeParams
 from marin.errors import StageError
+from marin.ledger.bodies import Sample
 from marin.train import runtime
 
 MODELS = {"base": Path(stages.MODEL), "instruct": Path(stages.INSTRUCT)}
@@ -142,6 +143,11 @@ def task_lines(name: str, values: dict[str, Any], constant: dict[str, Any]) -> l
     return out
 
 
+def _sample(row: dict[str, Any]) -> Sample:
+    """The part of an answered row an eval record keeps."""
+    return {"prompt": row["prompt"], "completion": row["completion"], "token_ids": row["token_ids"]}
+
+
 def run_stage(root: Path, params: Params) -> None:
     """Both models on the held-out instructions, recorded as a ledger run."""
     rt = RuntimeParams(params.runtime.xla_cpu_threads, 1, "replicated", determinism=params.runtime.determinism)
@@ -175,7 +181,7 @@ def run_stage(root: Path, params: Params) -> None:
             values = {"exact_match": exact(s["exact_match"]), "containment": exact(s["containment"]),
                       "examples": len(rows), "tokens_per_answer": n, **task_values(rows)}
             run.record("eval", {"name": f"{name}_instructions", "split": "heldout_instructions", "values": values,
-                                "samples": [{k: r[k] for k in ("prompt", "completion", "token_ids")} for r in rows]})
+                                "samples": [_sample(r) for r in rows]})
             print(f"evaluate_instruct: {name}: exact match {s['exact_match']:.3f}, containment "
                   f"{s['containment']:.3f} on {len(rows)} held-out instructions")
             for line in task_lines(name, values, constant):

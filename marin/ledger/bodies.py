@@ -187,9 +187,12 @@ class SelectionBody(TypedDict):
     reason: str
 
 
-BODIES: dict[str, type] = {
-    "run.started": RunStarted, "run.resumed": RunResumed, "run.finished": RunFinished, "input": InputBody,
-    "output": OutputBody, "checkpoint": CheckpointBody, "metric": MetricBody, "eval": EvalBody,
-    "publication": PublicationBody, "verification": VerificationBody, "trial": TrialBody,
+Kind = Literal["run.started", "run.resumed", "input", "output", "checkpoint", "metric", "eval", "run.finished",
+               "verification", "publication", "trial", "selection"]  # record.schema.json's ``kind``
+
+BODIES: dict[Kind, type] = {
+    "run.started": RunStarted, "run.resumed": RunResumed, "input": InputBody, "output": OutputBody,
+    "checkpoint": CheckpointBody, "metric": MetricBody, "eval": EvalBody, "run.finished": RunFinished,
+    "verification": VerificationBody, "publication": PublicationBody, "trial": TrialBody,
     "selection": SelectionBody,
-}  # by record kind (record.schema.json's ``kind``)
+}  # the body of each record kind, in records.KINDS's order

@@ -193,8 +193,10 @@ def _unvalidated(line: bytes, where: str) -> Record:
     r = Record.from_line(line, where, validate=False)
     try:
         hashing.parse(r.digest)
-        shaped = isinstance(r.seq, int) and isinstance(r.body, dict) and all(
-            isinstance(r.body.get(k), str | int) for k in _USED.get(r.kind, ()))
+        # unvalidated: seq and body hold whatever JSON the line has, whatever Record declares
+        shaped = (isinstance(r.seq, int)  # pyright: ignore[reportUnnecessaryIsInstance]
+                  and isinstance(r.body, dict)  # pyright: ignore[reportUnnecessaryIsInstance]
+                  and all(isinstance(r.body.get(k), str | int) for k in _USED.get(r.kind, ())))
     except (ValueError, TypeError, AttributeError):
         shaped = False
     if not shaped:
@@ -224,7 +226,7 @@ def check_outputs(root: Path, runs: list[RunCheck], report: Report, hashes: hash
     cached = dvcfiles.declared_outs(root)
     declared = set(cached)
     latest = _latest_per_stage(runs)
-    problems = []
+    problems: list[Problem] = []
     for path, recs in sorted(by_path.items()):
         p = root / path
         if p.exists():
@@ -257,7 +259,7 @@ def check_outputs(root: Path, runs: list[RunCheck], report: Report, hashes: hash
 def check_checkpoints(root: Path, runs: list[RunCheck], report: Report, hashes: hashing.FileHashes) -> list[Problem]:
     """Step 7c: every checkpoint on disk whose record holds its files' digest still hashes to it (a resume or
     a segment replay restores from these files; one deleted is not a problem: it was pruned or never copied)."""
-    problems = []
+    problems: list[Problem] = []
     for rc in runs:
         for seq, path, recorded in rc.checkpoints:
             if not (root / path).is_dir():
@@ -310,11 +312,11 @@ def entry_changes(p: Path, entries: Iterable[dict[str, Any]]) -> list[tuple[str,
 
 def _entry_diff(root: Path, path: str, log: RunCheck, rec: Record) -> list[Problem]:
     """Name the files inside a directory output that differ from its recorded entries."""
-    out = []
-    body = rec.body
+    out: list[Problem] = []
+    body: dict[str, Any] = rec.body
     if body.get("entries", ()) is None:  # dropped while streaming: read this one record again
         full = read_run(ledger_dir(root) / log.name, validate=False)
-        body = next((r.body for r in full.records if r.seq == rec.seq), body | {"entries": []})
+        body = next((r.body for r in full.records if r.seq == rec.seq), body | {"entries": list[Any]()})
     try:
         changes = entry_changes(root / path, listing.entries(root, body))
     except IntegrityError as e:
@@ -333,7 +335,7 @@ def _entry_diff(root: Path, path: str, log: RunCheck, rec: Record) -> list[Probl
 
 def _listings(root: Path, runs: list[RunCheck]) -> list[Problem]:
     """Step 7b: every listing a directory output points to is there and hashes to its digest."""
-    out = []
+    out: list[Problem] = []
     for rc in runs:
         for r in rc.outputs:
             if "listing" in r.body:
@@ -349,7 +351,7 @@ def leftovers(root: Path) -> list[str]:
     """One line per temporary file or folder that a killed run left beside a declared output (or a
     ledger listing) and no live run holds: the next run of the stage removes it."""
     folders = {(root / p).parent for p in dvcfiles.declared_outs(root)} | {root / listing.LISTINGS}
-    out = []
+    out: list[str] = []
     for d in sorted(folders):
         for p in fsutil.leftovers(d):
             out.append(f"{p.relative_to(root).as_posix()} ({hashing.path_size(p):,} bytes): left by a killed run; "

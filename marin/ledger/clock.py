@@ -101,7 +101,7 @@ def check_chain(runs: Sequence[_Run], skew_s: float) -> list[tuple[str, str]]:
     for rc in runs:
         for r in rc.outputs:
             produced[(r.body["path"], r.body["digest"])].append((r.time, rc, r.seq))
-    out = []
+    out: list[tuple[str, str]] = []
     for rc in runs:
         out.extend(rc.clock.problems(rc.name))
         worst = max(((lag, seq, path, src) for seq, path, digest in rc.clock.inputs if rc.started_time
@@ -136,7 +136,7 @@ def backdated(head_time: str | None, known: set[str], runs: Sequence[_Run], skew
     forward). One line per run: its earliest-dated such record."""
     if not head_time:
         return []
-    out = []
+    out: list[tuple[str, str]] = []
     for rc in runs:
         if rc.clock.first_after is None:
             continue
@@ -187,7 +187,8 @@ def problems_for(runs: Iterable[RunLog], skew_s: float = SKEW_S, now: dt.datetim
     before their inputs were recorded, and, with ``snapshot``, records added since it yet dated before it."""
     now = now or dt.datetime.now(dt.UTC)
     held = {leaf.run_id: leaf.seq for leaf in snapshot.leaves} if snapshot is not None else {}
-    fed, watched = [], []
+    fed: list[_Fed] = []
+    watched: list[str] = []
     for log in runs:
         c = Clock(skew_s, now, held.get(log.run_id, -1))
         for r in log.records:

@@ -146,7 +146,7 @@ def since(snapshot: Head, found: dict[str, tuple[int | None, str | None]]) -> li
 
     ``found`` maps each run id in the ledger now to (its last seq, the digest of its record at
     the seq the snapshot holds for it, or None)."""
-    out = []
+    out: list[tuple[str, str]] = []
     for leaf in snapshot.leaves:
         name = f"{leaf.run_id}.jsonl"
         if leaf.run_id not in found:

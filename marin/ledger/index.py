@@ -19,7 +19,7 @@ import json
 import os
 import sqlite3
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,7 +104,7 @@ class Index:
 
     @classmethod
     @contextmanager
-    def using(cls, root: Path, index: Index | None, refresh: bool = True) -> Iterator[Index]:
+    def using(cls, root: Path, index: Index | None, refresh: bool = True) -> Generator[Index, None, None]:
         """``index`` (the command's, opened once and passed down), else the project's index opened
         for this block and closed after it; brought up to date first unless ``refresh`` is False."""
         idx = index or cls.open(root, refresh=False)
@@ -139,7 +139,7 @@ class Index:
         return gone, changed
 
     @contextmanager
-    def writing(self) -> Iterator[None]:
+    def writing(self) -> Generator[None, None, None]:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield
@@ -150,7 +150,7 @@ class Index:
 
     def _scan(self, run_ids: list[str] | None) -> dict[str, os.stat_result]:
         if run_ids is not None:
-            out = {}
+            out: dict[str, os.stat_result] = {}
             for rid in run_ids:
                 with suppress(FileNotFoundError):
                     st = os.lstat(self.ledger / f"{rid}.jsonl")
@@ -236,7 +236,8 @@ class Index:
     def entities(self, *, digest: str | None = None, run_id: str | None = None, path: str | None = None,
                  role: str | None = None) -> list[tuple[str, int, str, dict[str, Any]]]:
         """(run id, seq, role, body) of inputs/outputs/checkpoints matching every given field, in file order."""
-        conds, args = [], []
+        conds: list[str] = []
+        args: list[str] = []
         for col, val in (("digest", digest), ("run_id", run_id), ("path", path), ("role", role)):
             if val is not None:
                 conds.append(f"{col}=?")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from prov.model import PROV, ProvDocument
+from prov.model import PROV, ProvDocument, QualifiedName
 
 from marin import hashing
 from marin.ledger.query import Artifact, Step, upstream
@@ -27,7 +27,7 @@ def _time(stamp: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(stamp) if stamp else None
 
 
-def _builder(step: Step) -> tuple[str, dict[str, Any]]:
+def _builder(step: Step) -> tuple[str, dict[QualifiedName | str, Any]]:
     """The agent that ran a step: its code (digest, commit) on one machine (fingerprint digest)."""
     fingerprint = hashing.json_digest(step.env)
     code = {"code_digest": step.code.get("code_digest"), "git_commit": step.code.get("git_commit")}

@@ -103,6 +103,10 @@ class Runs(Mapping[str, RunLog]):
             self._logs[run_id] = load_run(self._root, run_id, validate=False, skip=self._skip)
         return self._logs[run_id]
 
+    def is_read(self, run_id: str) -> bool:
+        """Whether run ``run_id`` was read already (asking ``in`` reads it)."""
+        return run_id in self._logs
+
     def __iter__(self) -> Iterator[str]:
         return (r.run_id for r in self._index.runs() if r.stage is not None)
 
@@ -129,7 +133,7 @@ class Ledger:
 
     def resolve(self, target: str) -> Target:
         """A run id, a digest (``sha256:<hex>`` or a unique hex prefix of 8+ digits), or a path."""
-        if target in self.runs._logs or (self.index.run(target) or _NO_RUN).stage is not None:
+        if self.runs.is_read(target) or (self.index.run(target) or _NO_RUN).stage is not None:
             return Target("run", target)
         hexpart = target.removeprefix("sha256:")
         if len(hexpart) >= MIN_PREFIX and re.fullmatch("[0-9a-f]+", hexpart):

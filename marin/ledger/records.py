@@ -10,15 +10,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from marin import hashing, schemas
 from marin.errors import SchemaError
+from marin.ledger.bodies import BODIES, Exact, Kind
 
-KINDS = ("run.started", "run.resumed", "input", "output", "checkpoint", "metric", "eval", "run.finished",
-         "verification", "publication", "trial", "selection")
+KINDS: tuple[Kind, ...] = tuple(BODIES)  # every record kind, each with its body's TypedDict
 # Kinds that may follow run.finished: claims about the finished run, outside its Merkle root.
 AFTER_FINISH = ("verification",)
 SCHEMA_VERSION = 1
@@ -37,7 +37,7 @@ def new_run_id(stage: str) -> str:
     return f"{stage.replace('_', '-')}-{stamp}-{secrets.token_hex(4)}"
 
 
-def exact(x: float) -> dict[str, Any]:
+def exact(x: float) -> Exact:
     """A float stored twice: a decimal for people and ``float.hex()`` for machines."""
     x = float(x)
     return {"value": x, "hex": x.hex()}
@@ -84,14 +84,17 @@ class Record:
     @classmethod
     def from_dict(cls, d: Any, where: str) -> Record:
         """Validate a parsed record (envelope, then the body against its kind's schema)."""
-        kind = d.get("kind") if isinstance(d, dict) else None
-        if kind in _SCHEMA_IDS and d["schema"] == _SCHEMA_IDS[kind] and _accepts(d, kind):
-            return cls._of(d)  # the usual case: both compiled validators accept
+        fields = cast(dict[str, Any], d) if isinstance(d, dict) else None
+        kind = fields.get("kind") if fields is not None else None
+        if fields is not None and kind in _SCHEMA_IDS and fields["schema"] == _SCHEMA_IDS[kind] \
+                and _accepts(fields, kind):
+            return cls._of(fields)  # the usual case: both compiled validators accept
         schemas.validate(d, "ledger/record", where)
-        if d["schema"] != schema_id(str(kind)):
-            raise SchemaError(f"{where}: schema {d['schema']!r} does not match kind {kind!r}")
-        schemas.validate(d["body"], f"ledger/{kind}", f"{where} ({kind} body)")
-        return cls(**d)
+        fields = cast(dict[str, Any], d)  # an object, as the record schema accepted it
+        if fields["schema"] != schema_id(str(kind)):
+            raise SchemaError(f"{where}: schema {fields['schema']!r} does not match kind {kind!r}")
+        schemas.validate(fields["body"], f"ledger/{kind}", f"{where} ({kind} body)")
+        return cls(**fields)
 
     @classmethod
     def _of(cls, d: dict[str, Any]) -> Record:
@@ -165,7 +168,7 @@ def _canonical_fast(line: bytes) -> dict[str, Any] | None:
             return None
     except (StopIteration, ValueError, RecursionError):
         return None
-    return d
+    return cast(dict[str, Any], d)
 
 
 def _plain_float(lit: str) -> float:
@@ -184,11 +187,12 @@ _EXOTIC: list[str] = []  # numbers the fast path cannot vouch for, in the line b
 _DECODER = json.JSONDecoder(parse_float=_plain_float, parse_int=_plain_int,
                             parse_constant=lambda name: _EXOTIC.append(name))
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-_SCAN = _DECODER.scan_once  # pyright: ignore[reportAttributeAccessIssue]
+_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType, reportUnknownVariableType]
 # What ``_ENCODER.encode`` runs, made once rather than per call (no cycle check: parsed JSON has no cycles).
-_ENCODE = (json.encoder.c_make_encoder(None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",  # pyright: ignore[reportAttributeAccessIssue]
-                                       True, False, False) if json.encoder.c_make_encoder is not None  # pyright: ignore[reportAttributeAccessIssue]
-           else lambda d, _level: _ENCODER.encode(d))
+_ENCODE: Callable[[Any, int], Iterable[str]] = (  # pyright: ignore[reportUnknownVariableType]
+    json.encoder.c_make_encoder(None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+                                True, False, False) if json.encoder.c_make_encoder is not None  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+    else lambda d, _level: _ENCODER.encode(d))
 
 
 def _canonical_slow(line: bytes, where: str) -> dict[str, Any]:

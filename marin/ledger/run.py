@@ -21,12 +21,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, overload
 
 from marin import env, hashing, stages
 from marin.errors import LedgerError
 from marin.ledger import listing
-from marin.ledger.bodies import InputBody, OutputBody, RunFinished, RunStarted
+from marin.ledger.bodies import (
+    CheckpointBody,
+    EvalBody,
+    InputBody,
+    Kind,
+    MetricBody,
+    OutputBody,
+    PublicationBody,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    SelectionBody,
+    TrialBody,
+    VerificationBody,
+)
 from marin.ledger.hash_cache import hash_cache
 from marin.ledger.index import Index, seed
 from marin.ledger.records import Record, new_run_id
@@ -120,7 +134,7 @@ class Plan:
         code = env.code_state(root, [*(i.path for i in inputs), *tracked], closure=stages.code_files(root, stage))
         command = command or [relpath(root, sys.argv[0]), *sys.argv[1:]]
         hashes = hash_cache(root, index=index)  # each input read once for sha256 and md5, not again while unchanged
-        digested = []
+        digested: list[tuple[Input, str, int, str]] = []
         for i in inputs:
             p = root / i.path
             if not p.exists():
@@ -137,7 +151,7 @@ class Plan:
         execution = {**(execution or {}), **sweep_tag(), **dvc_experiment_tag()}
         if execution:
             body["execution"] = execution
-        records = []
+        records: list[InputBody] = []
         for i, d, size, md5 in digested:
             rec: InputBody = {"name": i.name, "path": i.path, "digest": d, "size": size, "dvc_md5": md5}
             if i.license:
@@ -189,7 +203,8 @@ class Run:
 
 
     @classmethod
-    def resume(cls, root: Path, run_id: str, reason: str, **extra: Any) -> Run:
+    def resume(cls, root: Path, run_id: str, reason: str, *, from_step: int | None = None,
+               execution: dict[str, Any] | None = None) -> Run:
         """Reopen an unfinished run and record who continues it and from where."""
         root = Path(root)
         path = ledger_dir(root) / f"{run_id}.jsonl"
@@ -203,15 +218,44 @@ class Run:
         run._outputs = [
             {"name": r.body["name"], "digest": r.body["digest"]} for r in log.of_kind("output")
         ]
-        run.record("run.resumed", {
-            "from_seq": log.records[-1].seq, "reason": reason, "env": env.fingerprint(),
-            "code": env.code_state(root), **extra,
-        })
+        body: RunResumed = {"from_seq": log.records[-1].seq, "reason": reason, "env": env.fingerprint(),
+                            "code": env.code_state(root)}
+        if from_step is not None:
+            body["from_step"] = from_step
+        if execution:
+            body["execution"] = execution
+        run.record("run.resumed", body)
         return run
 
     # -- records ------------------------------------------------------------------------
 
-    def record(self, kind: str, body: Mapping[str, Any]) -> Record:
+    @overload
+    def record(self, kind: Literal["run.started"], body: RunStarted) -> Record: ...
+    @overload
+    def record(self, kind: Literal["run.resumed"], body: RunResumed) -> Record: ...
+    @overload
+    def record(self, kind: Literal["input"], body: InputBody) -> Record: ...
+    @overload
+    def record(self, kind: Literal["output"], body: OutputBody) -> Record: ...
+    @overload
+    def record(self, kind: Literal["checkpoint"], body: CheckpointBody) -> Record: ...
+    @overload
+    def record(self, kind: Literal["metric"], body: MetricBody) -> Record: ...
+    @overload
+    def record(self, kind: Literal["eval"], body: EvalBody) -> Record: ...
+    @overload
+    def record(self, kind: Literal["run.finished"], body: RunFinished) -> Record: ...
+    @overload
+    def record(self, kind: Literal["verification"], body: VerificationBody) -> Record: ...
+    @overload
+    def record(self, kind: Literal["publication"], body: PublicationBody) -> Record: ...
+    @overload
+    def record(self, kind: Literal["trial"], body: TrialBody) -> Record: ...
+    @overload
+    def record(self, kind: Literal["selection"], body: SelectionBody) -> Record: ...
+
+    def record(self, kind: Kind, body: Mapping[str, Any]) -> Record:
+        """Append a record of ``kind``; its body is that kind's TypedDict (:data:`marin.ledger.bodies.BODIES`)."""
         t = time.perf_counter()
         rec = self.file.append(kind, body)
         self.ledger_s += time.perf_counter() - t

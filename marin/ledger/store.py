@@ -12,16 +12,31 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal, cast, overload
 
 from marin import hashing, readers
 from marin.errors import LedgerError, SchemaError
 from marin.fsutil import disk_cause, not_regular, shown, write_all
 from marin.ledger import merkle
+from marin.ledger.bodies import (
+    CheckpointBody,
+    EvalBody,
+    InputBody,
+    Kind,
+    MetricBody,
+    OutputBody,
+    PublicationBody,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    SelectionBody,
+    TrialBody,
+    VerificationBody,
+)
 from marin.ledger.records import AFTER_FINISH, Record
 from marin.paths import ledger_dir
 
@@ -57,6 +72,11 @@ class RunLog:
         return rec
 
     @property
+    def start_body(self) -> RunStarted:
+        """The body of :attr:`start`, typed (a LedgerError naming the file when the run has none)."""
+        return cast(RunStarted, self.start.body)
+
+    @property
     def end(self) -> Record:
         """:attr:`finished` where the reader needs it: a LedgerError naming the file when it has none."""
         if (rec := self.finished) is None:
@@ -81,6 +101,36 @@ class RunLog:
 
     def of_kind(self, kind: str) -> list[Record]:
         return [r for r in self.records if r.kind == kind]
+
+    @overload
+    def bodies(self, kind: Literal["run.started"]) -> list[RunStarted]: ...
+    @overload
+    def bodies(self, kind: Literal["run.resumed"]) -> list[RunResumed]: ...
+    @overload
+    def bodies(self, kind: Literal["input"]) -> list[InputBody]: ...
+    @overload
+    def bodies(self, kind: Literal["output"]) -> list[OutputBody]: ...
+    @overload
+    def bodies(self, kind: Literal["checkpoint"]) -> list[CheckpointBody]: ...
+    @overload
+    def bodies(self, kind: Literal["metric"]) -> list[MetricBody]: ...
+    @overload
+    def bodies(self, kind: Literal["eval"]) -> list[EvalBody]: ...
+    @overload
+    def bodies(self, kind: Literal["run.finished"]) -> list[RunFinished]: ...
+    @overload
+    def bodies(self, kind: Literal["verification"]) -> list[VerificationBody]: ...
+    @overload
+    def bodies(self, kind: Literal["publication"]) -> list[PublicationBody]: ...
+    @overload
+    def bodies(self, kind: Literal["trial"]) -> list[TrialBody]: ...
+    @overload
+    def bodies(self, kind: Literal["selection"]) -> list[SelectionBody]: ...
+
+    def bodies(self, kind: Kind) -> list[Any]:
+        """The bodies of the records of ``kind``, typed by kind (:data:`marin.ledger.bodies.BODIES`), for
+        readers that need neither seq nor digest; :meth:`of_kind` gives the records."""
+        return [r.body for r in self.records if r.kind == kind]
 
 
 def read_run(path: str | os.PathLike[str], validate: bool = True, skip: tuple[str, ...] = ()) -> RunLog:
@@ -196,7 +246,7 @@ class RunFile:
         self._range: tuple[int, merkle.Builder] | None = None  # (bytes covered, range over their records)
 
     @contextmanager
-    def _locked(self) -> Iterator[int]:
+    def _locked(self) -> Generator[int, None, None]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:

@@ -263,13 +263,13 @@ def _data(f: Facts, root: Path, logs: dict[str, RunLog]) -> dict[str, Any]:
            "type": f.cite_file("tokenizer type", tokenize, tm_rec, tm, "/tokenizer/type").id,
            "digest": f.cite_file("tokenizer digest", tokenize, tm_rec, tm, "/tokenizer/digest").id}
     return {"sources": sources, "funnel": funnel, "splits": splits, "tokenizer": tok,
-            "curate_params": curate.start.body["params"].get("curate", {}),
+            "curate_params": curate.start_body["params"].get("curate", {}),
             "license_notes": {src["name"]: src["license_note"]
-                              for src in curate.start.body["params"].get("fetch", {}).get("sources", [])
+                              for src in curate.start_body["params"].get("fetch", {}).get("sources", [])
                               if src.get("license_note")},
             "extract": {src["name"]: [{k: e.get(k, []) for k in ("corpus", "include", "exclude")}
                                       for e in src.get("extract", [])]
-                        for src in curate.start.body["params"].get("fetch", {}).get("sources", [])},
+                        for src in curate.start_body["params"].get("fetch", {}).get("sources", [])},
             "filters_source": {"run_id": curate.run_id, "seq": 0, "record": curate.start.digest}}
 
 
@@ -294,7 +294,7 @@ def _training(f: Facts, log: RunLog, model: dict[str, Any]) -> dict[str, Any]:
     last = metrics[-1] if metrics else None
     out = {"hyperparameters": hp, "seeds": seeds, "tokens_seen": tokens.id, "flops": flops.id, "curve": curve,
            "wall_s": f.cite("train wall time (s)", log, fin, "/body/wall_s").id,
-           "checkpoints": len(log.of_kind("checkpoint"))}
+           "checkpoints": len(log.bodies("checkpoint"))}
     if last is not None:
         out["final_loss"] = f.cite("final training loss", log, last, "/body/values/loss/value").id
         out["final_step"] = f.cite("final logged step", log, last, "/body/step").id
@@ -314,11 +314,11 @@ def _compute(f: Facts, logs: list[RunLog]) -> dict[str, Any]:
     (wall time × devices) of the runs whose backend was a GPU."""
     cpu, gpu = [], []
     for log in logs:
-        wall = f.cite(f"{log.start.body['stage']} wall time (s)", log, log.end, "/body/wall_s")
-        cpu += [wall, f.cite(f"{log.start.body['stage']} usable cores", log, log.start,
+        wall = f.cite(f"{log.start_body['stage']} wall time (s)", log, log.end, "/body/wall_s")
+        cpu += [wall, f.cite(f"{log.start_body['stage']} usable cores", log, log.start,
                              "/body/env/usable_cores")]
-        if log.start.body["determinism_class"].get("backend") in ("gpu", "cuda", "rocm"):
-            gpu += [wall, f.cite(f"{log.start.body['stage']} devices", log, log.start,
+        if log.start_body["determinism_class"].get("backend") in ("gpu", "cuda", "rocm"):
+            gpu += [wall, f.cite(f"{log.start_body['stage']} devices", log, log.start,
                                  "/body/determinism_class/device_count")]
     return {"runs": len(logs),
             "cpu_hours": f.derive("CPU-hours (wall time × usable cores)", "Σ wall_s × cores / 3600", cpu).id,
@@ -367,11 +367,11 @@ def _verification(f: Facts, ledger: Ledger, run_ids: list[str]) -> list[dict[str
         log = ledger.runs[run_id]
         vs = log.of_kind("verification")
         if not vs:
-            out.append({"run_id": run_id, "stage": log.start.body["stage"], "result": None})
+            out.append({"run_id": run_id, "stage": log.start_body["stage"], "result": None})
             continue
         full = [v for v in vs if v.body["mode"] == "full"]
         v = (full or vs)[-1]  # a full replay says more than segments; the latest of the strongest kind
-        row = {"run_id": run_id, "stage": log.start.body["stage"], "verifications": len(vs)}
+        row = {"run_id": run_id, "stage": log.start_body["stage"], "verifications": len(vs)}
         if v.body["mode"] == "segments":
             row["segments"] = {k: f.cite(f"segments {k}", log, v, f"/body/segments/{k}").id
                                for k in ("k", "n", "seed_source") if k in v.body["segments"]}

@@ -20,7 +20,7 @@ SAMPLES = 5  # held-out answers shown side by side
 
 
 def _producer(ledger: Ledger, log: RunLog, name: str) -> RunLog | None:
-    digest = next(r.body["digest"] for r in log.of_kind("input") if r.body["name"] == name)
+    digest = next(i["digest"] for i in log.bodies("input") if i["name"] == name)
     found = [run for run, _ in ledger.producers_of(digest) if run.status == "succeeded"]
     return found[-1] if found else None
 

@@ -158,7 +158,7 @@ class _Syncer:
         return True
 
     def parent(self, log: RunLog) -> str:
-        code = log.start.body["code"]
+        code = log.start_body["code"]
         key = pipeline_key(code)
         found = self.lookup("pipeline:" + key)
         if found is not None and found.info.status == "RUNNING" and self.known is None:
@@ -293,7 +293,7 @@ class _Syncer:
             return out
         if r.kind != "eval" or log is None:
             return []
-        inputs = {i.body["name"]: i.body["digest"] for i in log.of_kind("input")}
+        inputs = {i["name"]: i["digest"] for i in log.bodies("input")}
         model_id = self.models.id(inputs["model"]) if "model" in inputs else None
         tokens = inputs.get("tokens")
         link = {"model_id": model_id} if model_id else {}
@@ -309,9 +309,9 @@ class _Syncer:
             self.client.log_artifact(mlflow_id, str(path), "manifests")
         if b["name"] in ("model", "hf_model"):
             self.models.log_output(mlflow_id, log, r)
-        if log.start.body["stage"] == "report" and b["name"] == "report" and path.is_dir():
+        if log.start_body["stage"] == "report" and b["name"] == "report" and path.is_dir():
             self.client.log_artifacts(mlflow_id, str(path), "report")  # the report itself, beside its ledger
-        if log.start.body["stage"] == "report" and b["name"] == "report_json" and path.is_file():
+        if log.start_body["stage"] == "report" and b["name"] == "report_json" and path.is_file():
             self.models.register(mlflow_id, log, readers.read_json(path, "report"))
 
 

@@ -25,7 +25,7 @@ from marin.config import Params, TrainParams
 from marin.data import manifest
 from marin.errors import StageError
 from marin.ledger import Input, Run, exact
-from marin.ledger.bodies import CheckpointBody, MetricBody
+from marin.ledger.bodies import CheckpointBody
 from marin.ledger.hash_cache import hash_cache
 from marin.ledger.index import Index
 from marin.ledger.run import Plan
@@ -237,7 +237,7 @@ def begin(root: Path, params: Params, topo: distributed.Topology, job: Job) -> t
                          fingerprint=fp, execution=execution)
         su = job.setup(root, params)  # first, alone: it may build the token cache the others then read
         prior = find_resumable(root, plan.recipe_digest, job.stage)
-    found = {"run_id": prior.run_id, "ckpts": [[r.body["step"], r.body["digest"]] for r in prior.of_kind("checkpoint")]
+    found = {"run_id": prior.run_id, "ckpts": [[c["step"], c["digest"]] for c in prior.bodies("checkpoint")]
              } if prior is not None else None
     if rt.processes > 1:
         found = distributed.from_primary(found)
@@ -251,9 +251,9 @@ def begin(root: Path, params: Params, topo: distributed.Topology, job: Job) -> t
         ckpts = dict(tuple(c) for c in found["ckpts"])
     run = None
     if topo.primary and prior is not None:
-        metrics = {r.body["step"]: r.body["values"] for r in prior.of_kind("metric")}
-        extra = {"execution": execution} if execution else {}
-        run = Run.resume(root, prior.run_id, reason="unfinished run of the same recipe", from_step=start, **extra)
+        metrics = {m["step"]: m["values"] for m in prior.bodies("metric")}
+        run = Run.resume(root, prior.run_id, reason="unfinished run of the same recipe", from_step=start,
+                         execution=execution)
         print(f"{job.stage}: resuming {run.run_id} from step {start}")
     elif topo.primary:
         assert plan is not None  # the primary process plans the run
@@ -292,8 +292,9 @@ def run(root: Path, params: Params, topo: distributed.Topology | None = None, jo
                 tok_s = steps_since * tokens_per_step / (now - t_last)
                 t_last, steps_since = now, 0
                 if run is not None:
-                    _record_once(run, "metric", done, b.metrics, values,
-                                 {"step": done, "values": values, "timing": {"tokens_per_s": round(tok_s, 3)}})
+                    if not _replayed("metric", done, b.metrics, values):
+                        run.record("metric", {"step": done, "values": values,
+                                              "timing": {"tokens_per_s": round(tok_s, 3)}})
                     live.step()
                 bar.set_postfix(loss=f"{values['loss']['value']:.4f}", tok_s=f"{tok_s:,.0f}")
 
@@ -307,8 +308,8 @@ def run(root: Path, params: Params, topo: distributed.Topology | None = None, jo
                     "params_digest": weights.params_digest(restored.params),
                     "files_digest": hashing.path_digest(root / where), "loader": loader.position(done),  # pyright: ignore[reportAssignmentType]
                     "leaves": len(jax.tree.leaves(restored))}
-                if run is not None:
-                    _record_once(run, "checkpoint", done, b.ckpts, digest, body)
+                if run is not None and not _replayed("checkpoint", done, b.ckpts, digest):
+                    run.record("checkpoint", body)
         bar.close()
         ckpts.close()
         live.close()
@@ -335,25 +336,24 @@ def _publish(root: Path, run: Run, su: Setup, job: Job, params: Any, n_params: i
           f"{tensor_digest} (over its tensors), folder digest {rec.body['digest']} (over its files)")
 
 
-def _record_once(run: Run, kind: str, s: int, recorded: dict[int, Any], value: Any,
-                 body: CheckpointBody | MetricBody) -> None:
-    """Append a record, unless a resumed run already holds it: then the replayed value
-    must be identical, or determinism is broken and we stop."""
+def _replayed(kind: str, s: int, recorded: dict[int, Any], value: Any) -> bool:
+    """Whether a resumed run already holds the record of step ``s`` (then not appended again): the
+    replayed value must be identical, or determinism is broken and we stop."""
     if s not in recorded:
-        run.record(kind, body)
-        return
+        return False
     old = recorded[s]
     same = old == value if kind == "checkpoint" else all(old[k]["hex"] == value[k]["hex"] for k in EXACT_METRICS)
     if not same:
         raise StageError(f"resume diverged from the recorded run at step {s} ({kind}): recorded {old}, "
                          f"recomputed {value}; the environment's determinism class may have changed")
+    return True
 
 
 def _write_curve(root: Path, run: Run, job: Job) -> None:
     rows = ["step,loss,lr,grad_norm,val_loss"]
-    for r in read_run(run.file.path, validate=False).of_kind("metric"):
-        v = r.body["values"]
+    for m in read_run(run.file.path, validate=False).bodies("metric"):
+        v = m["values"]
         val = repr(v["val_loss"]["value"]) if "val_loss" in v else ""
-        rows.append(f"{r.body['step']},{v['loss']['value']!r},{v['lr']['value']!r},{v['grad_norm']['value']!r},{val}")
+        rows.append(f"{m['step']},{v['loss']['value']!r},{v['lr']['value']!r},{v['grad_norm']['value']!r},{val}")
     fsutil.write_bytes(root / job.curve, ("\n".join(rows) + "\n").encode(),
                        before_publish=lambda tmp: run.output(f"{job.stage}_curve", job.curve, source=tmp))

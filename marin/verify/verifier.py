@@ -59,7 +59,7 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
     log = _load(root, run_id)  # 1
     if segments is not None:
         check_segments(root, log, segments, index)
-    out = Outcome(run_id, log.start.body["stage"], "segments" if segments else "full", signer=signer)
+    out = Outcome(run_id, log.start_body["stage"], "segments" if segments else "full", signer=signer)
     return Verifier(root, log, index, out, say, t0).run(segments, seed, xla_flags, keep)
 
 
@@ -75,7 +75,7 @@ def _load(root: Path, run_id: str) -> RunLog:
                              "see `marin ledger check`")
     if log.status != "succeeded":
         raise CannotVerify(f"step 1: run {run_id} is {log.status}; only a succeeded run claims outputs to verify")
-    if log.start.body["stage"] == "report":  # a view of the ledger at a snapshot, not a replayable recipe
+    if log.start_body["stage"] == "report":  # a view of the ledger at a snapshot, not a replayable recipe
         raise CannotVerify(f"step 1: run {run_id} built a report; check it with `marin report verify "
                            "reports/<model>` and `marin ledger check --since reports/<model>`")
     return log
@@ -300,9 +300,9 @@ class Verifier:
         if not out.verifier:
             out.verifier = {"workspace": "none: stopped before the replay"}
         out.verifier.setdefault("env", env.fingerprint())
-        out.verifier.setdefault("code", log.start.body["code"])
+        out.verifier.setdefault("code", log.start_body["code"])
         out.verifier.setdefault("determinism_class", {})
-        out.cpu = cpu_differences(log.start.body["env"], out.verifier["env"])
+        out.cpu = cpu_differences(log.start_body["env"], out.verifier["env"])
         file = RunFile(log.path, log.run_id, functools.partial(seed, log.path, log.run_id, self.index))
         rec = file.append("verification", json.loads(json.dumps(self.record(), default=str)))
         out.record_seq = rec.seq
@@ -314,7 +314,7 @@ class Verifier:
         """Step 8: the verification record's body."""
         log, out = self.log, self.out
         body: dict[str, Any] = {
-            "verified": {"run_id": log.run_id, "recipe_digest": log.start.body["recipe_digest"],
+            "verified": {"run_id": log.run_id, "recipe_digest": log.start_body["recipe_digest"],
                          "finished_digest": log.end.digest},
             "mode": out.mode, "result": out.result, "exit_code": out.exit_code, "verifier": out.verifier,
             "compared": out.compared, "first_divergence": out.first.to_dict() if out.first else None,
