@@ -47,7 +47,8 @@ def reference(name: str) -> Path:
     assert digest == PINNED[rel], f"{rel}: sha256 {digest} is not the pinned upstream copy's {PINNED[rel]}"
     return path
 PROJECT_FILES = ("marin", "pipeline", "schemas", "tokenizer", "dvc.yaml", "params.yaml", "pyproject.toml",
-                 "uv.lock", ".dvc/config", ".dvc/.gitignore", ".dvc/plots", ".dvcignore", ".gitignore")
+                 "uv.lock", ".dvc/config", ".dvc/.gitignore", ".dvc/plots", ".dvcignore", ".gitignore",
+                 "published-digests.json")  # a clone holds the published digests (marin reference check)
 BIN = Path(sys.executable).parent
 # One persistent JAX compilation cache for every stage the tests run (set here in the controller,
 # inherited by the xdist workers): a tiny train stage costs ~7 CPU s instead of ~19 when the same

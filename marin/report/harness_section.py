@@ -18,8 +18,9 @@ from marin.evaluate import baselines as bl
 PREFIX, BASELINE = "harness:", "unigram:"  # the model's records; the unigram baseline's, on the same requests
 FACTS = ("samples", "items", "limit", "num_fewshot", "fewshot_seed", "harness_version", "task_config_digest",
          "loglikelihoods_digest", "decontamination", "contaminated", "excluded")  # the last three: evaluate.decontam
-CLEAN = (" Clean items: the score on the items in which stage decontaminate found no 13-gram of the training "
-         "data (evaluate.decontaminate: report), and how many it found; under exclude only those items were scored.")
+CLEAN = (" Clean items: the score on the items that share no n-gram (decontaminate.ngram words) with the "
+         "training data, as stage decontaminate found them (evaluate.decontaminate: report), and how many it found "
+         "contaminated; under exclude only the clean items were scored.")
 
 
 def is_harness(body: dict[str, Any]) -> bool:
