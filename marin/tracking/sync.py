@@ -201,8 +201,8 @@ class _Syncer:
             params.update(flat("seeds", s["seeds"]) if s["seeds"] else {})
             params.update(flat("determinism", s["determinism_class"]))
             plist = [Param(k[:250], str(v)[:6000]) for k, v in sorted(params.items())]
-            for i in range(0, len(plist), 100):
-                self.client.log_batch(run.info.run_id, params=plist[i : i + 100])
+            for i in range(0, len(plist), 100):  # another stage syncing this run now may insert the same param
+                _racing(lambda i=i: self.client.log_batch(run.info.run_id, params=plist[i : i + 100]))
         if self.known is not None:
             self.known[log.run_id] = run
         return run, created
@@ -225,8 +225,8 @@ class _Syncer:
         for i in range(0, len(metrics), BATCH):
             self.client.log_batch(mlflow_id, metrics=metrics[i : i + BATCH])
         counts = [p for r in new if r.kind == "eval" for p in eval_counts(r)]
-        for i in range(0, len(counts), 100):
-            self.client.log_batch(mlflow_id, params=counts[i : i + 100])
+        for i in range(0, len(counts), 100):  # as the run's params: a concurrent sync may insert the same one
+            _racing(lambda i=i: self.client.log_batch(mlflow_id, params=counts[i : i + 100]))
         for r in new:
             if r.kind == "output":
                 self._output(mlflow_id, log, r)
@@ -322,8 +322,8 @@ def _made(run: Any) -> tuple[int, str]:
 
 def _racing(write: Any, tries: int = 4) -> None:
     """A write that another stage syncing at the same moment can collide with: MLflow makes an
-    experiment's datasets by check-then-insert, so one of two concurrent inserts fails on the
-    unique key; written again, it finds the other's row."""
+    experiment's datasets and a run's params by check-then-insert, so one of two concurrent inserts
+    fails on the unique key; written again, it finds the other's row (the same value)."""
     for i in range(tries):
         try:
             write()
