@@ -308,6 +308,14 @@ def trained_project(tmp_path: Path, _trained_project: Project) -> Project:
     return copy_project(_trained_project, tmp_path / "proj")
 
 
+@pytest.fixture
+def reported(trained_project: Project) -> tuple[Project, Path]:
+    """A copy of the trained project with a signing key and its report (reports/marin-tiny)."""
+    trained_project.marin("keygen", check=True)
+    trained_project.marin("report", check=True)
+    return trained_project, trained_project.root / "reports" / "marin-tiny"
+
+
 def shipped_repro(dest: Path) -> None:
     """The shipped pipeline on the built-in corpus exactly as the README runs it (a signing key made
     first, then ``dvc repro`` of the shipped params.yaml), so that its outputs can be compared with the

@@ -24,13 +24,6 @@ LINK = re.compile(r"\[((?:[^\]\\]|\\.)*)\]\(#(F\d+)\)")
 SOURCE_ROW = re.compile(r'^\| <a id="(F\d+)"></a>F\d+ \| (.*?) \| (.*)$')
 
 
-@pytest.fixture
-def reported(trained_project: Project) -> tuple[Project, Path]:
-    trained_project.marin("keygen", check=True)
-    trained_project.marin("report", check=True)
-    return trained_project, trained_project.root / "reports" / "marin-tiny"
-
-
 def _matches(text: str, value: object) -> bool:
     text = re.sub(r"\\(.)", r"\1", text)  # Markdown backslash escapes
     if isinstance(value, str):

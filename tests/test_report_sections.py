@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -15,13 +14,6 @@ from tests.test_verify import records, run_file
 
 pytestmark = pytest.mark.slow
 FACT = re.compile(r"\]\(#(F\d+)\)")
-
-
-@pytest.fixture
-def reported(trained_project: Project) -> tuple[Project, Path]:
-    trained_project.marin("keygen", check=True)
-    trained_project.marin("report", check=True)
-    return trained_project, trained_project.root / "reports" / "marin-tiny"
 
 
 def _section(md: str, title: str) -> str:
