@@ -145,7 +145,7 @@ class HubDataset:
 class HarnessParams:
     """lm-evaluation-harness tasks run on the model (marin/evaluate/harness_run.py)."""
 
-    tasks: tuple[str, ...] = ("marin_cloze", "marin_cloze_fewshot", "marin_source")  # names, or folders of YAMLs
+    tasks: tuple[str, ...] = ("marin_cloze", "marin_cloze_fewshot", "marin_next_word")  # names, or folders of YAMLs
     include: tuple[str, ...] = ()  # project folders of task YAMLs whose tasks ``tasks`` may name
     num_fewshot: int | None = None  # None: each task's own
     limit: int | None = None  # samples per task, at most (None: all)

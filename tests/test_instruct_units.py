@@ -121,3 +121,48 @@ def test_the_weighted_loss_is_the_mean_over_the_weighted_positions() -> None:
     plain, _ = loss_fn(model, {"inputs": x, "targets": y})
     ones, _ = loss_fn(model, {"inputs": x, "targets": y, "weights": np.ones_like(w)})
     assert np.isclose(float(plain), nll.mean(), rtol=1e-5) and np.isclose(float(ones), float(plain), rtol=1e-6)
+
+
+def _ex(task: str, answer: str, key: str) -> dict:
+    return {"task": task, "key": key, "messages": [{"role": "user", "content": f"q{key}"},
+                                                   {"role": "assistant", "content": answer}]}
+
+
+def test_held_out_examples_are_balanced_over_tasks_and_answers() -> None:
+    from marin.instruct.instructions_stage import balanced
+
+    pool = [_ex("corpus", "bible", f"{i:02d}") for i in range(10)] + [_ex("corpus", "milton", "50"),
+                                                                      _ex("corpus", "milton", "51")]
+    pool += [_ex("quote", f"verse {i}", f"{i + 20:02d}") for i in range(4)]
+    got = balanced(list(reversed(pool)))  # the input order does not matter
+    assert sorted(e["key"] for e in got) == sorted(e["key"] for e in pool)  # nothing lost, nothing repeated
+    first = got[:6]  # round robin over the tasks; within corpus, bible and milton take turns
+    assert [e["task"] for e in first] == ["corpus", "quote"] * 3
+    assert [e["messages"][1]["content"] for e in first if e["task"] == "corpus"] == ["bible", "milton", "bible"]
+    assert [e["key"] for e in got if e["task"] == "quote"] == ["20", "21", "22", "23"]  # distinct answers: key order
+
+
+def test_choice_options_are_the_reference_and_other_answers_of_its_task() -> None:
+    from marin.evaluate import instruct_choice as ic
+
+    exs = [_ex("corpus", a, str(i)) for i, a in enumerate(["bible", "milton", "bible", "shakespeare"])]
+    exs += [_ex("quote", f"v{i}", f"q{i}") for i in range(6)]
+    opts = ic.options(exs)
+    for e, cs in zip(exs, opts, strict=True):
+        assert cs[0] == e["messages"][1]["content"] and len(set(cs)) == len(cs)
+        assert set(cs) <= {x["messages"][1]["content"] for x in exs if x["task"] == e["task"]}
+    assert [len(cs) for cs in opts] == [3] * 4 + [ic.CHOICES] * 6  # corpus has three answers in all
+    assert ic.chance(opts[:4]) == pytest.approx(1 / 3)
+    assert ic.constant(exs[:4]) == (0.5, "bible")
+
+
+@pytest.mark.parametrize(("logliks", "expected"), [
+    ([-1.0, -2.0, -3.0], [True]),
+    ([-2.0, -1.0, -3.0], [False]),
+    ([-1.0, -1.0, -3.0], [False]),  # a tie counts against the reference
+])
+def test_choice_is_right_only_when_the_reference_scores_strictly_highest(logliks: list[float],
+                                                                          expected: list[bool]) -> None:
+    from marin.evaluate import instruct_choice as ic
+
+    assert ic.correct([["a", "b", "c"]], logliks) == expected

@@ -20,7 +20,7 @@ from tests.conftest import BIN, Project
 pytestmark = pytest.mark.slow
 
 NAME, FOLDER, STAGE = "tiny", "refs/tiny", "reference_tiny"
-TASKS = ("marin_cloze", "marin_cloze_fewshot", "marin_source")
+TASKS = ("marin_cloze", "marin_cloze_fewshot", "marin_next_word")
 
 
 def _list(proj: Project, sha256: str) -> None:

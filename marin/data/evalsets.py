@@ -1,30 +1,32 @@
 """The built-in harness tasks' data, cut deterministically from the curated validation split.
 
 No test document leaks into training: every passage comes from a validation document
-(data/curated/validation.parquet). Only the *names* of the works of both splits are read, to
-draw the wrong options of the multiple-choice task. Which passages are cut, and the order of
-the options, follow from keyed sha256 digests of the document ids, so the same curated split
-gives the same bytes.
+(data/curated/validation.parquet), and the wrong options of the multiple-choice task are words
+of that split too. Which passages are cut, and the options and their order, follow from keyed
+sha256 digests of the document ids, so the same curated split gives the same bytes.
 
 - ``cloze`` (LAMBADA-style, Paperno et al. 2016): a run of ``CLOZE_WORDS`` words whose last
   word (letters only) is to be predicted from the words before it.
 - ``cloze_shots``: more such passages, the pool the few-shot variant draws its examples from.
-- ``source``: a passage of ``SOURCE_WORDS`` words and four works; which one it comes from.
+- ``next_word``: a run of ``NEXT_WORDS`` words and four candidates for its last word, the true
+  one and three words of the same corpus whose counts in the validation split are nearest its
+  own (frequency-matched, so a unigram model and a constant answer stay near chance, 0.25, and
+  only a model of the words before it does better).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import Any
 
-CLOZE_WORDS, SOURCE_WORDS = 24, 24
+CLOZE_WORDS, NEXT_WORDS = 24, 20  # different lengths: different passages of the same document
 PER_DOC = 4  # passages cut from each document, at most
-CLOZE_N, SHOTS_N, SOURCE_N = 400, 64, 400  # items kept per file, at most
-SALT = "marin-evalsets-v1"
+CLOZE_N, SHOTS_N, NEXT_N = 400, 64, 400  # items kept per file, at most
+SALT = "marin-evalsets-v2"
 
 
 @dataclass(frozen=True)
@@ -34,17 +36,6 @@ class Doc:
     name: str
     license: str
     text: str
-
-
-def work(name: str) -> str:
-    """The work a curated document belongs to, from its ``name``: a grouped JSONL record's group
-    less its last key (``...kjv.jsonl#Genesis 14`` -> ``Genesis``), else the file's title
-    (``.../merchant_of_venice_gut.txt`` -> ``Merchant Of Venice``)."""
-    if "#" in name:
-        group = name.rsplit("#", 1)[1]
-        return group.rsplit(" ", 1)[0] if " " in group else group
-    stem = PurePosixPath(name).stem
-    return stem.removesuffix("_gut").replace("_", " ").strip().title()
 
 
 def key(*parts: object) -> str:
@@ -76,32 +67,48 @@ def cloze_items(docs: Iterable[Doc]) -> list[dict[str, Any]]:
     return sorted(items, key=lambda it: it["id"])
 
 
-def source_items(docs: Iterable[Doc], works: dict[str, str]) -> list[dict[str, Any]]:
-    """Four-way questions: a passage and its work among three others (``works``: work -> corpus;
-    wrong options from the passage's own corpus first), ordered by key."""
-    items = []
+def by_count(docs: Iterable[Doc]) -> dict[str, list[str]]:
+    """Per corpus, its candidate words (letters only, 3 or more) ordered by their count in
+    ``docs``, then by key: the order in which :func:`distractors` finds neighbours."""
+    counts: dict[str, Counter[str]] = {}
     for d in docs:
-        truth = work(d.name)
-        for s, ws in passages(d, SOURCE_WORDS):
-            k = key("source", d.doc_id, s)
-            others = sorted((w for w in works if w != truth),
-                            key=lambda w: (works[w] != d.corpus, key(k, w)))[:3]
+        counts.setdefault(d.corpus, Counter()).update(w for w in d.text.split() if w.isalpha() and len(w) >= 3)
+    return {c: sorted(cs, key=lambda w, cs=cs: (cs[w], key("word", w))) for c, cs in counts.items()}
+
+
+def distractors(truth: str, ordered: list[str], at: int, k: str, n: int = 3, window: int = 8) -> list[str]:
+    """``n`` words of nearly the same count as ``truth`` (``ordered[at]``, :func:`by_count`): of the
+    ``window`` words on each side of it, other than it ignoring case, the ``n`` with the smallest
+    key ``k``."""
+    near = ordered[max(at - window, 0):at] + ordered[at + 1:at + 1 + window]
+    return sorted((w for w in near if w.casefold() != truth.casefold()), key=lambda w: key(k, w))[:n]
+
+
+def next_word_items(docs: list[Doc]) -> list[dict[str, Any]]:
+    """Four-way questions: the words of a passage before its last, and four candidates for the
+    last (:func:`distractors`), ordered by key."""
+    ordered, items = by_count(docs), []
+    at = {c: {w: i for i, w in enumerate(ws)} for c, ws in ordered.items()}
+    for d in docs:
+        for s, ws in passages(d, NEXT_WORDS):
+            k = key("next_word", d.doc_id, s)
+            others = distractors(ws[-1], ordered[d.corpus], at[d.corpus][ws[-1]], k)
             if len(others) < 3:
                 continue
-            choices = sorted([truth, *others], key=lambda w: key(k, "order", w))
+            choices = sorted([ws[-1], *others], key=lambda w: key(k, "order", w))
             items.append({"id": k, "doc_id": d.doc_id, "corpus": d.corpus, "license": d.license,
-                          "passage": " ".join(ws), "choices": choices, "gold": choices.index(truth)})
+                          "context": " ".join(ws[:-1]), "choices": choices, "gold": choices.index(ws[-1])})
     return sorted(items, key=lambda it: it["id"])
 
 
-def build(validation: list[Doc], works: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
+def build(validation: list[Doc]) -> dict[str, list[dict[str, Any]]]:
     """The files of data/evalsets by name: the cloze passages, the first eighth by key (at least 2
     of 4 or more) going to the few-shot pool ``cloze_shots`` instead (passages never overlap), and
-    the source questions."""
+    the next-word questions."""
     cloze = cloze_items(validation)
     n_shots = min(SHOTS_N, max(len(cloze) // 8, min(2, len(cloze) // 2)))
     return {"cloze": cloze[n_shots:][:CLOZE_N], "cloze_shots": cloze[:n_shots],
-            "source": source_items(validation, works)[:SOURCE_N]}
+            "next_word": next_word_items(validation)[:NEXT_N]}
 
 
 def jsonl(items: list[dict[str, Any]]) -> bytes:

@@ -19,19 +19,14 @@ CURATED, OUT = Path("data/curated"), Path("data/evalsets")
 
 def run_stage(root: Path, params: Params) -> None:
     """The evalsets stage: data/curated's validation split into data/evalsets, as a ledger run."""
-    inputs = [Input("validation", (CURATED / "validation.parquet").as_posix()),
-              Input("train", (CURATED / "train.parquet").as_posix())]  # only its works' names are read
+    inputs = [Input("validation", (CURATED / "validation.parquet").as_posix())]
     # no params: what is drawn, and how, is code (es.SALT and the sizes in marin.data.evalsets)
     with Run.start(root, "evalsets", params={}, inputs=inputs) as run, \
             atomic_dir(root / OUT) as tmp:
         validation = [es.Doc(r["doc_id"], r["corpus"], r["name"], r["license"], r["text"])
                       for r in read(root / CURATED / "validation.parquet").to_pylist()]
-        works: dict[str, str] = {}
-        for split in ("train", "validation"):
-            for r in read(root / CURATED / f"{split}.parquet", columns=["name", "corpus"]).to_pylist():
-                works.setdefault(es.work(r["name"]), r["corpus"])
         files = {}
-        for name, items in es.build(validation, dict(sorted(works.items()))).items():
+        for name, items in es.build(validation).items():
             data = es.jsonl(items)
             (tmp / f"{name}.jsonl").write_bytes(data)
             files[name] = {"path": (OUT / f"{name}.jsonl").as_posix(), "items": len(items),
@@ -40,7 +35,7 @@ def run_stage(root: Path, params: Params) -> None:
                            "licenses": sorted({it["license"] for it in items})}
             run.output(f"evalset:{name}", OUT / f"{name}.jsonl", source=tmp / f"{name}.jsonl")
             print(f"evalsets: {name}: {len(items)} items ({', '.join(files[name]['corpora']) or 'none'})")
-        manifest.write({"kind": "evalsets", "salt": es.SALT, "works": len(works), "files": files},
+        manifest.write({"kind": "evalsets", "salt": es.SALT, "files": files},
                        tmp / "manifest.json")
         run.output("evalsets_manifest", OUT / "manifest.json", source=tmp / "manifest.json")
         run.output("evalsets", OUT, source=tmp)

@@ -1,7 +1,9 @@
 """Stage evaluate_instruct: the base model (models/final) and the instruct model (models/instruct)
 answer the held-out instructions (data/instructions/heldout.jsonl), greedily, from the chat
 template's prompt; each answer is scored by exact match (the answer, stripped, is the reference)
-and containment (the reference is inside the answer, case folded). Writes
+and containment (the reference is inside the answer, case folded), and each example as multiple
+choice among other references of its task (``choice_acc``, :mod:`marin.evaluate.instruct_choice`),
+the measure that separates a trained model from an untrained one before exact match does. Writes
 metrics/instruct_eval.json (DVC metrics) and one eval record per model with every answer.
 
 A stage of its own beside evaluate, so the base model's evaluation does not wait for a fine-tune;
@@ -29,6 +31,7 @@ MODELS = {"base": Path(stages.MODEL), "instruct": Path(stages.INSTRUCT)}
 TOKENIZER, TEMPLATE = Path("data/tokens/tokenizer.json"), Path("data/tokens/chat_template.jinja")
 HELDOUT, METRICS = Path("data/instructions/heldout.jsonl"), Path("metrics/instruct_eval.json")
 BATCH = 32  # prompts answered at a time: (BATCH, seq_len, vocab) logits per step
+SCORES = (("exact_match", "exact"), ("containment", "contained"), ("choice_acc", "choice"))  # value key, row key
 
 
 def greedy_batch(logits_fn: Any, params: Any, prompts: list[np.ndarray], pad_id: int, stop: set[int],
@@ -72,13 +75,28 @@ def answer_all(model: tuple[Any, Any, dict[str, Any]], tok: Any, examples: list[
     ids: list[list[int]] = []
     for i in range(0, len(prompts), BATCH):
         ids += greedy_batch(logits_fn, params, prompts[i:i + BATCH], eos_id, {eos_id, end_id}, seq_len, n)
+    chosen = choices_right(model, tok, examples)
     rows = []
-    for e, out in zip(examples, ids, strict=True):
+    for e, out, right in zip(examples, ids, chosen, strict=True):
         text = tok.decode([t for t in out if t not in (eos_id, end_id)])
         exact, contained = score(text, e["messages"][-1]["content"])
         rows.append({"task": e["task"], "prompt": e["messages"][-2]["content"], "completion": text,
-                     "token_ids": out, "exact": exact, "contained": contained})
+                     "token_ids": out, "exact": exact, "contained": contained, "choice": right})
     return rows
+
+
+def choices_right(model: tuple[Any, Any, dict[str, Any]], tok: Any, examples: list[dict[str, Any]]) -> list[bool]:
+    """Per example, whether the model scores its reference above the task's other answers
+    (:mod:`marin.evaluate.instruct_choice`), through the harness adapter's log-likelihoods."""
+    from marin.evaluate import instruct_choice as ic
+    from marin.evaluate.harness import MarinLM
+
+    graphdef, params, config = model
+    eos_id, seq_len = config["tokenizer"]["eos_id"], config["model"]["max_seq_len"]
+    lm = MarinLM(graphdef, params, tok, eos_id, seq_len, batch_size=BATCH)
+    choices = ic.options(examples)
+    reqs = ic.requests(tok, examples, choices, tok.id_to_token(eos_id))
+    return ic.correct(choices, [ll for ll, _ in lm._loglikelihood_tokens(reqs)])
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -88,22 +106,21 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         by_task[r["task"]].append(r)
 
     def rates(rs: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"exact_match": sum(r["exact"] for r in rs) / max(len(rs), 1),
-                "containment": sum(r["contained"] for r in rs) / max(len(rs), 1), "examples": len(rs)}
+        return {**{key: sum(r[col] for r in rs) / max(len(rs), 1) for key, col in SCORES}, "examples": len(rs)}
 
     return {**rates(rows), "by_task": {t: rates(rs) for t, rs in sorted(by_task.items())}}
 
 
 def task_values(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per task (``<task>/<key>``): exact match and containment with their stderrs (lm-eval's
-    mean_stderr over the 0/1 scores) and the number of examples."""
+    """Per task (``<task>/<key>``): exact match, containment and choice accuracy with their stderrs
+    (lm-eval's mean_stderr over the 0/1 scores) and the number of examples."""
     from marin.evaluate.baselines import mean_stderr
     from marin.ledger import exact
 
     out: dict[str, Any] = {}
     for task in sorted({r["task"] for r in rows}):
         rs = [r for r in rows if r["task"] == task]
-        for key, col in (("exact_match", "exact"), ("containment", "contained")):
+        for key, col in SCORES:
             xs = [float(r[col]) for r in rs]
             out[f"{task}/{key}"], out[f"{task}/{key}_stderr"] = exact(sum(xs) / len(xs)), exact(mean_stderr(xs))
         out[f"{task}/examples"] = len(rs)
@@ -113,16 +130,23 @@ def task_values(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def constant_values(examples: list[dict[str, Any]]) -> dict[str, Any]:
     """Per task, the constant-answer baseline: the best exact match and containment of one answer,
     a reference of the task, given to every example (chosen with the references in hand), and that
-    answer."""
+    answer; for choice accuracy, the share of the most frequent reference and, beside it, chance
+    (``choice_chance``: the mean of 1 / choices)."""
+    from marin.evaluate import instruct_choice as ic
     from marin.ledger import exact
 
     out: dict[str, Any] = {}
     for task in sorted({e["task"] for e in examples}):
         refs = [e["messages"][-1]["content"] for e in examples if e["task"] == task]
-        for key in ("exact_match", "containment"):
+        for key in ("exact_match", "containment"):  # choice_acc below
             best = max(sorted(set(refs)), key=lambda a, k=key: sum(score(a, r)[k == "containment"] for r in refs))
             out[f"{task}/{key}"] = exact(sum(score(best, r)[key == "containment"] for r in refs) / len(refs))
             out[f"{task}/{key}_answer"] = best
+        mine = [e for e in examples if e["task"] == task]
+        share, answer = ic.constant(mine)
+        out[f"{task}/choice_acc"], out[f"{task}/choice_acc_answer"] = exact(share), answer
+        out[f"{task}/choice_chance"] = exact(ic.chance([c for e, c in zip(examples, ic.options(examples), strict=True)
+                                                        if e["task"] == task]))
     return out
 
 
@@ -133,10 +157,11 @@ def task_lines(name: str, values: dict[str, Any], constant: dict[str, Any]) -> l
     out = []
     for task in sorted({k.split("/")[0] for k in constant}):
         parts = []
-        for key in ("exact_match", "containment"):
+        for key, _ in SCORES:
             v, se = values[f"{task}/{key}"]["value"], values[f"{task}/{key}_stderr"]["value"]
             c = constant[f"{task}/{key}"]["value"]
-            where = bl.mark(v, se, "higher", [c])
+            where = bl.mark(v, se, "higher", [c, *([constant[f"{task}/choice_chance"]["value"]]
+                                                   if key == "choice_acc" else [])])
             parts.append(f"{key.replace('_', ' ')} {v:.3f} ± {se:.3f} (constant answer {c:.3f})"
                          + (f": {where}" if where != bl.BETTER else ""))
         out.append(f"evaluate_instruct: {name} {task} ({values[f'{task}/examples']} examples): " + "; ".join(parts))
@@ -178,12 +203,12 @@ def run_stage(root: Path, params: Params) -> None:
         for name, path in MODELS.items():
             rows = answer_all(weights.load(root / path), tok, examples, n)
             metrics[name] = s = summary(rows)
-            values = {"exact_match": exact(s["exact_match"]), "containment": exact(s["containment"]),
+            values = {**{key: exact(s[key]) for key, _ in SCORES},
                       "examples": len(rows), "tokens_per_answer": n, **task_values(rows)}
             run.record("eval", {"name": f"{name}_instructions", "split": "heldout_instructions", "values": values,
                                 "samples": [_sample(r) for r in rows]})
             print(f"evaluate_instruct: {name}: exact match {s['exact_match']:.3f}, containment "
-                  f"{s['containment']:.3f} on {len(rows)} held-out instructions")
+                  f"{s['containment']:.3f}, choice accuracy {s['choice_acc']:.3f} on {len(rows)} held-out instructions")
             for line in task_lines(name, values, constant):
                 print(line)
         fsutil.write_bytes(root / METRICS, (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode(),

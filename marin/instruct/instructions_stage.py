@@ -49,9 +49,28 @@ def built_in(path: Path, ip: InstructionsParams) -> Iterator[dict[str, Any]]:
         yield from tasks.examples(doc, ip.tasks, ip.salt, ip.per_document)
 
 
+POOL = 8  # held-out examples are balanced among the POOL × heldout_max of smallest key (bounded memory)
+
+
 def heldout_examples(path: Path, ip: InstructionsParams) -> list[dict[str, Any]]:
-    """The first ``heldout_max`` examples of the validation split by key (never more held)."""
-    return heapq.nsmallest(ip.heldout_max, built_in(path, ip), key=lambda e: e["key"])
+    """``heldout_max`` examples of the validation split, balanced (:func:`balanced`) among those
+    of smallest key, so that no task and no answer fills the set (a constant answer would score
+    what its share is)."""
+    pool = heapq.nsmallest(POOL * ip.heldout_max, built_in(path, ip), key=lambda e: e["key"])
+    return balanced(pool)[:ip.heldout_max]
+
+
+def balanced(examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``examples`` in round-robin order over the tasks (sorted by name) and, within a task, over
+    its answers: each task's examples ordered by (how many of its answer come before, key)."""
+    before: Counter[tuple[str, str]] = Counter()
+    per_task: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
+    for e in sorted(examples, key=lambda e: e["key"]):
+        answer = (e["task"], e["messages"][-1]["content"])
+        per_task.setdefault(e["task"], []).append((before[answer], e["key"], e))
+        before[answer] += 1
+    queues = [[e for _, _, e in sorted(rows, key=lambda r: r[:2])] for _, rows in sorted(per_task.items())]
+    return [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
 
 
 def own(root: Path, params: Params, out: Out) -> list[tuple[Any, Path, int]]:

@@ -17,6 +17,7 @@ from marin.report.facts import Facts
 
 MODELS = ("base", "instruct")
 SAMPLES = 5  # held-out answers shown side by side
+KEYS = ("exact_match", "containment", "choice_acc")
 
 
 def _producer(ledger: Ledger, log: RunLog, name: str) -> RunLog | None:
@@ -67,9 +68,14 @@ def _tasks(f: Facts, ev: RunLog, evals: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for task in sorted({k.split("/")[0] for k in const.body["values"]}):
         row: dict[str, Any] = {"task": task}
-        for key in ("exact_match", "containment"):
+        for key in _keys(const.body["values"], task):
             c = f.cite(f"{task} constant answer {key}", ev, const, f"/body/values/{_esc(f'{task}/{key}')}/value")
             row[f"constant_{key}"] = c.id
+            base = [c]
+            if key == "choice_acc":  # marked against chance too: the share of 1 / choices
+                chance = f.cite(f"{task} choice chance", ev, const,
+                                f"/body/values/{_esc(f'{task}/choice_chance')}/value")
+                row["choice_chance"], base = chance.id, [c, chance]
             row[f"constant_{key}_answer"] = f.cite(f"{task} constant answer for {key}", ev, const,
                                                    f"/body/values/{_esc(f'{task}/{key}_answer')}").id
             for m in MODELS:
@@ -78,11 +84,16 @@ def _tasks(f: Facts, ev: RunLog, evals: dict[str, Any]) -> list[dict[str, Any]]:
                 se = f.cite(f"{m} {task} {key} stderr", ev, r, f"/body/values/{_esc(f'{task}/{key}_stderr')}/value")
                 row[f"{m}_{key}"], row[f"{m}_{key}_stderr"] = val.id, se.id
                 row[f"{m}_{key}_mark"] = f.derive(f"{m} {task} {key} against the constant answer",
-                                                  MARK_HIGHER, [val, se, c]).id
+                                                  MARK_HIGHER, [val, se, *base]).id
         row["examples"] = f.cite(f"{task} held-out examples", ev, evals["base_instructions"],
                                  f"/body/values/{_esc(f'{task}/examples')}").id
         out.append(row)
     return out
+
+
+def _keys(values: dict[str, Any], task: str) -> list[str]:
+    """The scores a run recorded for ``task`` (choice accuracy since it was added)."""
+    return [k for k in KEYS if f"{task}/{k}" in values]
 
 
 def lines(v: Callable[[str | None], str], doc: dict[str, Any]) -> list[str]:
@@ -118,16 +129,20 @@ def task_lines(v: Callable[[str | None], str], tasks: list[dict[str, Any]]) -> l
         return []
     out = ["", "By task: each score ± its stderr (sample standard deviation / sqrt(n), lm-eval's mean_stderr), "
            "beside the constant answer: the one reference of the task that, given to every example, scores "
-           "best (chosen with the references in hand). A score not beyond two stderr above it is marked "
+           "best (chosen with the references in hand). Choice accuracy: the reference answer scored above up to three "
+           "other answers of its task by log-likelihood after the prompt, as lm-eval scores multiple choice; its "
+           "constant answer is the share of the most frequent reference, and it is marked against chance (1 / the "
+           "choices) too. A score not beyond two stderr above its baselines is marked "
            f"**{SAME}**.", "",
            "| task | examples | metric | constant answer | its score | base | instruct |", "|" + "---|" * 7]
     for t in tasks:
-        for key in ("exact_match", "containment"):
+        for key in [k for k in KEYS if f"constant_{k}" in t]:
             cells = []
             for m in MODELS:
                 shown = v(t[f"{m}_{key}_mark"])
                 mark = f" **{shown}**" if BETTER not in shown else ""
                 cells.append(f"{v(t[f'{m}_{key}'])} ± {v(t[f'{m}_{key}_stderr'])}{mark}")
+            its = v(t[f"constant_{key}"]) + (f" (chance {v(t['choice_chance'])})" if key == "choice_acc" else "")
             out.append(f"| `{t['task']}` | {v(t['examples'])} | {key.replace('_', ' ')} | "
-                       f"{v(t[f'constant_{key}_answer'])} | {v(t[f'constant_{key}'])} | {' | '.join(cells)} |")
+                       f"{v(t[f'constant_{key}_answer'])} | {its} | {' | '.join(cells)} |")
     return out

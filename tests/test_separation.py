@@ -1,0 +1,81 @@
+"""The built-in benchmarks mean something: on every task, the shipped model and a model trained for
+40 steps (the shipped params, ``train.steps: 40``, the same code path from there: sft, evaluate,
+evaluate_instruct) are apart by more than two stderr of their difference. A task that cannot tell
+them apart is no evidence of training, and the report would be claiming more than it measures."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from .conftest import Project, copy_project
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def early(_shipped: tuple[Project, str], tmp_path_factory: pytest.TempPathFactory) -> Project:
+    proj = copy_project(_shipped[0], tmp_path_factory.mktemp("early") / "proj")
+    params = proj.params
+    params["train"]["steps"], params["train"]["warmup_steps"] = 40, 4
+    proj.write_params(params)
+    proj.dvc("repro", "evaluate", "evaluate_instruct", timeout=1800)
+    return proj
+
+
+def _json(proj: Project, rel: str) -> dict:
+    return json.loads((proj.root / rel).read_text())
+
+
+def _apart(a: float, se_a: float, b: float, se_b: float) -> bool:
+    """``a`` above ``b`` by more than two stderr of the difference."""
+    return a - b > 2 * math.hypot(se_a, se_b)
+
+
+def test_every_harness_task_separates_the_shipped_model_from_a_40_step_one(_shipped: tuple[Project, str],
+                                                                            early: Project) -> None:
+    ours, theirs = _json(_shipped[0], "metrics/eval.json")["harness"], _json(early, "metrics/eval.json")["harness"]
+    assert set(ours) == set(theirs) == set(_shipped[0].params["evaluate"]["harness"]["tasks"])
+    for task, v in ours.items():
+        w = theirs[task]
+        for metric in [m for m in v if f"{m}_stderr" in v]:
+            print(f"{task} {metric}: shipped {v[metric]:.4f} ± {v[f'{metric}_stderr']:.4f}, "
+                  f"40 steps {w[metric]:.4f} ± {w[f'{metric}_stderr']:.4f}")
+            sign = 1 if v[f"better/{metric}"] == "higher" else -1
+            assert _apart(sign * v[metric], v[f"{metric}_stderr"], sign * w[metric], w[f"{metric}_stderr"]), \
+                (task, metric)
+
+
+def test_every_instruction_task_separates_the_two_instruct_models(_shipped: tuple[Project, str],
+                                                                   early: Project) -> None:
+    def by_task(proj: Project) -> dict:
+        [run] = proj.runs("evaluate_instruct")[-1:]
+        rec = next(r for r in run if r["kind"] == "eval" and r["body"]["name"] == "instruct_instructions")
+        return rec["body"]["values"]
+
+    ours, theirs = by_task(_shipped[0]), by_task(early)
+    heldout = [json.loads(x) for x in (early.root / "data/instructions/heldout.jsonl").read_text().splitlines()]
+    tasks = sorted({e["task"] for e in heldout})
+    assert len(tasks) == len(_shipped[0].params["instructions"]["tasks"])
+    for task in tasks:
+        key = f"{task}/choice_acc"
+        a, b = ours[key]["value"], theirs[key]["value"]
+        se_a, se_b = ours[f"{key}_stderr"]["value"], theirs[f"{key}_stderr"]["value"]
+        print(f"{task} choice accuracy: shipped instruct {a:.3f} ± {se_a:.3f}, 40-step instruct {b:.3f} ± {se_b:.3f}")
+        assert _apart(a, se_a, b, se_b), task
+
+
+def test_no_task_is_won_by_one_answer(_shipped: tuple[Project, str]) -> None:
+    """The held-out set is balanced: no answer of a task with several is the reference of most of its
+    examples (the corpus task was 82% "bible"), so a constant answer cannot pass for skill."""
+    heldout = [json.loads(x) for x in (_shipped[0].root / "data/instructions/heldout.jsonl").read_text().splitlines()]
+    for task in sorted({e["task"] for e in heldout}):
+        refs = [e["messages"][-1]["content"] for e in heldout if e["task"] == task]
+        kinds = len(set(refs))
+        top = max(refs.count(r) for r in set(refs))
+        assert top <= math.ceil(len(refs) / kinds) + 1, (task, top, len(refs))
+    items = [json.loads(x) for x in (_shipped[0].root / "data/evalsets/next_word.jsonl").read_text().splitlines()]
+    golds = [it["gold"] for it in items]
+    assert max(golds.count(g) for g in range(4)) / len(golds) < 0.35  # no position wins either
