@@ -379,8 +379,8 @@ def test_a_released_model_loads_from_mlflow_as_pyfunc_and_as_transformers(releas
     [version] = client.search_model_versions(f"name = '{name}'")
     assert version.run_id == runs["train"].info.run_id == models["marin-decoder"].source_run_id
     assert version.tags["marin.run_id"] == runs["report"].data.tags["marin.run_id"]  # the release that made it
-    assert json.loads(client.get_logged_model(models["marin-decoder"].model_id).tags["mlflow.modelVersions"]) == [
-        {"name": name, "version": 1}]
+    linked = json.loads(client.get_logged_model(models["marin-decoder"].model_id).tags["mlflow.modelVersions"])
+    assert [(v["name"], str(v["version"])) for v in linked] == [(name, "1")]  # what the LoggedModel page reads
     md = Path(client.download_artifacts(runs["report"].info.run_id, "report/report.md", str(tmp_path / "rep")))
     assert md.read_bytes() == (trained.root / "reports" / name / "report.md").read_bytes()
 
@@ -411,7 +411,8 @@ TEXT = "document.body ? {busy: document.querySelectorAll('[class*=\"-spin-spinni
 
 def test_the_ui_shows_the_trained_model_registered_as_version_1(released, tmp_path) -> None:
     """MLflow's own UI in headless Chromium: the train run's LoggedModel page lists the registered
-    model's version 1 (what `mlflow.register_model` links and `create_model_version` did not)."""
+    model's version 1 (what `mlflow.register_model` links and `create_model_version` did not), and so
+    does the Models list's "Registered models" column."""
     import numpy as np
     from PIL import Image
 
@@ -428,10 +429,15 @@ def test_the_ui_shows_the_trained_model_registered_as_version_1(released, tmp_pa
         state = browser.wait(TEXT, lambda s: bool(s) and s["busy"] == 0 and "Model versions" in s["text"],
                              timeout=180)
         browser.screenshot(shot)
+        browser.open(f"{srv.uri}/#/experiments/{exp}/models?workflowType=machine_learning")  # the Models list
+        listed = browser.wait(TEXT, lambda s: bool(s) and s["busy"] == 0 and "Registered models" in s["text"]
+                              and model.name in s["text"], timeout=180)["text"]
+    # the list's "Registered models" column: one model registered, as version 1 of the release's name
+    assert listed[listed.index("v1") - 1] == name and listed.count("v1") == 1, listed
     text = state["text"]
     assert model.name in text and "Source run" in text  # the LoggedModel's own page
     at = text.index("Model versions")
-    assert text[at + 1 : at + 3] == [name, "v1"], text[at : at + 5]  # registered: the version, linked
+    assert text[at + 1 : at + 3] == [name, "v1"] and text.count("v1") == 1, text[at : at + 5]  # registered, once
     assert "Not registered" not in text
     src = text.index("Source run ID")  # the About section: Source run, its name, Source run ID
     assert text[src - 1] == f"train {trained.runs('train')[0][0]['run_id'][-8:]}"  # made by the train run

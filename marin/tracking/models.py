@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shutil
 import tempfile
@@ -140,6 +141,16 @@ class LoggedModels:
                 mlflow.register_model(f"models:/{model.model_id}", name, tags={
                     "marin.run_id": log.run_id, "marin.version": report["meta"]["version"],
                     "marin.tensor_digest": model.tags.get("marin.tensor_digest", "")})
+        self._one_entry_per_version(model.model_id)
+
+    def _one_entry_per_version(self, model_id: str) -> None:
+        """MLflow 3.17 against a server lists a new version twice in the LoggedModel's mlflow.modelVersions
+        tag (the server adds version "1", ``register_model`` then 1): kept once each."""
+        key = "mlflow.modelVersions"
+        listed = json.loads(self.client.get_logged_model(model_id).tags.get(key) or "[]")
+        once = list({(v["name"], str(v["version"])): {**v, "version": str(v["version"])} for v in listed}.values())
+        if once != listed:
+            self.client.set_logged_model_tags(model_id, {key: json.dumps(once)})
 
 
 @contextlib.contextmanager
