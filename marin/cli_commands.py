@@ -222,6 +222,8 @@ def report_verify(args: argparse.Namespace) -> int:
     print(f"report verify {args.directory}: {v.signature}, {v.checked.get('files', 0)} files, "
           f"{v.checked.get('verifications', 0)} counted verifications re-checked, "
           f"{v.checked.get('facts', 0)} facts re-derived from the ledger: {status}")
+    if (stale := v.stale()) is not None:  # later runs: the report is as of its snapshot, not wrong
+        print(stale)
     if args.trust is not None and v.ok and v.report is not None:  # the recount rests on a report that verified
         print(_trusted(v.report, args.trust, v.signer))
     return 0 if v.ok else 1

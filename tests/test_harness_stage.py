@@ -301,5 +301,5 @@ def test_results_are_shown_in_the_report_the_card_and_mlflow(trained_project: Pr
     [run] = client.search_runs([client.get_experiment_by_name("marin").experiment_id],
                                f"tags.`marin.run_id` = '{run_id}'")
     for task, body in recorded.items():
-        assert run.data.metrics[f"harness:{task}.harness.acc"] == body["values"]["acc"]["value"]
-        assert run.data.params[f"harness:{task}.harness.samples"] == str(body["values"]["samples"])  # a count: a param
+        assert run.data.metrics[f"eval/{task}/acc"] == body["values"]["acc"]["value"]
+        assert run.data.params[f"eval/{task}/samples"] == str(body["values"]["samples"])  # a count: a param

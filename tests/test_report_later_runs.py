@@ -4,6 +4,7 @@ later run of any stage change nothing it checks; a file edited after signing sti
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -35,10 +36,23 @@ def test_a_signed_report_verifies_after_later_runs_and_still_catches_an_edit(tra
     assert (out / "report.md").read_bytes() != before["report.md"]
     r = proj.marin("report", "verify", str(kept))
     assert r.returncode == 0 and "signature ok" in r.stdout, r.stdout + r.stderr
+    later = proj.runs("evaluate")[-1][0]["run_id"]  # oldest first
+    fetch = run_id(run_file(proj, "fetch"))
+    stale = next(line for line in r.stdout.splitlines() if line.startswith("stale: "))
+    assert stale == (f"stale: 1 newer run ({later}), records added since to 1 of its runs ({fetch}); "
+                     "`marin report` rebuilds it"), stale  # the later report runs are not counted
+    assert "stale" not in proj.marin("report", "verify", str(out), check=True).stdout  # the rebuild is current
     assert proj.marin("ledger", "check", "--since", str(kept)).returncode == 0
-    out = kept
-    # an edit after signing is still named
-    md = out / "report.md"
-    md.write_text(md.read_text().replace("## Lineage", "## Lineage (edited)", 1))
-    bad = proj.marin("report", "verify", str(out))
-    assert bad.returncode == 1 and "report.md: changed since it was signed" in bad.stderr, bad.stderr
+    # a fact edited after signing is still named: the file's digest, the fact against its source, the re-render
+    doc = json.loads((kept / "report.json").read_text())
+    fid, fact = next((k, f) for k, f in sorted(doc["facts"].items()) if isinstance(f["value"], int)
+                     and not isinstance(f["value"], bool) and f["text"] in (kept / "report.md").read_text())
+    was, fact["value"] = fact["text"], fact["value"] + 1
+    fact["text"] = str(fact["value"])
+    (kept / "report.json").write_text(json.dumps(doc))
+    md = kept / "report.md"
+    md.write_text(md.read_text().replace(was, fact["text"], 1))
+    bad = proj.marin("report", "verify", str(kept))
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "report.json: changed since it was signed" in bad.stderr, bad.stderr
+    assert f"fact {fid} ({fact['label']}): the report says {fact['text']}" in bad.stderr, bad.stderr

@@ -75,6 +75,14 @@ def test_audit_over_rest_against_the_team_server(synced, team) -> None:
         assert c["inputs"] == sorted(x["body"]["digest"] for x in ledger[c["run_id"]] if x["kind"] == "input")
 
 
+def first_model(synced: Project, c: MlflowClient, exp: str):
+    """The LoggedModel of the project's first train run (the live-metrics test trains a second one
+    in the same module's project, which test order may put first)."""
+    first = synced.runs("train")[0][0]["run_id"]
+    [model] = [m for m in c.search_logged_models(experiment_ids=[exp]) if m.tags.get("marin.run_id") == first]
+    return model
+
+
 def tensor_digest(path: Path) -> str:
     """The ledger's tensor digest, computed here without marin: sha256 over each tensor's
     length-prefixed canonical header (path, dtype, shape) and bytes, in path order."""
@@ -92,13 +100,13 @@ def test_the_model_downloads_from_mlflow_with_its_recorded_digest(synced, team, 
     import mlflow
 
     c, exp = client(team)
-    (model,) = c.search_logged_models(experiment_ids=[exp])
+    model = first_model(synced, c, exp)
     assert model.artifact_location.startswith("mlflow-artifacts:")  # served by the server, stored on S3
     dest = Path(mlflow.artifacts.download_artifacts(artifact_uri=model.artifact_location,
                                                     dst_path=str(tmp_path), tracking_uri=team.uri))
     assert (dest / "MLmodel").is_file()  # a pyfunc model: its weights, config and tokenizer under artifacts/
     assert sorted(p.name for p in (dest / "artifacts" / "final").iterdir()) == ["config.json", "model.safetensors"]
-    train = synced.runs("train")[-1]
+    train = synced.runs("train")[0]  # the first model's run (first_model)
     out = next(x["body"] for x in train if x["kind"] == "output" and x["body"]["name"] == "model")
     weights = dest / "artifacts" / "final" / "model.safetensors"
     assert tensor_digest(weights) == out["tensor_digest"] == model.tags["marin.tensor_digest"]
@@ -186,7 +194,7 @@ def test_the_ui_lists_the_pyfunc_models_files_in_the_model_training_view(synced,
     from tests.browser import Browser
 
     c, exp = client(team)
-    (model,) = c.search_logged_models(experiment_ids=[exp])
+    model = first_model(synced, c, exp)
     url = f"{team.uri}/#/experiments/{exp}/models/{model.model_id}/artifacts?workflowType=machine_learning"
     shot = Path(os.environ.get("MARIN_SCREENSHOT_DIR", tmp_path)) / "mlflow-model-files.png"
     with Browser(tmp_path / "profile") as browser:

@@ -6,7 +6,9 @@ Numbered steps, each with its own messages:
    is "not signed", a problem only with ``--require-signature``;
 2. files: every file against its digest in the statement (none added, none missing);
 3. ledger: the runs behind the report are intact, and every run of the snapshot the report was
-   built from (ledger_head.json, its root signed) is still there, unchanged or only extended;
+   built from (ledger_head.json, its root signed) is still there, unchanged or only extended; runs
+   added since (report runs aside) and records appended since make the report stale, not wrong: it is
+   re-rendered as of its snapshot and the verdict says what a rebuild would add;
 4. references: the reference files report.json names, reread, still have their digests; the files
    under verifications/ the Independent verification section read, reread: their digests, and
    each VSA still as valid (or not) as the report lists it;
@@ -48,10 +50,26 @@ class Verdict:
     signature: str = "signature not checked"
     signer: str | None = None  # the key id the signature verified with (None: not signed)
     report: dict[str, Any] | None = None  # report.json as verified
+    newer: list[str] = field(default_factory=list)  # runs added since the snapshot (report runs aside)
+    extended: list[str] = field(default_factory=list)  # snapshot runs with records appended since
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def stale(self) -> str | None:
+        """One line saying what the ledger holds beyond the report's snapshot, or None when nothing."""
+        if not self.newer and not self.extended:
+            return None
+        parts = [f"{len(self.newer)} newer run{'s' * (len(self.newer) != 1)} ({_few(self.newer)})"] if self.newer \
+            else []
+        parts += [f"records added since to {len(self.extended)} of its runs ({_few(self.extended)})"] \
+            if self.extended else []
+        return f"stale: {', '.join(parts)}; `marin report` rebuilds it"
+
+
+def _few(names: list[str], n: int = 3) -> str:
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
 
 
 def verify(root: Path, directory: Path, public_key: Path | None = None,
@@ -227,8 +245,17 @@ def _ledger(ledger: Ledger, directory: Path, stmt: dict[str, Any], old: dict[str
                           f"sha256:{signed}")
     found = locate(ledger_dir(root), snap)
     v.problems.extend(f"ledger: {where}: {what}" for where, what in since(snap, found))
+    _staleness(ledger, snap, found, v)
     logs = [ledger.runs[r["run_id"]] for r in old["doc"]["lineage"] if r["run_id"] in ledger.runs]
     v.problems.extend(f"ledger: {p}" for p in clock.problems_for(logs, clock.skew_of(root), snapshot=snap))
+
+
+def _staleness(ledger: Ledger, snap: Head, found: dict[str, tuple[int | None, str | None]], v: Verdict) -> None:
+    """Step 3c: what the ledger holds beyond the snapshot (one index query; the snapshot's files were
+    read by ``locate`` already). Report runs are left out: a report is never about a report run."""
+    held = {leaf.run_id: leaf.seq for leaf in snap.leaves}
+    v.newer = [r.run_id for r in ledger.index.runs() if r.run_id not in held and r.stage != "report"]
+    v.extended = sorted(rid for rid, (last, _) in found.items() if last is not None and last > held[rid])
 
 
 def _rerender(ledger: Ledger, directory: Path, old: dict[str, Any], refs: References, vouching: build.Vouching,

@@ -1,15 +1,23 @@
 """The model outputs of a ledger as MLflow LoggedModels: one per output digest, linked to the
 run that made it and to every run that read it. The trained model (output ``model``) is a
 ``pyfunc`` model that generates with JAX (``marin.tracking.pyfunc``); its Hugging Face export
-(output ``hf_model``) is logged beside it as the export's files, which ``from_pretrained`` loads
-once downloaded. Stages syncing at the same moment may each make one; the earliest made stays
-and the others delete theirs, so every stage links to the same one."""
+(output ``hf_model``) is logged beside it with MLflow's transformers flavor
+(``marin.tracking.hf_flavor``: ``mlflow.transformers.load_model`` loads it). Stages syncing at the
+same moment may each make one; the earliest made stays and the others delete theirs, so every
+stage links to the same one. A report run registers the trained model's LoggedModel with
+``mlflow.register_model``, as MLflow's users do: the version's run is the train run, and the
+LoggedModel's page lists its versions."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,22 +94,31 @@ class LoggedModels:
             self.client.set_logged_model_tags(model_id, {"marin.files": f"not uploaded: {b['path']} or its "
                                                                       "tokenizer on disk is not the recorded version"})
             return
+        from marin.tracking import hf_flavor
+
+        note = None
         with tempfile.TemporaryDirectory(prefix="marin-model-") as tmp:
             src = Path(tmp) / "model"
-            if hf:
+            if hf and hf_flavor.available():
+                hf_flavor.save(src, path)
+            elif hf:  # the export's files as the Hub gets them; the flavor needs the hf group
                 src.mkdir()
                 for f in sorted(path.iterdir()):
                     if f.is_file():
                         shutil.copyfile(f, src / f.name)
+                note = "files only: logging the transformers flavor needs transformers and torch (uv sync --group hf)"
             else:
                 pyfunc.save(src, path, tok)
             files = sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file())
             self.client.log_model_artifacts(model_id, str(src))
-        self.client.set_logged_model_tags(model_id, {"marin.files": ", ".join(files)})
+        self.client.set_logged_model_tags(model_id, {"marin.files": ", ".join(files), **({"marin.flavor": note}
+                                                                                          if note else {})})
 
-    def register(self, mlflow_id: str, log: RunLog, report: dict[str, Any]) -> None:
-        """A report run releases its model: a new version of the registered model named after the report
-        (params.yaml: report.model_name), pointing at the model's LoggedModel and at the report run."""
+    def register(self, log: RunLog, report: dict[str, Any]) -> None:
+        """A report run releases its model: ``mlflow.register_model`` of the train run's LoggedModel as a new
+        version of the registered model named after the report (params.yaml: report.model_name). The
+        version's run is the train run (the LoggedModel's source run); its tags name the report run."""
+        import mlflow
         from mlflow.exceptions import MlflowException
 
         name = report["meta"]["model_name"]
@@ -113,11 +130,42 @@ class LoggedModels:
             return
         if self.client.search_model_versions(f"name = '{name}' and tags.`marin.run_id` = '{log.run_id}'"):
             return  # this release is registered
-        try:
-            self.client.create_registered_model(name, description=f"Releases of {name}: one version per report run")
-        except MlflowException as e:
-            if "RESOURCE_ALREADY_EXISTS" not in str(e.error_code):
-                raise
-        self.client.create_model_version(name, f"models:/{model.model_id}", run_id=mlflow_id, model_id=model.model_id,
-                                         tags={"marin.run_id": log.run_id, "marin.version": report["meta"]["version"],
-                                               "marin.tensor_digest": model.tags.get("marin.tensor_digest", "")})
+        with _tracking(self.client.tracking_uri):
+            try:
+                self.client.create_registered_model(name, description=f"Releases of {name}: one version per report "
+                                                                      "run, each the train run's model")
+            except MlflowException as e:
+                if "ALREADY_EXISTS" not in str(e.error_code):
+                    raise
+            with contextlib.redirect_stderr(io.StringIO()):  # "Created version ...": a stage's output is its own
+                mlflow.register_model(f"models:/{model.model_id}", name, tags={
+                    "marin.run_id": log.run_id, "marin.version": report["meta"]["version"],
+                    "marin.tensor_digest": model.tags.get("marin.tensor_digest", "")})
+        self._one_entry_per_version(model.model_id)
+
+    def _one_entry_per_version(self, model_id: str) -> None:
+        """MLflow 3.17 against a server lists a new version twice in the LoggedModel's mlflow.modelVersions
+        tag (the server adds version "1", ``register_model`` then 1): kept once each."""
+        key = "mlflow.modelVersions"
+        listed = json.loads(self.client.get_logged_model(model_id).tags.get(key) or "[]")
+        once = list({(v["name"], str(v["version"])): {**v, "version": str(v["version"])} for v in listed}.values())
+        if once != listed:
+            self.client.set_logged_model_tags(model_id, {key: json.dumps(once)})
+
+
+@contextlib.contextmanager
+def _tracking(uri: str) -> Iterator[None]:
+    """MLflow's global tracking URI set to ``uri`` for a fluent call (``register_model`` has no client
+    form that links the LoggedModel to its version), and put back after it, with the environment
+    variable MLflow sets beside it."""
+    import mlflow
+    from mlflow.tracking._tracking_service import utils
+
+    was, env = utils._tracking_uri, os.environ.get("MLFLOW_TRACKING_URI")  # pyright: ignore[reportPrivateUsage]
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(was)  # pyright: ignore[reportArgumentType]
+        if env is not None:
+            os.environ["MLFLOW_TRACKING_URI"] = env

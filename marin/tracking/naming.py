@@ -87,17 +87,42 @@ def run_note(log: RunLog) -> str:
             f"{(s['code']['git_commit'] or 'none')[:12]}, determinism {s['determinism_digest'][:19]}…\n\n" + RUN_NOTE)
 
 
-def scope(r: Record) -> str:
-    """An eval record's name in MLflow: ``<name>.<split>[.<corpus>]``."""
-    return f"{r.body['name']}.{r.body['split']}" + (f".{r.body['corpus']}" if "corpus" in r.body else "")
+# A task's own levels (chance, a constant answer's score): the same for every model, so params, not metrics.
+CONSTANTS = ("chance/", "constant/")
 
 
-def eval_counts(r: Record) -> list[Any]:
-    """An eval record's counts (tokens, bytes, documents: plain numbers, not measurements) as params."""
+def eval_prefix(r: Record) -> str:
+    """An eval record's MLflow name, as MLflow users name evaluation results: ``eval/<task>`` for a
+    harness task (``eval/<task>/<scorer>`` for another scorer's: ``unigram``, ``decontamination``),
+    ``eval/<split>[/<corpus>]`` for the model's own evaluation (``…/<name>`` for another's)."""
+    b = r.body
+    scorer, _, task = b["name"].partition(":")
+    if task:
+        parts = [task] + ([] if scorer == "harness" else [scorer])
+    else:
+        parts = [b["split"], *([b["corpus"]] if "corpus" in b else []), *([] if b["name"] == "model" else [b["name"]])]
+    return "eval/" + "/".join(parts)
+
+
+def eval_metrics(r: Record) -> dict[str, float]:
+    """An eval record's measurements of the model (``eval/<task>/acc``), its constants left out."""
+    return {f"{eval_prefix(r)}/{k}": v["value"] for k, v in r.body["values"].items()
+            if isinstance(v, dict) and not k.startswith(CONSTANTS)}
+
+
+def eval_params(r: Record) -> list[Any]:
+    """An eval record's other values as params: counts (tokens, samples), settings (num_fewshot, the
+    harness version) and the task's constants (chance)."""
     from mlflow.entities import Param
 
-    return [Param(f"{scope(r)}.{k}", str(v)) for k, v in r.body["values"].items()
-            if isinstance(v, int | float) and not isinstance(v, bool)]
+    out = []
+    for k, v in r.body["values"].items():
+        if isinstance(v, dict) and not k.startswith(CONSTANTS):
+            continue  # a measurement: a metric
+        value = v["value"] if isinstance(v, dict) else v
+        text = value if isinstance(value, str) else json.dumps(value)
+        out.append(Param(f"{eval_prefix(r)}/{k}"[:250], text[:6000]))
+    return out
 
 
 def user() -> str:

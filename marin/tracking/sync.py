@@ -19,14 +19,14 @@ from marin.tracking.models import LoggedModels
 from marin.tracking.naming import (
     EXPERIMENT_NOTE,
     PIPELINE_NOTE,
-    eval_counts,
+    eval_metrics,
+    eval_params,
     flat,
     ms,
     pipeline_key,
     pipeline_name,
     run_name,
     run_note,
-    scope,
     short_digest,
     short_tags,
     user,
@@ -224,7 +224,7 @@ class _Syncer:
         metrics = [m for r in new for m in self._metrics(r, log)]
         for i in range(0, len(metrics), BATCH):
             self.client.log_batch(mlflow_id, metrics=metrics[i : i + BATCH])
-        counts = [p for r in new if r.kind == "eval" for p in eval_counts(r)]
+        counts = [p for r in new if r.kind == "eval" for p in eval_params(r)]
         for i in range(0, len(counts), 100):  # as the run's params: a concurrent sync may insert the same one
             _racing(lambda i=i: self.client.log_batch(mlflow_id, params=counts[i : i + 100]))
         for r in new:
@@ -299,8 +299,7 @@ class _Syncer:
         link = {"model_id": model_id} if model_id else {}
         if tokens:
             link.update(dataset_name="tokens", dataset_digest=short_digest(tokens))
-        return [Metric(f"{scope(r)}.{k}", v["value"], t, 0, **link)
-                for k, v in r.body["values"].items() if isinstance(v, dict)]  # measurements; counts are params
+        return [Metric(k, v, t, 0, **link) for k, v in eval_metrics(r).items()]  # measurements; the rest are params
 
     def _output(self, mlflow_id: str, log: RunLog, r: Record) -> None:
         b = r.body
@@ -312,7 +311,7 @@ class _Syncer:
         if log.start_body["stage"] == "report" and b["name"] == "report" and path.is_dir():
             self.client.log_artifacts(mlflow_id, str(path), "report")  # the report itself, beside its ledger
         if log.start_body["stage"] == "report" and b["name"] == "report_json" and path.is_file():
-            self.models.register(mlflow_id, log, readers.read_json(path, "report"))
+            self.models.register(log, readers.read_json(path, "report"))
 
 
 def _made(run: Any) -> tuple[int, str]:
