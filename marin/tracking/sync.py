@@ -38,7 +38,7 @@ EXPERIMENT = "marin"
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 CONTEXT = {"fetch": "training", "curate": "training", "tokenize": "training", "train": "training",
            "evalsets": "evaluation", "instructions": "training", "sft": "training", "evaluate": "evaluation",
-           "evaluate_instruct": "evaluation", "decontaminate": "evaluation"}
+           "evaluate_instruct": "evaluation", "decontaminate": "evaluation", "trace_index": "evaluation"}
 UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 BATCH = 900  # MLflow accepts up to 1000 metrics per log_batch
 CREATED = "marin.created_ns"  # when this MLflow run was made: of two made at once, the first stays
