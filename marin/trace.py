@@ -16,7 +16,8 @@ import numpy as np
 
 from marin import hashing
 from marin.errors import MarinError
-from marin.evaluate.trace_index import Index, Span, tokens_covered, unigram_rank
+from marin.evaluate.trace_index import Index
+from marin.evaluate.tracing import encode, trace_ids
 from marin.ledger.hash_cache import hash_cache
 from marin.ledger.query import Ledger
 from marin.ledger.store import RunLog
@@ -24,11 +25,10 @@ from marin.paths import relpath
 
 INDEX, MODEL = Path("data/trace_index"), Path("models/final")
 TOKENIZER = Path("data/tokens/tokenizer.json")
-MARK = ("\u00ab", "\u00bb")  # « and »: a span's ends in its snippet
 
 
 class TraceRefused(MarinError):
-    """The text or the index cannot answer this question."""
+    """The index is not that of the model's training data, or the run has no samples."""
 
 
 def _inputs(log: RunLog) -> dict[str, str]:
@@ -81,38 +81,6 @@ def check_index(root: Path, index_dir: Path, model_digest: str, model_name: str)
     return Checked(Index(index_dir), digest, index_log.run_id, trained["tokens"][1])
 
 
-def encode(tok: Any, text: str) -> np.ndarray:
-    """``text``'s token ids, refused in one line when they do not decode back to it."""
-    if not text:
-        raise TraceRefused("marin trace: the text is empty; give a TEXT, --file or --run")
-    ids = tok.encode(text, add_special_tokens=False).ids
-    back = tok.decode(ids, skip_special_tokens=False)
-    if back != text:
-        at = next((i for i, (a, b) in enumerate(zip(text, back, strict=False)) if a != b), min(len(text), len(back)))
-        raise TraceRefused(f"the tokenizer cannot encode this text: it reads back differently from character "
-                           f"{at + 1} ({text[at:at + 12]!r}); trace text of the tokenizer's alphabet")
-    return np.array(ids, dtype=np.int64)
-
-
-def _document(checked: Checked, tok: Any, span: Span, shard: int, pos: int) -> dict[str, Any]:
-    row, at = checked.index.locate(shard, pos)
-    before, inside, after = checked.index.context(shard, pos, span.length, row)
-    snippet = tok.decode(before.tolist()) + MARK[0] + tok.decode(inside.tolist()) + MARK[1] + tok.decode(
-        after.tolist())
-    return {"id": row["id"], "corpus": row["corpus"], "source": row["source"], "license": row["license"],
-            "position": at, "snippet": snippet}
-
-
-def trace_ids(checked: Checked, tok: Any, ids: np.ndarray, min_tokens: int) -> dict[str, Any]:
-    """The trace of one text's ids: its spans, rarest first, with their documents."""
-    spans = checked.index.spans(ids, min_tokens)
-    out = [{"start": s.start, "length": s.length, "text": tok.decode(ids[s.start:s.start + s.length].tolist()),
-            "count": s.count, "log10_unigram": round(s.log10_unigram, 6),
-            "documents": [_document(checked, tok, s, sh, p) for sh, p in s.hits]} for s in unigram_rank(spans)]
-    return {"tokens": len(ids), "covered": tokens_covered(spans, len(ids)),
-            "longest": max((s.length for s in spans), default=0), "spans": out}
-
-
 def render(result: dict[str, Any], min_tokens: int) -> str:
     """A trace as the terminal shows it."""
     lines = [f"trace: index {result['index']} (run {result['index_run']}), the training data of run "
@@ -162,6 +130,6 @@ def run_command(root: Path, text: str | None, run_id: str | None, model: Path, i
         model_digest, name = hashing.digest_path(path).digest, model.as_posix()
         texts = [("", encode(tok, text or ""))]
     checked = check_index(root, index_dir if index_dir.is_absolute() else root / index_dir, model_digest, name)
-    traced = [{"label": label, **trace_ids(checked, tok, ids, min_tokens)} for label, ids in texts]
+    traced = [{"label": label, **trace_ids(checked.index, tok, ids, min_tokens)} for label, ids in texts]
     return {"index": checked.digest, "index_run": checked.run_id, "trained_by": checked.trained_by,
             "min_tokens": min_tokens, "texts": traced}

@@ -70,7 +70,8 @@ def run_id(path: Path) -> str:
 def test_every_stage_verifies_bit_exact_with_upstream(trained: Project) -> None:
     p = verify(trained, "--upstream", "metrics/eval.json")
     assert p.returncode == 0, p.stdout + p.stderr
-    stages = ("fetch", "curate", "evalsets", "tokenize", "train", "instructions", "decontaminate", "evaluate")
+    stages = ("fetch", "curate", "evalsets", "tokenize", "train", "instructions", "decontaminate", "trace_index",
+              "evaluate")
     for stage in stages:  # evaluate's whole upstream
         path = run_file(trained, stage)
         recs = records(path)

@@ -16,6 +16,7 @@ Folder layout (every file a pure function of the documents in order and ``shard_
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,10 +70,11 @@ class _Builder:
         self.parts.append(np.append(doc.ids.astype(np.int64), sarray.SEP))
         self.held += len(doc.ids) + 1
         self.docs, self.tokens = self.docs + 1, self.tokens + len(doc.ids)
-        self.counts += np.bincount(doc.ids.astype(np.int64), minlength=len(self.counts))[:len(self.counts)]
 
     def _flush(self) -> None:
-        sarray.write_shard(self.folder, _shard_name(self.shards), np.concatenate(self.parts))
+        tokens = np.concatenate(self.parts)
+        self.counts += np.bincount(tokens[tokens != sarray.SEP], minlength=len(self.counts))
+        sarray.write_shard(self.folder, _shard_name(self.shards), tokens)
         self.parts, self.held, self.shards = [], 0, self.shards + 1
 
     def finish(self) -> dict[str, Any]:
@@ -122,8 +124,8 @@ class Index:
             starts[r["shard"]].append(k)
         self.by_shard = [np.array([self.rows[k]["start"] for k in ks], dtype=np.int64) for ks in starts]
         self.first = [ks[0] if ks else 0 for ks in starts]
-        counts = np.memmap(folder / UNIGRAM, dtype="<u8", mode="r")
-        self.log10_p = np.log10(np.maximum(counts, 1) / max(int(counts.sum()), 1))
+        self.counts = np.memmap(folder / UNIGRAM, dtype="<u8", mode="r")
+        self.log10_total = math.log10(max(int(self.counts.sum()), 1))
 
     def spans(self, ids: np.ndarray, min_tokens: int) -> list[Span]:
         """The maximal spans of ``ids`` of at least ``min_tokens`` tokens that occur in the index, in
@@ -155,8 +157,13 @@ class Index:
                 if len(hits[j]) < MAX_DOCS and hi[j] > lo[j]:
                     take = np.sort(shard.sa[lo[j]:min(hi[j], lo[j] + MAX_DOCS - len(hits[j]))])
                     hits[j] += [(s, int(p)) for p in take]
-        return [Span(i, n, int(c), float(self.log10_p[ids[i:i + n]].sum()), h)
+        return [Span(i, n, int(c), self.log10_unigram(ids[i:i + n]), h)
                 for (i, n), c, h in zip(found, count.tolist(), hits, strict=True)]
+
+    def log10_unigram(self, ids: np.ndarray) -> float:
+        """log10 of the span's unigram probability (each token's count over the index's tokens), rounded
+        to 4 places: libm's scalar log10, summed in order, never a SIMD kernel chosen by the CPU."""
+        return round(sum(math.log10(int(self.counts[t])) for t in ids.tolist()) - len(ids) * self.log10_total, 4)
 
     def locate(self, shard: int, position: int) -> tuple[dict[str, Any], int]:
         """The document row holding ``position`` of ``shard``, and the position within the document."""

@@ -307,6 +307,8 @@ class _Syncer:
         path = self.root / b["path"]
         if b["name"].endswith("manifest") and path.is_file():
             self.client.log_artifact(mlflow_id, str(path), "manifests")
+        if b["name"] == "trace_samples" and path.is_file():  # the samples traced to their training documents
+            self.client.log_artifact(mlflow_id, str(path), "trace")
         if b["name"] in ("model", "hf_model"):
             self.models.log_output(mlflow_id, log, r)
         if log.start_body["stage"] == "report" and b["name"] == "report" and path.is_dir():
