@@ -127,15 +127,20 @@ class Index:
         self.counts = np.memmap(folder / UNIGRAM, dtype="<u8", mode="r")
         self.log10_total = math.log10(max(int(self.counts.sum()), 1))
 
-    def spans(self, ids: np.ndarray, min_tokens: int) -> list[Span]:
-        """The maximal spans of ``ids`` of at least ``min_tokens`` tokens that occur in the index, in
-        text order."""
-        if len(ids) == 0:
-            return []
-        rows = sarray.suffix_rows(ids)
+    def longest(self, ids: np.ndarray) -> np.ndarray:
+        """Per position of ``ids``: the longest run of them from there that occurs in the index."""
         longest = np.zeros(len(ids), dtype=np.int64)
-        for shard in self.shards:
-            longest = np.maximum(longest, shard.longest(rows))
+        if len(ids):
+            rows = sarray.suffix_rows(ids)
+            for shard in self.shards:
+                longest = np.maximum(longest, shard.longest(rows))
+        return longest
+
+    def spans(self, ids: np.ndarray, min_tokens: int, longest: np.ndarray | None = None) -> list[Span]:
+        """The maximal spans of ``ids`` of at least ``min_tokens`` tokens that occur in the index, in
+        text order (``longest``: :meth:`longest` of ``ids``, when the caller has it)."""
+        if longest is None:
+            longest = self.longest(ids)
         reach, found = -1, []
         for i, n in enumerate(longest.tolist()):
             if i + n > reach and n >= min_tokens:  # not inside a span that starts earlier

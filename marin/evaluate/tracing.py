@@ -40,13 +40,14 @@ def _document(index: Index, tok: Any, span: Span, shard: int, pos: int) -> dict[
 
 def trace_ids(index: Index, tok: Any, ids: np.ndarray, min_tokens: int) -> dict[str, Any]:
     """The trace of one text's ids: its spans, rarest first, with their documents."""
-    spans = unigram_rank(index.spans(ids, min_tokens))
-    longest = max((s.length for s in spans), default=0)
+    matches = index.longest(ids)
+    spans = unigram_rank(index.spans(ids, min_tokens, matches))
+    longest = int(matches.max(initial=0))  # the longest verbatim run, a span or shorter
     out = [{"start": s.start, "length": s.length, "text": tok.decode(ids[s.start:s.start + s.length].tolist()),
             "count": s.count, "log10_unigram": s.log10_unigram,
             "documents": [_document(index, tok, s, sh, p) for sh, p in s.hits]} for s in spans]
-    return {"tokens": len(ids), "covered": tokens_covered(spans, len(ids)),
-            "longest": longest, "longest_at": next((k for k, s in enumerate(spans) if s.length == longest), None),
+    at = next((k for k, s in enumerate(spans) if s.length == longest), None)  # None: shorter than any span
+    return {"tokens": len(ids), "covered": tokens_covered(spans, len(ids)), "longest": longest, "longest_at": at,
             "spans": out}
 
 

@@ -88,9 +88,9 @@ def lines(v: Callable[[str | None], str], doc: dict[str, Any]) -> list[str]:
             f"train split and the instruction train set as the tokenizer saw them, indexed by stage trace_index as a "
             f"suffix array) for maximal spans of at least {v(m['min_tokens'])} tokens found there verbatim "
             f"(`marin trace --run RUN` repeats a run's trace): {v(m['share'])} of their output tokens lie inside "
-            "such spans. Per output, its longest span, how often the training data holds it, and the documents "
-            "holding it with their licences:", "",
-            "| output | prompt | tokens | inside spans | longest span | occurrences | documents (licence) |",
+            "such spans. Per output, its longest run of tokens found verbatim (a span when it is that long), and for a "
+            "span how often the training data holds it and the documents holding it, with their licences:", "",
+            "| output | prompt | tokens | inside spans | longest verbatim run | occurrences | documents (licence) |",
             "|---|---|---|---|---|---|---|"]
     for r in m["rows"]:
         docs = ", ".join(f"{v(d)} ({v(lic)})" for d, lic in r.get("documents", [])) or "none"
