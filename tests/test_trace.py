@@ -153,6 +153,16 @@ def test_trace_names_the_documents_of_copied_passages_and_nothing_else(trained_p
     assert p.returncode == 0 and "BIT-EXACT" in p.stdout, p.stdout + p.stderr
     assert proj.marin("ledger", "check").returncode == 0
 
+    from mlflow.tracking import MlflowClient  # the samples' trace is an artifact of the evaluate run
+
+    assert proj.marin("mlflow", "sync").returncode == 0
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    [run] = client.search_runs([client.get_experiment_by_name("marin").experiment_id],
+                               f"tags.`marin.run_id` = '{evaluate}'")
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "trace")] == ["trace/samples.json"]
+    got = Path(client.download_artifacts(run.info.run_id, "trace/samples.json", str(root / "dl")))
+    assert got.read_bytes() == (root / "evals/trace/samples.json").read_bytes()
+
 
 def _in_two_documents(root: Path, tok: Tokenizer, ids: list[str], docs: list[np.ndarray]) -> str:
     """A line a "which corpus" instruction example quotes, from its second word on, that its train
