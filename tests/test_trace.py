@@ -14,7 +14,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from marin.evaluate import sarray, trace_index
-from tests.conftest import Project
+from tests import test_instruct
+from tests.conftest import Project, copy_project
 
 
 def _occurrences(docs: list[np.ndarray], pattern: np.ndarray) -> list[tuple[int, int]]:
@@ -63,7 +64,7 @@ def test_the_same_documents_give_the_same_bytes(tmp_path: Path) -> None:
     trace_index.build(docs, tmp_path / "a", 1000)
     trace_index.build(docs, tmp_path / "b", 1000)
     files = sorted(p.name for p in (tmp_path / "a").iterdir())
-    assert len(files) == 2 * 8 + 3  # four documents of 200 tokens and a SEP fit a shard: 8 shards
+    assert len(files) == 3 * 8 + 3  # four documents of 200 tokens and a SEP fit a shard: 8 shards
     assert all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files)
 
 
@@ -81,6 +82,9 @@ def test_text_the_tokenizer_cannot_encode_is_one_line() -> None:
 
 
 # -- on a trained project ----------------------------------------------------------------------
+
+
+_sft_project = test_instruct._sft_project  # the session's fine-tuned project (a fixture of tests/test_instruct.py)
 
 
 def _trace(proj: Project, *args: str) -> tuple[int, dict | str]:
@@ -250,3 +254,24 @@ def test_the_reports_memorisation_section_holds_the_measured_values_and_report_v
     trace.write_text(json.dumps(data, ensure_ascii=False, indent=1, sort_keys=True) + "\n")
     r = proj.marin("report", "verify", str(out))
     assert r.returncode == 1 and f"{rows[0]['covered']} (greedy_samples covered)" in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+def test_evaluate_instruct_traces_both_models_answers_against_the_instruct_models_training(
+        request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    proj = copy_project(request.getfixturevalue("_sft_project"), tmp_path / "proj")  # sft ran, no index yet
+    root = proj.root
+    proj.stage("trace_index")
+    proj.stage("evaluate_instruct")
+    [run] = proj.runs("evaluate_instruct")[-1:]
+    trace = json.loads((root / "evals/trace/instruct.json").read_text())
+    answers = {r["body"]["name"]: r["body"]["samples"] for r in run if r["kind"] == "eval" and "samples" in r["body"]}
+    assert trace["traced"] and set(trace["sets"]) == set(answers) == {"base_instructions", "instruct_instructions"}
+    _, docs = _token_docs(root)
+    for name, samples in answers.items():
+        assert [t["tokens"] for t in trace["sets"][name]] == [len(s["token_ids"]) for s in samples]
+        for t, s in list(zip(trace["sets"][name], samples, strict=True))[:3]:
+            assert (t["longest"], t["covered"]) == _measured(docs, s["token_ids"], trace["min_tokens"])
+    rc, got = _trace(proj, "--run", run[0]["run_id"])  # checked against the sft run's instruction set too
+    assert rc == 0, got
+    assert [t["spans"] for t in got["texts"]] == [t["spans"] for name in answers for t in trace["sets"][name]]

@@ -4,9 +4,10 @@ spans of a text that occur verbatim in it (OLMoTrace, Liu et al. 2025, over an i
 
 Folder layout (every file a pure function of the documents in order and ``shard_tokens``):
 
-- ``shard-NNNNN.tokens.u32``, ``shard-NNNNN.sa.i32``: a shard's documents, each ended by ``SEP``, and
-  their suffix array. A shard holds whole documents, at most ``shard_tokens`` tokens (or one document),
-  so building holds one shard: memory does not grow with the corpus.
+- ``shard-NNNNN.tokens.u32``, ``shard-NNNNN.sa.i32``, ``shard-NNNNN.first.i64``: a shard's documents, each
+  ended by ``SEP``, their suffix array, and where the suffixes of each first token start in it. A shard
+  holds whole documents, at most ``shard_tokens`` tokens (or one document), so building holds one shard:
+  memory does not grow with the corpus.
 - ``docs.jsonl``: one line per document, in order: id, corpus, source, licence, shard, start, tokens.
 - ``unigram.u64``: each token id's count over the index (the span's unigram probability, to rank rare
   spans above common ones, as OLMoTrace does).
