@@ -167,6 +167,8 @@ def trace(args: argparse.Namespace) -> int:
 
     from marin import readers, trace
 
+    if args.file is not None and not args.file.is_file():
+        raise trace.TraceRefused(f"{args.file}: no such file; give a UTF-8 text file to --file")
     text = readers.read_text(args.file, "text") if args.file else args.text
     min_tokens = config.load(args.root / "params.yaml").trace.min_tokens
     result = trace.run_command(args.root, text, args.run, args.model, args.index, min_tokens)
