@@ -29,7 +29,7 @@ def trained(trained_project: Project) -> Project:
 
 
 def run_file(proj: Project, stage: str) -> Path:
-    [path] = [p for p in (proj.root / "ledger" / "runs").glob(f"{stage}-*.jsonl")]
+    [path] = [p for p in (proj.root / "ledger" / "runs").glob(f"{stage.replace('_', '-')}-*.jsonl")]  # trace-index-
     return path
 
 

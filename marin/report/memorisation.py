@@ -16,7 +16,7 @@ from marin.ledger.store import RunLog
 from marin.report.facts import Facts, read_output_file
 
 SHARE = "Σ tokens inside spans / Σ output tokens"  # a formula of marin.report.facts.FORMULAS
-DOCUMENTS = 3  # documents named per longest span (its count covers them all)
+DOCUMENTS = 1  # documents named per longest span (its count covers them all): the report stays a page to read
 SHOWN = 5  # instruct answers traced: those the Base and instruct section shows (marin.report.instruct.SAMPLES)
 
 
@@ -89,8 +89,9 @@ def lines(v: Callable[[str | None], str], doc: dict[str, Any]) -> list[str]:
             f"suffix array) for maximal spans of at least {v(m['min_tokens'])} tokens found there verbatim "
             f"(`marin trace --run RUN` repeats a run's trace): {v(m['share'])} of their output tokens lie inside "
             "such spans. Per output, its longest run of tokens found verbatim (a span when it is that long), and for a "
-            "span how often the training data holds it and the documents holding it, with their licences:", "",
-            "| output | prompt | tokens | inside spans | longest verbatim run | occurrences | documents (licence) |",
+            "span how often the training data holds it and the first document holding it, with its licence "
+            "(`marin trace` lists them all):", "",
+            "| output | prompt | tokens | inside spans | longest verbatim run | occurrences | document (licence) |",
             "|---|---|---|---|---|---|---|"]
     for r in m["rows"]:
         docs = ", ".join(f"{v(d)} ({v(lic)})" for d, lic in r.get("documents", [])) or "none"
