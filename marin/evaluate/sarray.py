@@ -51,43 +51,52 @@ def suffix_array(tokens: np.ndarray) -> np.ndarray:
         k *= 2
 
 
-def write_shard(folder: Path, name: str, tokens: np.ndarray) -> dict[str, int]:
-    """``tokens`` (SEP-separated documents), their suffix array and where each first token's suffixes
-    start in it, as ``<name>.tokens.u32``, ``<name>.sa.i32`` and ``<name>.first.i64`` in ``folder``."""
+TOKENS_FILE, SA_FILE, FIRST_FILE = "tokens.u32", "sa.i32", "first.i64"
+
+
+def append_shard(folder: Path, tokens: np.ndarray) -> int:
+    """Append a shard to the index in ``folder``: its tokens (SEP-separated documents) to ``tokens.u32``,
+    its suffix array (positions within the shard) to ``sa.i32``, and where each first token's suffixes
+    start in it to ``first.i64``; its length."""
     t = tokens.astype(TOKENS_DTYPE)
-    t.tofile(folder / f"{name}.tokens.u32")
-    suffix_array(t).tofile(folder / f"{name}.sa.i32")
-    counts = np.bincount(t[t != SEP].astype(np.int64), minlength=FIRST_IDS)
-    np.concatenate([[0], np.cumsum(counts)]).astype(FIRST_DTYPE).tofile(folder / f"{name}.first.i64")
-    return {"tokens": len(t)}
+    counts = np.bincount(t[t != SEP].astype(np.int64), minlength=FIRST_IDS)[:FIRST_IDS]
+    for name, data in ((TOKENS_FILE, t), (SA_FILE, suffix_array(t)),
+                       (FIRST_FILE, np.concatenate([[0], np.cumsum(counts)]).astype(FIRST_DTYPE))):
+        with open(folder / name, "ab") as f:
+            data.tofile(f)
+    return len(t)
 
 
-class Shard:
-    """A shard on disk, memory-mapped: only the pages a search touches are read."""
+class Store:
+    """Every shard of an index, memory-mapped (only the pages a search touches are read), searched at once:
+    each search step compares every (query row, shard) pair in one numpy operation, so the cost per shard
+    is its rows' tokens, not a round of calls (one shard a call cost 0.6 ms a query whatever its size)."""
 
-    def __init__(self, folder: Path, name: str):
+    def __init__(self, folder: Path, sizes: list[int]):
         # plain arrays over the maps (np.asarray: no copy), without memmap's per-index overhead
-        self.tokens = np.asarray(_map(folder / f"{name}.tokens.u32", TOKENS_DTYPE))
-        self.sa = np.asarray(_map(folder / f"{name}.sa.i32", SA_DTYPE))
-        self.first = np.asarray(_map(folder / f"{name}.first.i64", FIRST_DTYPE))
-        self.n = len(self.tokens)
+        self.tokens = np.asarray(_map(folder / TOKENS_FILE, TOKENS_DTYPE))
+        self.sa = np.asarray(_map(folder / SA_FILE, SA_DTYPE))
+        self.first = np.asarray(_map(folder / FIRST_FILE, FIRST_DTYPE)).reshape(len(sizes), FIRST_IDS + 1)
+        self.size = np.array(sizes, dtype=np.int64)
+        self.base = np.concatenate([[0], np.cumsum(self.size)]).astype(np.int64)
 
-    def _windows(self, starts: np.ndarray, width: int) -> np.ndarray:
-        idx = starts.astype(np.int64)[:, None] + np.arange(width, dtype=np.int64)
-        inside = idx < self.n
-        return np.where(inside, self.tokens[np.minimum(idx, max(self.n - 1, 0))].astype(np.int64), END)
+    def _windows(self, starts: np.ndarray, ends: np.ndarray, width: int) -> np.ndarray:
+        idx = starts[:, None] + np.arange(width, dtype=np.int64)
+        inside = idx < ends[:, None]
+        return np.where(inside, self.tokens[np.minimum(idx, max(len(self.tokens) - 1, 0))].astype(np.int64), END)
 
-    def compare(self, starts: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per row: the sign of (query - suffix at ``starts``) and their common prefix length. Compared a
-        few tokens first, then 4 times as many for the rows still equal: most differ within the first few
-        (a whole window of every row each step cost 6 ms a query on a shard of 4 M tokens)."""
+    def compare(self, starts: np.ndarray, ends: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: the sign of (query - the suffix at ``starts``, its shard ending at ``ends``) and their
+        common prefix length. Compared a few tokens first, then 4 times as many for the rows still equal:
+        most differ within the first few (a whole window of every row each step cost 6 ms a query on a
+        shard of 4 M tokens)."""
         rows_n, width = queries.shape
         sign = np.zeros(rows_n, dtype=np.int64)
         lcp = np.full(rows_n, width, dtype=np.int64)
         rows, lo, step = np.arange(rows_n), 0, FIRST
         while lo < width and len(rows):
             hi = min(width, lo + step)
-            win = self._windows(starts[rows].astype(np.int64) + lo, hi - lo)
+            win = self._windows(starts[rows] + lo, ends[rows], hi - lo)
             differ = win != queries[rows, lo:hi]
             some = differ.any(axis=1)
             first = np.argmax(differ, axis=1)[some]
@@ -97,43 +106,53 @@ class Shard:
             rows, lo, step = rows[~some], hi, step * 4
         return sign, lcp
 
-    def lower_bound(self, queries: np.ndarray) -> np.ndarray:
-        """Per query row: how many suffixes sort before it (where it would be inserted). The search
-        starts within the suffixes that begin with the row's first token (the shard's first-token table):
-        about log2(vocabulary) fewer steps."""
+    def suffix(self, shard: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """Where the suffix at rank ``at`` (clipped into the shard) of each row's shard starts in ``tokens``."""
+        b = self.base[shard]
+        return b + self.sa[b + np.clip(at, 0, self.size[shard] - 1)].astype(np.int64)
+
+    def lower_bound(self, queries: np.ndarray, shard: np.ndarray) -> np.ndarray:
+        """Per row: how many suffixes of its shard sort before its query (where it would be inserted). The
+        search starts within the suffixes that begin with the query's first token (the shard's first-token
+        table): about log2(vocabulary) fewer steps."""
         head = queries[:, 0]
-        known = (head >= 0) & (head < len(self.first) - 1)
+        known = (head >= 0) & (head < FIRST_IDS)
         at = np.where(known, head, 0)
-        lo = np.where(known, self.first[at], 0).astype(np.int64)
-        hi = np.where(known, self.first[at + 1], self.n).astype(np.int64)
+        lo = np.where(known, self.first[shard, at], 0).astype(np.int64)
+        hi = np.where(known, self.first[shard, at + 1], self.size[shard]).astype(np.int64)
+        ends = self.base[shard + 1]
         while (open_ := lo < hi).any():
             mid = (lo + hi) // 2
-            sign, _ = self.compare(self.sa[np.minimum(mid, self.n - 1)], queries)
+            sign, _ = self.compare(self.suffix(shard, mid), ends, queries)
             go_right = open_ & (sign > 0)
             lo = np.where(go_right, mid + 1, lo)
             hi = np.where(open_ & ~go_right, mid, hi)
         return lo
 
+    def _pairs(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every (query row, shard) pair: the rows repeated per shard, and each pair's shard."""
+        q, s = len(queries), len(self.size)
+        return np.tile(queries, (s, 1)), np.repeat(np.arange(s), q)
+
     def longest(self, queries: np.ndarray) -> np.ndarray:
-        """Per query row (padded with BEFORE): the longest prefix of it that occurs in the shard;
-        the longest match is next to the query's place in the suffix array."""
-        if self.n == 0:
-            return np.zeros(len(queries), dtype=np.int64)
-        at = self.lower_bound(queries)
-        best = np.zeros(len(queries), dtype=np.int64)
+        """Per query row (padded with BEFORE): the longest prefix of it that occurs in any shard; in a
+        shard, the longest match is next to the query's place in the suffix array."""
+        rows, shard = self._pairs(queries)
+        at = self.lower_bound(rows, shard)
+        best = np.zeros(len(rows), dtype=np.int64)
         for near in (at - 1, at):
-            ok = (near >= 0) & (near < self.n)
-            _, lcp = self.compare(self.sa[np.clip(near, 0, self.n - 1)], queries)
+            ok = (near >= 0) & (near < self.size[shard])
+            _, lcp = self.compare(self.suffix(shard, near), self.base[shard + 1], rows)
             best = np.maximum(best, np.where(ok, lcp, 0))  # padding never matches: at most the query's length
-        return best
+        return best.reshape(len(self.size), len(queries)).max(axis=0, initial=0)
 
     def occurrences(self, patterns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per pattern row (padded with BEFORE): the suffix-array range [lo, hi) of its occurrences."""
-        if self.n == 0:
-            z = np.zeros(len(patterns), dtype=np.int64)
-            return z, z
-        upper = np.where(patterns == BEFORE, AFTER, patterns)
-        return self.lower_bound(patterns), self.lower_bound(upper)
+        """Per shard and pattern row (padded with BEFORE): the suffix-array range [lo, hi) of its occurrences
+        in the shard, as two (shards, patterns) arrays."""
+        rows, shard = self._pairs(patterns)
+        upper = np.where(rows == BEFORE, AFTER, rows)
+        shape = (len(self.size), len(patterns))
+        return self.lower_bound(rows, shard).reshape(shape), self.lower_bound(upper, shard).reshape(shape)
 
 
 def _map(path: Path, dtype: np.dtype) -> np.ndarray:

@@ -4,14 +4,15 @@ spans of a text that occur verbatim in it (OLMoTrace, Liu et al. 2025, over an i
 
 Folder layout (every file a pure function of the documents in order and ``shard_tokens``):
 
-- ``shard-NNNNN.tokens.u32``, ``shard-NNNNN.sa.i32``, ``shard-NNNNN.first.i64``: a shard's documents, each
-  ended by ``SEP``, their suffix array, and where the suffixes of each first token start in it. A shard
-  holds whole documents, at most ``shard_tokens`` tokens (or one document), so building holds one shard:
-  memory does not grow with the corpus.
+- ``tokens.u32``, ``sa.i32``, ``first.i64``: the shards one after another: a shard's documents, each ended
+  by ``SEP``; its suffix array (positions within the shard); where the suffixes of each first token start
+  in it. A shard holds whole documents, at most ``shard_tokens`` tokens (or one document), so building
+  holds one shard: memory does not grow with the corpus. Searching takes every shard at once.
 - ``docs.jsonl``: one line per document, in order: id, corpus, source, licence, shard, start, tokens.
 - ``unigram.u64``: each token id's count over the index (the span's unigram probability, to rank rare
   spans above common ones, as OLMoTrace does).
-- ``index.json``: counts, shards and the shard size; written last, it marks the index complete.
+- ``index.json``: counts, the shard size and each shard's length; written last, it marks the index
+  complete.
 """
 
 from __future__ import annotations
@@ -50,15 +51,12 @@ class Doc:
     ids: np.ndarray
 
 
-def _shard_name(i: int) -> str:
-    return f"shard-{i:05d}"
-
-
 class _Builder:
     def __init__(self, folder: Path, shard_tokens: int):
         self.folder, self.shard_tokens = folder, shard_tokens
         self.parts: list[np.ndarray] = []
         self.held = self.shards = self.docs = self.tokens = 0
+        self.sizes: list[int] = []
         self.counts = np.zeros(1 << 16, dtype=np.int64)
         self.table = open(folder / DOCS, "w", encoding="utf-8")  # noqa: SIM115 (closed by finish())
 
@@ -75,7 +73,7 @@ class _Builder:
     def _flush(self) -> None:
         tokens = np.concatenate(self.parts)
         self.counts += np.bincount(tokens[tokens != sarray.SEP], minlength=len(self.counts))
-        sarray.write_shard(self.folder, _shard_name(self.shards), tokens)
+        self.sizes.append(sarray.append_shard(self.folder, tokens))
         self.parts, self.held, self.shards = [], 0, self.shards + 1
 
     def finish(self) -> dict[str, Any]:
@@ -84,7 +82,7 @@ class _Builder:
         self.table.close()
         self.counts.astype("<u8").tofile(self.folder / UNIGRAM)
         meta = {"format": FORMAT, "documents": self.docs, "tokens": self.tokens, "shards": self.shards,
-                "shard_tokens": self.shard_tokens}
+                "shard_tokens": self.shard_tokens, "shard_sizes": self.sizes}
         (self.folder / INDEX_JSON).write_text(json.dumps(meta, sort_keys=True, indent=1) + "\n")
         return meta
 
@@ -118,9 +116,9 @@ class Index:
             raise TraceError(f"{folder} holds no complete trace index ({INDEX_JSON} is missing); "
                              "run `dvc repro trace_index`")
         self.folder, self.meta = folder, readers.read_json(meta_path, "json", TraceError)
-        self.shards = [sarray.Shard(folder, _shard_name(i)) for i in range(self.meta["shards"])]
+        self.store = sarray.Store(folder, self.meta["shard_sizes"])
         self.rows = [json.loads(line) for line in readers.lines(folder / DOCS, "manifest", TraceError)]
-        starts: list[list[int]] = [[] for _ in self.shards]
+        starts: list[list[int]] = [[] for _ in self.meta["shard_sizes"]]
         for k, r in enumerate(self.rows):
             starts[r["shard"]].append(k)
         self.by_shard = [np.array([self.rows[k]["start"] for k in ks], dtype=np.int64) for ks in starts]
@@ -130,12 +128,9 @@ class Index:
 
     def longest(self, ids: np.ndarray) -> np.ndarray:
         """Per position of ``ids``: the longest run of them from there that occurs in the index."""
-        longest = np.zeros(len(ids), dtype=np.int64)
-        if len(ids):
-            rows = sarray.suffix_rows(ids)
-            for shard in self.shards:
-                longest = np.maximum(longest, shard.longest(rows))
-        return longest
+        if len(ids) == 0 or self.meta["shards"] == 0:
+            return np.zeros(len(ids), dtype=np.int64)
+        return self.store.longest(sarray.suffix_rows(ids))
 
     def spans(self, ids: np.ndarray, min_tokens: int, longest: np.ndarray | None = None) -> list[Span]:
         """The maximal spans of ``ids`` of at least ``min_tokens`` tokens that occur in the index, in
@@ -154,15 +149,16 @@ class Index:
             return []
         width = max(n for _, n in found) + 1  # one padding column at least: the upper bound needs it
         pats = np.stack([sarray.suffix_rows(ids[i:i + n], width)[0] for i, n in found])
-        count = np.zeros(len(found), dtype=np.int64)
+        lo, hi = self.store.occurrences(pats)  # (shards, spans)
+        count = (hi - lo).sum(axis=0)
         hits: list[list[tuple[int, int]]] = [[] for _ in found]
-        for s, shard in enumerate(self.shards):
-            lo, hi = shard.occurrences(pats)
-            count += hi - lo
-            for j in range(len(found)):
-                if len(hits[j]) < MAX_DOCS and hi[j] > lo[j]:
-                    take = np.sort(shard.sa[lo[j]:min(hi[j], lo[j] + MAX_DOCS - len(hits[j]))])
-                    hits[j] += [(s, int(p)) for p in take]
+        for j in range(len(found)):
+            for s in np.nonzero(hi[:, j] > lo[:, j])[0].tolist():  # shards in order, then positions
+                if len(hits[j]) == MAX_DOCS:
+                    break
+                b = int(self.store.base[s])
+                take = np.sort(self.store.sa[b + lo[s, j]:b + min(hi[s, j], lo[s, j] + MAX_DOCS - len(hits[j]))])
+                hits[j] += [(s, int(p)) for p in take]
         return [Span(i, n, int(c), self.log10_unigram(ids[i:i + n]), h)
                 for (i, n), c, h in zip(found, count.tolist(), hits, strict=True)]
 
@@ -179,7 +175,8 @@ class Index:
 
     def context(self, shard: int, start: int, length: int, row: dict[str, Any]) -> tuple[np.ndarray, ...]:
         """The document's tokens before, in and after a span (at most CONTEXT on each side)."""
-        t = self.shards[shard].tokens
+        b = int(self.store.base[shard])
+        t = self.store.tokens[b:b + int(self.store.size[shard])]
         doc_lo, doc_hi = row["start"], row["start"] + row["tokens"]
         lo, hi = max(doc_lo, start - CONTEXT), min(doc_hi, start + length + CONTEXT)
         return (np.asarray(t[lo:start]), np.asarray(t[start:start + length]), np.asarray(t[start + length:hi]))
