@@ -18,8 +18,8 @@ from marin.stage import STAGES, guarded
 
 DESCRIPTION = """\
 Inspect, check, replay and publish what the marin pipeline recorded. The pipeline itself
-runs with `dvc repro` (stages: fetch, curate, tokenize, train, instructions, sft, decontaminate, evaluate,
-evaluate_instruct, export, export_instruct, report); every stage run is written to the ledger
+runs with `dvc repro` (stages: fetch, curate, tokenize, train, instructions, sft, decontaminate, trace_index,
+evaluate, evaluate_instruct, export, export_instruct, report); every stage run is written to the ledger
 in ledger/runs/, which these commands read."""
 
 EPILOG = """\
@@ -28,6 +28,7 @@ examples:
   marin ledger check                  every run, hash chain and recorded output holds
   marin status                        outputs whose stage's code changed since they were made
   marin lineage models/final          the runs and data behind the model
+  marin trace "TEXT"                  the training documents that hold spans of TEXT verbatim
   marin verify --upstream models/final    replay the model's runs bit for bit
   marin report verify reports/marin-tiny  check a published report against the ledger
 
@@ -129,6 +130,25 @@ def _lineage(sub: Sub) -> None:
                    help="an indented tree (default) or W3C PROV-JSON")
     p.add_argument("--output", type=Path, metavar="FILE", help="write to FILE instead of stdout")
     p.set_defaults(fn=cmd.lineage)
+
+
+def _trace(sub: Sub) -> None:
+    p = sub.add_parser("trace", help="the spans of a text that occur verbatim in the training data, and where",
+                       description="The maximal spans of at least trace.min_tokens tokens of a text that occur "
+                                   "verbatim in the training data (the index stage trace_index built), each with its "
+                                   "count, its documents (id, source, licence, position, a snippet with the span "
+                                   "marked) and its unigram probability, rarest first. Refused in one line (exit 1) "
+                                   "for text the tokenizer cannot encode and for an index whose training-data digest "
+                                   "is not the one the model's training run recorded.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("text", nargs="?", metavar="TEXT", help="the text to trace")
+    src.add_argument("--file", type=Path, metavar="FILE", help="trace the UTF-8 text in FILE")
+    src.add_argument("--run", metavar="RUN", help="trace the samples an evaluate or evaluate_instruct run recorded")
+    p.add_argument("--json", action="store_true", help="print the trace as JSON")
+    p.add_argument("--model", type=Path, default=Path("models/final"),
+                   help="the model whose training data the index must be (default models/final; --run: the run's)")
+    p.add_argument("--index", type=Path, default=Path("data/trace_index"), help="the index (default data/trace_index)")
+    p.set_defaults(fn=cmd.trace)
 
 
 def _diff(sub: Sub) -> None:
@@ -286,8 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the project directory (default: the nearest directory above holding params.yaml)")
     ap.add_argument("-v", "--verbose", action="store_true", help="show tracebacks and extra notes")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (_ledger, _status, _mlflow, _lineage, _diff, _verify, _report, _stages, _schemas, _params, _pin,
-                  _publish, _sweep, _reference):
+    for group in (_ledger, _status, _mlflow, _lineage, _trace, _diff, _verify, _report, _stages, _schemas, _params,
+                  _pin, _publish, _sweep, _reference):
         group(sub)
     return ap
 

@@ -162,6 +162,21 @@ def lineage(args: argparse.Namespace) -> int:
     return 1 if target.changed or damaged else 0
 
 
+def trace(args: argparse.Namespace) -> int:
+    import json
+
+    from marin import readers, trace
+
+    if args.file is not None and not args.file.is_file():
+        raise trace.TraceRefused(f"{args.file}: no such file; give a UTF-8 text file to --file")
+    text = readers.read_text(args.file, "text") if args.file else args.text
+    min_tokens = config.load(args.root / "params.yaml").trace.min_tokens
+    result = trace.run_command(args.root, text, args.run, args.model, args.index, min_tokens)
+    sys.stdout.write(json.dumps(result, ensure_ascii=False, indent=1) + "\n" if args.json
+                     else trace.render(result, min_tokens))
+    return 0
+
+
 def diff(args: argparse.Namespace) -> int:
     from marin import diff
 

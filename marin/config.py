@@ -182,6 +182,15 @@ class DecontaminateParams:
 
 
 @dataclass(frozen=True)
+class TraceParams:
+    """Stage trace_index and ``marin trace`` (marin/evaluate/trace_index.py): the shortest span traced,
+    and the tokens of one index shard (what building holds in memory)."""
+
+    min_tokens: int = 8  # OLMoTrace's shortest span
+    shard_tokens: int = 1 << 22
+
+
+@dataclass(frozen=True)
 class EnergyAssumptions:
     """What the report's energy and CO2 estimate assumes (it is an estimate, and says so)."""
 
@@ -227,6 +236,7 @@ class Params:
     ledger: LedgerParams = LedgerParams()  # optional: the clock skew `marin ledger check` allows
     sweep: SweepParams | None = None  # optional: only `marin sweep` reads it
     decontaminate: DecontaminateParams = DecontaminateParams()  # optional: stage decontaminate's n-gram size
+    trace: TraceParams = TraceParams()  # optional: stage trace_index's shards, `marin trace`'s shortest span
 
     def section(self, *names: str) -> dict[str, Any]:
         """The raw params of the named sections, as recorded in a run's ledger (and its recipe);
@@ -284,6 +294,7 @@ _NESTED: dict[tuple[str, str], type] = {
     ("HarnessParams", "datasets"): HubDataset,
     ("EvaluateParams", "references"): Reference,
     ("Params", "decontaminate"): DecontaminateParams,
+    ("Params", "trace"): TraceParams,
     ("Params", "report"): ReportParams,
     ("Params", "network"): NetworkParams,
     ("Params", "ledger"): LedgerParams,

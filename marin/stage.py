@@ -13,8 +13,8 @@ from marin.errors import MarinError, SchemaError
 from marin.paths import project_root
 
 # The pipeline's stages in dvc.yaml order: the values a stage may have in the ledger.
-STAGES = ("fetch", "curate", "evalsets", "tokenize", "train", "instructions", "sft", "decontaminate", "evaluate",
-          "evaluate_instruct", "export", "export_instruct", "report")
+STAGES = ("fetch", "curate", "evalsets", "tokenize", "train", "instructions", "sft", "decontaminate", "trace_index",
+          "evaluate", "evaluate_instruct", "export", "export_instruct", "report")
 # Set by `dvc exp run` (in the workspace, a queue worker or a temporary copy) for the stages it runs.
 DVC_EXPERIMENT_VAR = "DVC_EXP_BASELINE_REV"
 

@@ -298,7 +298,7 @@ def tiny(proj: Project, **runtime: object) -> None:
 def _trained_project(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Project:
     return Project(shared(tmp_path_factory, "trained", lambda d: built_project(
         d / "proj", corpus, ("fetch", "curate", "evalsets", "tokenize", "train", "instructions", "decontaminate",
-                             "evaluate"), shrink=True)) / "proj")
+                             "trace_index", "evaluate"), shrink=True)) / "proj")
 
 
 @pytest.fixture

@@ -59,6 +59,10 @@ def ledger_value(root: Path, facts: dict[str, Any], fid: str) -> Any:
     if "inputs" in src and src["formula"].startswith("Σ wall_s × cores"):  # hours: pairs (seconds, cores)
         xs = [ledger_value(root, facts, i) for i in src["inputs"]]
         return sum(w * (len(n) if isinstance(n, list) else n) for w, n in zip(xs[::2], xs[1::2], strict=True)) / 3600
+    if "inputs" in src and src["formula"].startswith("Σ tokens inside spans"):  # traced outputs: covered, then sizes
+        xs = [ledger_value(root, facts, i) for i in src["inputs"]]
+        inside, total = sum(xs[:len(xs) // 2]), sum(xs[len(xs) // 2:])
+        return inside / total if total else 0.0
     if "inputs" in src and src["formula"].startswith("tokens seen / "):  # epochs, tokens per parameter: a ratio
         seen, per = (ledger_value(root, facts, i) for i in src["inputs"])
         return seen / per

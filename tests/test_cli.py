@@ -150,7 +150,8 @@ def _leaf_commands() -> list[tuple[str, ...]]:
 
 OUTSIDE = {  # each command that needs a project, with arguments it would otherwise accept
     ("ledger", "check"): (), ("ledger", "head"): (), ("ledger", "log"): (), ("ledger", "repair"): ("x",),
-    ("status",): (), ("mlflow", "sync"): (), ("lineage",): ("models/final",), ("diff",): ("a", "b"),
+    ("status",): (), ("mlflow", "sync"): (), ("lineage",): ("models/final",), ("trace",): ("some text",),
+    ("diff",): ("a", "b"),
     ("verify",): ("train-x",), ("report",): (), ("report", "verify"): ("reports/x",), ("keygen",): (),
     ("stages",): (), ("params", "check"): (), ("pin",): ("corpus",), ("publish",): (), ("sweep",): (),
     ("reference", "check"): (), ("reference", "write"): ("--why", "x"),

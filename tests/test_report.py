@@ -215,7 +215,9 @@ def test_report_html_at_1280_px_fits_and_shows_its_curves(trained_project: Proje
 
     height, scroll_width, viewport = _page_size(chromium, out / "report.html", tmp_path)
     assert viewport == 1280 and scroll_width <= viewport, (scroll_width, viewport)  # no horizontal overflow
-    assert 2000 < height < 15_000, height
+    # 15,394 px with the Memorisation section and the trace_index run in the lineage, compute and verification
+    # tables (issue 43); 15,074 px with that section cut out of the same page
+    assert 2000 < height < 16_000, height
     artifacts = Path(os.environ.get("MARIN_TEST_ARTIFACTS", REPO / "test-artifacts"))
     artifacts.mkdir(parents=True, exist_ok=True)
     shot = artifacts / "report-1280.png"  # kept: the report as a reader sees it, for the test's record

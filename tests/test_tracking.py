@@ -85,8 +85,8 @@ def assert_mirrors_the_ledger(trained: Project, uri: str | None = None) -> None:
         for i in inputs:
             digest, tags = got[i["name"]]
             assert digest == i["digest"][7:39] and tags["marin.digest"] == i["digest"]
-            assert tags["mlflow.data.context"] == ("evaluation" if started["stage"] in ("evalsets", "decontaminate")
-                                                   or started["stage"].startswith("evaluate") else "training")
+            assert tags["mlflow.data.context"] == ("evaluation" if started["stage"] in (
+                "evalsets", "decontaminate", "trace_index") or started["stage"].startswith("evaluate") else "training")
         for metric in (x["body"] for x in recs if x["kind"] == "metric"):
             for key, v in metric["values"].items():
                 history = {h.step: h.value for h in client.get_metric_history(m.info.run_id, key)}

@@ -29,7 +29,7 @@ def trained(trained_project: Project) -> Project:
 
 
 def run_file(proj: Project, stage: str) -> Path:
-    [path] = [p for p in (proj.root / "ledger" / "runs").glob(f"{stage}-*.jsonl")]
+    [path] = [p for p in (proj.root / "ledger" / "runs").glob(f"{stage.replace('_', '-')}-*.jsonl")]  # trace-index-
     return path
 
 
@@ -70,7 +70,8 @@ def run_id(path: Path) -> str:
 def test_every_stage_verifies_bit_exact_with_upstream(trained: Project) -> None:
     p = verify(trained, "--upstream", "metrics/eval.json")
     assert p.returncode == 0, p.stdout + p.stderr
-    stages = ("fetch", "curate", "evalsets", "tokenize", "train", "instructions", "decontaminate", "evaluate")
+    stages = ("fetch", "curate", "evalsets", "tokenize", "train", "instructions", "decontaminate", "trace_index",
+              "evaluate")
     for stage in stages:  # evaluate's whole upstream
         path = run_file(trained, stage)
         recs = records(path)

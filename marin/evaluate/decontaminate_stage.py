@@ -20,15 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from marin import fsutil, readers
+from marin import fsutil
 from marin.config import HarnessParams, Params
-from marin.errors import StageError
-from marin.evaluate import harness_run, ngrams, task_files
+from marin.evaluate import harness_run, ngrams, task_files, training_data
 from marin.ledger import Input, Run, exact
 from marin.ledger.bodies import Exact
 
-CURATED_TRAIN = Path("data/curated/train.parquet")
-INSTRUCTIONS_TRAIN = Path("data/instructions/train.jsonl")
+CURATED_TRAIN, INSTRUCTIONS_TRAIN = training_data.CURATED_TRAIN, training_data.INSTRUCTIONS_TRAIN
 EVALSETS, OUT = Path("data/evalsets"), Path("data/decontamination.json")
 NORMALIZATION = "casefold; words are runs of Unicode letters and digits ([^\\W_]+)"
 
@@ -77,13 +75,8 @@ def check(index: Path, items: list[list[str]], n: int) -> dict[str, Any]:
 def training_texts(root: Path) -> Iterator[str]:
     """The training documents: the curated train split's texts, then each instruction train
     example's messages joined by newlines."""
-    import pyarrow.parquet as pq
-
-    with pq.ParquetFile(root / CURATED_TRAIN) as f:
-        for b in f.iter_batches(batch_size=256, columns=["text"], use_threads=False):
-            yield from b.column(0).to_pylist()
-    for line in readers.lines(root / INSTRUCTIONS_TRAIN, "conversations", StageError):
-        yield "\n".join(m["content"] for m in json.loads(line)["messages"])
+    yield from (r["text"] for r in training_data.curated_rows(root, ["text"]))
+    yield from (text for _, text in training_data.instructions(root))
 
 
 def task_items(root: Path, hp: HarnessParams) -> dict[str, list[list[str]] | str]:

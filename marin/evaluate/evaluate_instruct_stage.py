@@ -30,6 +30,7 @@ from marin.train import runtime
 MODELS = {"base": Path(stages.MODEL), "instruct": Path(stages.INSTRUCT)}
 TOKENIZER, TEMPLATE = Path("data/tokens/tokenizer.json"), Path("data/tokens/chat_template.jinja")
 HELDOUT, METRICS = Path("data/instructions/heldout.jsonl"), Path("metrics/instruct_eval.json")
+TRACE = Path("evals/trace/instruct.json")  # both models' answers traced to the training documents (marin trace)
 BATCH = 32  # prompts answered at a time: (BATCH, seq_len, vocab) logits per step
 SCORES = (("exact_match", "exact"), ("containment", "contained"), ("choice_acc", "choice"))  # value key, row key
 
@@ -181,6 +182,7 @@ def run_stage(root: Path, params: Params) -> None:
 
     from marin import env
     from marin.data import tokenize as tk
+    from marin.evaluate import tracing
     from marin.instruct.instructions_stage import section
     from marin.ledger import Input, Run, exact
     from marin.train import weights
@@ -190,8 +192,11 @@ def run_stage(root: Path, params: Params) -> None:
     inputs = [Input("base_model", MODELS["base"].as_posix()), Input("instruct_model", MODELS["instruct"].as_posix()),
               Input("tokenizer", TOKENIZER.as_posix()), Input("chat_template", TEMPLATE.as_posix()),
               Input("heldout_instructions", HELDOUT.as_posix())]
+    if tracing.indexed(root):  # else the trace file says the answers were not traced
+        inputs.append(Input("trace_index", tracing.INDEX.as_posix()))
     recorded = {"instructions": {"eval_tokens": n},
-                "runtime": {"xla_cpu_threads": rt.xla_cpu_threads, "determinism": rt.determinism}}
+                "runtime": {"xla_cpu_threads": rt.xla_cpu_threads, "determinism": rt.determinism},
+                "trace": {"min_tokens": params.trace.min_tokens}}
     with Run.start(root, "evaluate_instruct", params=recorded, inputs=inputs,
                    det_class=runtime.determinism_class(rt, fp), fingerprint=fp) as run:
         tok = tk.load(root / TOKENIZER)
@@ -200,16 +205,19 @@ def run_stage(root: Path, params: Params) -> None:
         constant = constant_values(examples)
         run.record("eval", {"name": "constant_answer_instructions", "split": "heldout_instructions",
                             "values": constant})
+        answers: dict[str, list[Sample]] = {}
         for name, path in MODELS.items():
             rows = answer_all(weights.load(root / path), tok, examples, n)
+            answers[f"{name}_instructions"] = [_sample(r) for r in rows]
             metrics[name] = s = summary(rows)
             values = {**{key: exact(s[key]) for key, _ in SCORES},
                       "examples": len(rows), "tokens_per_answer": n, **task_values(rows)}
             run.record("eval", {"name": f"{name}_instructions", "split": "heldout_instructions", "values": values,
-                                "samples": [_sample(r) for r in rows]})
+                                "samples": answers[f"{name}_instructions"]})
             print(f"evaluate_instruct: {name}: exact match {s['exact_match']:.3f}, containment "
                   f"{s['containment']:.3f}, choice accuracy {s['choice_acc']:.3f} on {len(rows)} held-out instructions")
             for line in task_lines(name, values, constant):
                 print(line)
+        tracing.record_samples(root, run, answers, TRACE, params.trace.min_tokens)
         fsutil.write_bytes(root / METRICS, (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode(),
                            before_publish=lambda tmp: run.output("instruct_eval_metrics", METRICS, source=tmp))

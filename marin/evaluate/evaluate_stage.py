@@ -19,6 +19,7 @@ from marin.train import runtime
 
 MODEL, TOKENS, METRICS = Path(stages.MODEL), Path("data/tokens"), Path("metrics/eval.json")
 EVALSETS = Path("data/evalsets")  # the built-in harness tasks' data (stage evalsets)
+TRACE = Path("evals/trace/samples.json")  # the greedy samples traced to the training documents (marin trace)
 
 
 def run_stage(root: Path, params: Params) -> None:
@@ -30,7 +31,7 @@ def run_stage(root: Path, params: Params) -> None:
 
     from marin import env
     from marin.data import manifest
-    from marin.evaluate import harness_run
+    from marin.evaluate import harness_run, tracing
     from marin.ledger import Input, Run
     from marin.train import weights
 
@@ -42,14 +43,18 @@ def run_stage(root: Path, params: Params) -> None:
     decon = decontam.load(root, params.evaluate.decontaminate)  # None: not run, and not asked to exclude
     if decon is not None:
         inputs.append(Input("decontamination", decontam.OUT.as_posix()))
+    if tracing.indexed(root):  # else the trace file says the samples were not traced
+        inputs.append(Input("trace_index", tracing.INDEX.as_posix()))
     recorded = {"evaluate": {k: v for k, v in params.raw["evaluate"].items() if k != "references"},  # their own stages
-                "runtime": {"xla_cpu_threads": rt.xla_cpu_threads, "determinism": rt.determinism}}
+                "runtime": {"xla_cpu_threads": rt.xla_cpu_threads, "determinism": rt.determinism},
+                "trace": {"min_tokens": params.trace.min_tokens}}
     with Run.start(root, "evaluate", params=recorded, inputs=inputs,
                    det_class=runtime.determinism_class(rt, fp), fingerprint=fp) as run:
         model = weights.load(root / MODEL)
         tok_manifest = manifest.read(root / TOKENS / "manifest.json", "tokenize")
         results = _score(root, params, run, model, tok_manifest)
         samples = _samples(root, params, run, model, tok_manifest)
+        tracing.record_samples(root, run, {"greedy_samples": samples}, TRACE, params.trace.min_tokens)
         metrics = _metrics(results)
         logs: dict[str, Any] = {}
         metrics["harness"] = harness_run.evaluate(root, params.evaluate.harness, run, model, tok_manifest,

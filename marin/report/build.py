@@ -35,7 +35,19 @@ from marin.ledger.query import Ledger
 from marin.ledger.run import Plan, Run, recipe_code, recipe_digest
 from marin.ledger.store import run_files
 from marin.paths import ledger_dir, relpath
-from marin.report import cards, experiments, fmti, instruct, mof, proves, reference, render, toc, verifications
+from marin.report import (
+    cards,
+    experiments,
+    fmti,
+    instruct,
+    memorisation,
+    mof,
+    proves,
+    reference,
+    render,
+    toc,
+    verifications,
+)
 from marin.report.facts import ReportError, gather
 from marin.report.reference import References
 
@@ -73,6 +85,7 @@ def render_files(ledger: Ledger, meta: dict[str, Any], refs: References,
         facts, vouching.files, {r["run_id"]: ledger.runs[r["run_id"]] for r in doc["lineage"]},
         vouching.lab_key, vouching.as_of)
     doc["instruct"] = instruct.section(facts, ledger, doc)
+    doc["memorisation"] = memorisation.section(facts, ledger, doc)  # the outputs shown above, traced
     doc["experiments"] = experiments.section(facts, ledger, next(
         (r["run_id"] for r in doc["lineage"] if r["stage"] == "train"), None))
     meta = {**meta, "date": (doc["lineage"][-1]["finished"] or doc["lineage"][-1]["started"])[:10],

@@ -50,7 +50,15 @@ FORMULAS: dict[str, Callable[[list[Any]], Any]] = {
     "tokens seen / training tokens": lambda xs: xs[0] / xs[1],  # epochs (marin/report/budget.py)
     "tokens seen / parameters": lambda xs: xs[0] / xs[1],
     baselines.MARK: baselines.mark_of, baselines.MARK_HIGHER: baselines.mark_higher,  # benchmarks' marks
+    # the share of traced output tokens inside verbatim spans (marin/report/memorisation.py): covered, then totals
+    "Σ tokens inside spans / Σ output tokens": lambda xs: _share(xs),
 }
+
+
+def _share(xs: list[Any]) -> float:
+    half = len(xs) // 2
+    total = sum(xs[half:])
+    return sum(xs[:half]) / total if total else 0.0
 
 
 def _hours(xs: list[Any]) -> float:

@@ -21,6 +21,7 @@ from marin.report import (
     experiments,
     harness_section,
     instruct,
+    memorisation,
     proves,
     references_section,
     verifications,
@@ -118,6 +119,7 @@ def markdown(facts: dict[str, Fact], doc: dict[str, Any], meta: dict[str, Any]) 
     _environment(d, doc)
     d.add(*proves.lines(d.v, doc), *verifications.lines(d.v, doc, facts))
     d.add(*instruct.lines(d.v, doc))
+    d.add(*memorisation.lines(d.v, doc))
     _lineage(d, doc)
     _people(d, meta)
     _sources(d, facts, tr["curve"])

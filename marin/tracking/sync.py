@@ -38,7 +38,7 @@ EXPERIMENT = "marin"
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 CONTEXT = {"fetch": "training", "curate": "training", "tokenize": "training", "train": "training",
            "evalsets": "evaluation", "instructions": "training", "sft": "training", "evaluate": "evaluation",
-           "evaluate_instruct": "evaluation", "decontaminate": "evaluation"}
+           "evaluate_instruct": "evaluation", "decontaminate": "evaluation", "trace_index": "evaluation"}
 UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 BATCH = 900  # MLflow accepts up to 1000 metrics per log_batch
 CREATED = "marin.created_ns"  # when this MLflow run was made: of two made at once, the first stays
@@ -306,6 +306,8 @@ class _Syncer:
         path = self.root / b["path"]
         if b["name"].endswith("manifest") and path.is_file():
             self.client.log_artifact(mlflow_id, str(path), "manifests")
+        if b["name"] == "trace_samples" and path.is_file():  # the samples traced to their training documents
+            self.client.log_artifact(mlflow_id, str(path), "trace")
         if b["name"] in ("model", "hf_model"):
             self.models.log_output(mlflow_id, log, r)
         if log.start_body["stage"] == "report" and b["name"] == "report" and path.is_dir():

@@ -1,0 +1,135 @@
+"""``marin trace``: the maximal spans of a text that occur verbatim in the training data, with the
+documents that hold them (OLMoTrace), searched in the index stage trace_index built.
+
+An answer counts only for the model the index was built for: before searching, the index's recorded
+``data/tokens`` digest (its trace_index run) must be the one the model's training run read, and for an
+instruct model also its instruction train set, both looked up in the ledger; else one line naming both
+digests. A text the tokenizer cannot encode (its ids do not decode back to it) is refused in one line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from marin import hashing
+from marin.errors import MarinError
+from marin.evaluate.trace_index import Index
+from marin.evaluate.tracing import encode, trace_ids
+from marin.ledger.hash_cache import hash_cache
+from marin.ledger.query import Ledger
+from marin.ledger.store import RunLog
+from marin.paths import relpath
+
+INDEX, MODEL = Path("data/trace_index"), Path("models/final")
+TOKENIZER = Path("data/tokens/tokenizer.json")
+
+
+class TraceRefused(MarinError):
+    """The index is not that of the model's training data, or the run has no samples."""
+
+
+def _inputs(log: RunLog) -> dict[str, str]:
+    return {r.body["name"]: r.body["digest"] for r in log.records if r.kind == "input"}
+
+
+def _producer(ledger: Ledger, digest: str, what: str) -> RunLog:
+    found = ledger.producers_of(digest)
+    if not found:
+        raise TraceRefused(f"{what} ({digest}) is no output any run in the ledger recorded; rebuild it with "
+                           "`dvc repro` and commit the ledger")
+    return found[-1][0]
+
+
+def _trained_on(ledger: Ledger, model_log: RunLog) -> dict[str, tuple[str, str]]:
+    """What a model's training read: {"tokens": (digest, run id), "instructions": (...)} through sft
+    to its base model's train run."""
+    stage, inputs = model_log.start_body["stage"], _inputs(model_log)
+    if stage == "sft":
+        base = _producer(ledger, inputs["base_model"], "the base model of sft run " + model_log.run_id)
+        return {**_trained_on(ledger, base), "instructions": (inputs["instructions"], model_log.run_id)}
+    if stage != "train":
+        raise TraceRefused(f"run {model_log.run_id} is a {stage} run, not a training run; trace a model")
+    return {"tokens": (inputs["tokens"], model_log.run_id)}
+
+
+@dataclass(frozen=True)
+class Checked:
+    """An index found to be that of a model's training data."""
+
+    index: Index
+    digest: str
+    run_id: str
+    trained_by: str
+
+
+def check_index(root: Path, index_dir: Path, model_digest: str, model_name: str) -> Checked:
+    """The index at ``index_dir``, once the ledger shows it indexes what the model was trained on."""
+    ledger = Ledger(root, skip=("metric",))
+    digest = hashing.digest_path(index_dir, hash_cache(root, index=ledger.index)).digest
+    index_log = _producer(ledger, digest, f"the index {relpath(root, index_dir)}")
+    indexed = _inputs(index_log)
+    trained = _trained_on(ledger, _producer(ledger, model_digest, model_name))
+    pairs = {"tokens": "tokens", "instructions": "instructions_train"}
+    for key, (want, run_id) in trained.items():
+        have = indexed.get(pairs[key])
+        if have != want:
+            raise TraceRefused(f"the index (run {index_log.run_id}) was built from {key} {have}, but {model_name} "
+                               f"was trained (run {run_id}) on {want}; rebuild it: `dvc repro trace_index`")
+    return Checked(Index(index_dir), digest, index_log.run_id, trained["tokens"][1])
+
+
+def render(result: dict[str, Any], min_tokens: int) -> str:
+    """A trace as the terminal shows it."""
+    lines = [f"trace: index {result['index']} (run {result['index_run']}), the training data of run "
+             f"{result['trained_by']}; spans of at least {min_tokens} tokens"]
+    for t in result["texts"]:
+        share = t["covered"] / t["tokens"] if t["tokens"] else 0.0
+        head = f"{t['label']}: " if t.get("label") else ""
+        lines.append(f"{head}{len(t['spans'])} span(s) in {t['tokens']} tokens, {t['covered']} inside a span "
+                     f"({share:.1%}), longest {t['longest']}")
+        for s in t["spans"]:
+            lines.append(f"  tokens {s['start']}-{s['start'] + s['length']} ({s['length']}), {s['count']} "
+                         f"occurrence(s), log10 unigram p {s['log10_unigram']:.1f}: {s['text']!r}")
+            for d in s["documents"]:
+                lines.append(f"    {d['id']} ({d['source']}/{d['corpus']}, {d['license']}) at token "
+                             f"{d['position']}: {d['snippet']!r}")
+    return "\n".join(lines) + "\n"
+
+
+def recorded_texts(root: Path, run_id: str) -> tuple[str, list[tuple[str, np.ndarray]]]:
+    """The model input a recorded run generated with, and each generated sample's (label, ids): the
+    greedy samples of an evaluate run, the answers of an evaluate_instruct run."""
+    ledger = Ledger(root, skip=("metric",))
+    if run_id not in ledger.runs:
+        raise TraceRefused(f"no run {run_id!r} in the ledger; see `marin ledger log`")
+    log = ledger.runs[run_id]
+    model = {"evaluate": "model", "evaluate_instruct": "instruct_model"}.get(log.start_body["stage"])
+    if model is None:
+        raise TraceRefused(f"run {run_id} is a {log.start_body['stage']} run; --run traces the samples of an "
+                           "evaluate or evaluate_instruct run")
+    texts = [(f"{r.body['name']} #{i + 1}", np.array(s["token_ids"], dtype=np.int64))
+             for r in log.records if r.kind == "eval" for i, s in enumerate(r.body.get("samples") or [])
+             if "token_ids" in s and r.body["name"] != "constant_answer_instructions"]
+    return _inputs(log)[model], texts
+
+
+def run_command(root: Path, text: str | None, run_id: str | None, model: Path, index_dir: Path,
+                min_tokens: int) -> dict[str, Any]:
+    """What ``marin trace`` prints: the check, then the trace of the text or of a run's samples."""
+    from marin.data import tokenize as tk
+
+    tok = tk.load(root / TOKENIZER)
+    if run_id is not None:
+        model_digest, texts = recorded_texts(root, run_id)
+        name = f"the model of run {run_id}"
+    else:
+        path = model if model.is_absolute() else root / model
+        model_digest, name = hashing.digest_path(path).digest, model.as_posix()
+        texts = [("", encode(tok, text or ""))]
+    checked = check_index(root, index_dir if index_dir.is_absolute() else root / index_dir, model_digest, name)
+    traced = [{"label": label, **trace_ids(checked.index, tok, ids, min_tokens)} for label, ids in texts]
+    return {"index": checked.digest, "index_run": checked.run_id, "trained_by": checked.trained_by,
+            "min_tokens": min_tokens, "texts": traced}
