@@ -26,7 +26,7 @@ from typing import Any
 CLOZE_WORDS, NEXT_WORDS = 24, 20  # different lengths: different passages of the same document
 PER_DOC = 4  # passages cut from each document, at most
 CLOZE_N, SHOTS_N, NEXT_N = 400, 64, 400  # items kept per file, at most
-SALT = "marin-evalsets-v2"
+SALT = "marin-evalsets-v1"
 
 
 @dataclass(frozen=True)

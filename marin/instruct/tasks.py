@@ -10,11 +10,7 @@ is listed, and the ``per_document`` with the smallest keys are kept, in key orde
   name ends ``#<Book> <chapter>``, as group_by names it (the Bible);
 - ``quote``: the verse at ``<Book> <chapter>:<verse>``;
 - ``speaker``: who speaks a line of a play (a heading ``NAME.`` on its own line, the speech below);
-- ``continue``: the second half of a line of at least eight words, given the first;
-- ``next_word``: the word that comes next in a line (its last word of letters only, 3 or more),
-  given the words before it (at least ``MIN_WORDS``): the one built-in task a model of this
-  project's default size learns well enough to tell a trained model from an undertrained one
-  (docs/guide/instruct.md gives the measurements), and the default.
+- ``continue``: the second half of a line of at least eight words, given the first.
 """
 
 from __future__ import annotations
@@ -67,12 +63,6 @@ def candidates(doc: Doc, tasks: tuple[str, ...]) -> Iterator[tuple[str, int, str
             m = SPEAKER.match(ln)
             if m is not None and _askable(lines[i + 1]) and not SPEAKER.match(lines[i + 1]):
                 yield "speaker", i, f"Who speaks this line? {lines[i + 1]}", m["name"]
-    if "next_word" in tasks:
-        for i, ln in enumerate(lines):
-            words = ln.split()
-            last = max((j for j, w in enumerate(words) if w.isalpha() and len(w) >= 3), default=-1)
-            if last >= MIN_WORDS and len(ln) <= MAX_CHARS:
-                yield "next_word", i, f"Which word comes next? {' '.join(words[:last])}", words[last]
     if "continue" in tasks:
         for i, ln in enumerate(lines):
             words = ln.split()
