@@ -19,7 +19,8 @@ from marin.config import Params
 from marin.data import chat
 from marin.data.tokenize import EOS
 from marin.errors import IntegrityError, StageError
-from marin.export import card, hf
+from marin.export import card, hf, training
+from marin.export.training import Training
 from marin.ledger import Input, Run
 
 MODEL, TOKENIZER, OUT = Path(stages.MODEL), Path("data/tokens/tokenizer.json"), Path("models/hf")
@@ -56,25 +57,28 @@ def card_sample(params: dict, config: dict, tokenizer_json: bytes) -> card.Sampl
     return card.Sample(prompt, max(1, min(params["evaluate"]["sample_tokens"], room)))
 
 
-def model_card(params: dict, config: dict, tokenizer_json: bytes, eval_json: dict, folder: Path, **kw) -> str:
+def model_card(params: dict, config: dict, tokenizer_json: bytes, eval_json: dict, folder: Path,
+               train: Training | None = None, **kw) -> str:
     """README.md of the export at ``folder`` from the run's recorded params and inputs."""
     meta = params.get("report") or {"model_name": "marin-model", "license": "unknown"}
     return card.hub_card(meta, params["fetch"]["sources"], config, eval_json,
-                         card_sample(params, config, tokenizer_json), folder.as_posix(), **kw)
+                         card_sample(params, config, tokenizer_json), folder.as_posix(), training=train, **kw)
 
 
-def base_target(**card_kw: Any) -> Target:
-    """The export stage's target: models/final into models/hf; ``card_kw``: the card's ``base_model`` and
-    ``extra_results`` (``marin.export.card.hub_card``)."""
-    return Target("export", MODEL, OUT, inputs=(Input("eval", EVAL.as_posix()),),
-                  card=lambda root, recorded, config, tok: model_card(
-                      recorded, config, tok, readers.read_json(root / EVAL, "json", StageError), OUT, **card_kw),
-                  recorded=lambda params: params.section(*(n for n in CARD_PARAMS if n in params.raw)))
+def base_card(root: Path, recorded: dict[str, Any], config: dict[str, Any], tok: bytes) -> str:
+    """models/hf/README.md: the card from the recorded params, metrics/eval.json and the train run behind
+    models/final (:mod:`marin.export.training`)."""
+    train = training.training(root, hashing.path_digest(root / MODEL), config["model"]["max_seq_len"])
+    return model_card(recorded, config, tok, readers.read_json(root / EVAL, "json", StageError), OUT, train)
+
+
+BASE = Target("export", MODEL, OUT, inputs=(Input("eval", EVAL.as_posix()),), card=base_card,
+              recorded=lambda params: params.section(*(n for n in CARD_PARAMS if n in params.raw)))
 
 
 def run_stage(root: Path, params: Params) -> None:
     """The export stage: models/final into models/hf, recorded as a ledger run."""
-    export(root, params, base_target())
+    export(root, params, BASE)
 
 
 def export(root: Path, params: Params, target: Target) -> None:
