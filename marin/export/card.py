@@ -188,7 +188,8 @@ def hub_card(meta: dict[str, Any], sources: list[dict[str, Any]], model: dict[st
            "the ledger record behind every value here.", "", "## How to use", ""]
     out += snippet(folder, sample)
     out += ["", "This prints the greedy completion the evaluate stage recorded for the prompt. "
-            "`pipeline(\"text-generation\")` gives the same:", "", *pipeline_snippet(folder, sample), "",
+            "`pipeline(\"text-generation\")` gives the same (its text leaves special tokens out):", "",
+            *pipeline_snippet(folder, sample), "",
             "The tokenizer pads on the left, so a batch (`tokenizer([a, b], padding=True, return_tensors=\"pt\")`) "
             "generates each prompt as it would alone.", "", *upload_lines(meta, folder)]
     out += card_sections.uses(name, arch["max_seq_len"], instruct=False)

@@ -14,8 +14,8 @@ import numpy as np
 from huggingface_hub import ModelCard, ModelCardData
 
 from marin import fsutil, hashing, model_folder, readers
-from marin.errors import IntegrityError
 from marin.data.tokenize import EOS
+from marin.errors import IntegrityError
 from marin.export import hf
 from marin.export.card import hf_license, repo_id
 from marin.export.hub_folder import HubFolderError, recorded_export
@@ -90,15 +90,18 @@ def write_revisions(root: Path, out: Path, meta: dict[str, Any]) -> tuple[Path, 
     entries = []
     steps = int(log.start_body["params"]["train"]["steps"])
     for b in log.bodies("checkpoint"):
-        tensors = checkpoint_tensors(root / b["path"], b["params_digest"])
+        if (digest := b.get("params_digest")) is None:  # a run from before checkpoints recorded it
+            raise HubFolderError(f"{b['path']}: the ledger records no parameter digest for this checkpoint, so its "
+                                 "revision could not be checked; retrain (`dvc repro train`) to publish revisions")
+        tensors = checkpoint_tensors(root / b["path"], digest)
         rev = f"step{b['step']}"
         files = hf.files(tensors, {**config, "step": b["step"]}, tok, EOS,
-                         {"marin_tensor_digest": b["params_digest"], "marin_step": str(b["step"])},
-                         _card(meta, b["step"], steps, b["params_digest"], log.run_id))
+                         {"marin_tensor_digest": digest, "marin_step": str(b["step"])},
+                         _card(meta, b["step"], steps, digest, log.run_id))
         (dest / rev).mkdir(parents=True, exist_ok=True)
         for name, data in files.items():
             fsutil.write_bytes(dest / rev / name, data)
-        entries.append({"revision": rev, "step": b["step"], "tensor_digest": b["params_digest"],
+        entries.append({"revision": rev, "step": b["step"], "tensor_digest": digest,
                         "checkpoint_digest": b["digest"], "checkpoint": b["path"], "train_run": log.run_id,
                         "folder_digest": hashing.path_digest(dest / rev)})
     dest.mkdir(parents=True, exist_ok=True)

@@ -79,8 +79,8 @@ def verification(c: Ctx, stage: str) -> str | None:
 
 def card_data(c: Ctx, extra_results: Iterable[EvalResult] = (), base_model: str | None = None) -> ModelCardData:
     """The card's metadata (``marin.export.card.metadata``, as the export's card): licence, language,
-    datasets (the sources' Hub ids, where given), library, ``model-index``: the evaluate run's validation bits per byte and
-    perplexity of the model per corpus, then ``extra_results`` (a benchmark harness's, say)."""
+    datasets (the sources' Hub ids, where given), library, ``model-index``: the evaluate run's validation bits
+    per byte and perplexity of the model per corpus, then ``extra_results`` (a benchmark harness's, say)."""
     rows = [r for r in (c.evaluation or {}).get("rows", []) if r["name"] == "model"]
     measures = [Measure(r["split"], r["corpus"], k, c.facts[r[k]]["value"]) for r in rows for k in METRICS]
     results = model_index(_sources(c), measures, [*extra_results, *harness_section.eval_results(c.doc, c.facts)])
