@@ -23,7 +23,8 @@ MODEL, INSTRUCT = "models/final", "models/instruct"  # the base model train writ
 @dataclass(frozen=True)
 class Out:
     path: str
-    kind: str = "outs"  # outs | plots | metrics (the last two: small files, cache: false)
+    kind: str = "outs"  # outs | plots | metrics (the last two: small files, cache: false; a plots file is drawn
+    #                     by dvc.yaml's top-level plots against its step column, marin.dvcyaml.PLOTS)
 
 
 @dataclass(frozen=True)

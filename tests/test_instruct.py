@@ -380,6 +380,21 @@ def test_the_instruct_card_is_a_full_hub_card_with_its_own_evaluation(sft_projec
     assert again.data.base_model == "marin-lab/marin-tiny" and "hf upload marin-lab/" not in again.text
 
 
+def test_dvc_plots_draw_the_sft_curve_against_its_step_column(_sft_project: Project) -> None:
+    """`dvc plots show` draws dvc.yaml's named plots only, each against the curve's `step` column: the sft
+    loss among them, and no curve file a second time against its row index."""
+    import csv
+
+    from marin.dvcyaml import PLOTS
+
+    shown = json.loads(_sft_project.dvc("plots", "show", "--json").stdout)["data"]
+    assert set(shown) == {name for name, _, _ in PLOTS}  # no plot named after a file: none by row index
+    rows = list(csv.DictReader((_sft_project.root / "metrics/sft_curve.csv").open()))
+    [data] = [p["content"]["data"]["values"] for p in shown["sft_loss"] if p["type"] == "vega"]
+    assert [(int(d["step"]), float(d["loss"])) for d in data] == [(int(r["step"]), float(r["loss"])) for r in rows]
+    assert int(rows[1]["step"]) - int(rows[0]["step"]) == _sft_project.params["sft"]["log_every"] > 1  # not 0, 1, 2
+
+
 def test_the_report_compares_base_and_instruct_side_by_side_from_the_ledger(sft_project: Project) -> None:
     proj = sft_project
     proj.stage("report")
