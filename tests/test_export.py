@@ -327,3 +327,39 @@ def test_publish_revisions_writes_each_checkpoint_as_a_step_revision(exported: P
     assert transformers.AutoModelForCausalLM.from_pretrained(dest / entries[0]["revision"]) is not None
     again = exported.marin("publish", "--revisions")
     assert again.returncode != 0 and "--revisions goes with --hf-folder" in again.stderr
+
+
+def test_the_weights_file_does_not_depend_on_the_metadata_order(tmp_path: Path) -> None:
+    """safetensors writes its metadata from a hash map, in an order that changed between processes (a replay
+    of the export once differed in model.safetensors alone); the export sorts it, tensors untouched."""
+    from safetensors import safe_open
+    from safetensors.numpy import load, save
+
+    tensors = {"b": np.arange(6, dtype=np.float32).reshape(2, 3), "a": np.ones(3, np.float32)}
+    meta = {f"k{i}": str(i) for i in range(8)}
+    blob = save(tensors, metadata=meta)
+    n = int.from_bytes(blob[:8], "little")
+    head = json.loads(blob[8:8 + n])
+    shuffled = {**head, "__metadata__": dict(reversed(list(head["__metadata__"].items())))}
+    text = json.dumps(shuffled, separators=(",", ":")).encode()
+    other = len(text).to_bytes(8, "little") + text + blob[8 + n:]
+    assert other != blob  # the same file, its metadata in another order
+    assert hf.stable_header(other) == hf.stable_header(blob)
+    out = load(hf.stable_header(other))
+    assert out.keys() == tensors.keys() and all(np.array_equal(out[k], tensors[k]) for k in tensors)
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(hf.stable_header(other))
+    with safe_open(str(path), "np") as f:
+        assert f.metadata() == meta
+
+
+@pytest.mark.slow
+def test_marin_verify_replays_the_export_bit_for_bit(exported: Project) -> None:
+    """The card reads the train run's ledger file, an input of the export run: a replay, whose ledger starts
+    empty, gets it back and writes the same folder (card and weights included)."""
+    [run] = exported.runs("export")
+    inputs = {r["body"]["name"]: r["body"]["path"] for r in run if r["kind"] == "input"}
+    [train] = exported.runs("train")
+    assert inputs["training_run"] == f"ledger/runs/{train[0]['run_id']}.jsonl"
+    r = exported.marin("verify", run[0]["run_id"])
+    assert r.returncode == 0 and "BIT-EXACT" in r.stdout, r.stdout + r.stderr

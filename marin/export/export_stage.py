@@ -38,7 +38,8 @@ class Target:
     stage: str
     model: Path
     out: Path
-    card: Callable[[Path, dict[str, Any], dict[str, Any], bytes], str]  # (root, recorded params, config, tokenizer)
+    card: Callable[[Path, dict[str, Any], dict[str, Any], bytes, Training], str]  # (root, recorded params, config,
+    #                                                                          tokenizer, the run that trained it)
     recorded: Callable[[Params], dict[str, Any]]
     chat: bool = False
     inputs: tuple[Input, ...] = ()
@@ -65,10 +66,9 @@ def model_card(params: dict, config: dict, tokenizer_json: bytes, eval_json: dic
                          card_sample(params, config, tokenizer_json), folder.as_posix(), training=train, **kw)
 
 
-def base_card(root: Path, recorded: dict[str, Any], config: dict[str, Any], tok: bytes) -> str:
+def base_card(root: Path, recorded: dict[str, Any], config: dict[str, Any], tok: bytes, train: Training) -> str:
     """models/hf/README.md: the card from the recorded params, metrics/eval.json and the train run behind
     models/final (:mod:`marin.export.training`)."""
-    train = training.training(root, hashing.path_digest(root / MODEL), config["model"]["max_seq_len"])
     return model_card(recorded, config, tok, readers.read_json(root / EVAL, "json", StageError), OUT, train)
 
 
@@ -85,6 +85,8 @@ def export(root: Path, params: Params, target: Target) -> None:
     """``target.model`` into ``target.out``, recorded as a ledger run of ``target.stage``."""
     inputs = [Input("model", target.model.as_posix()), Input("tokenizer", TOKENIZER.as_posix())]
     inputs += [Input("chat_template", TEMPLATE.as_posix())] if target.chat else []
+    trained_by = training.training_run(root, target.model)  # its ledger file: what the card says of training
+    inputs += [Input("training_run", trained_by.as_posix())]
     recorded = target.recorded(params)
     with Run.start(root, target.stage, params=recorded, inputs=[*inputs, *target.inputs]) as run:
         tensors, config = model_folder.read(root / target.model)
@@ -93,7 +95,8 @@ def export(root: Path, params: Params, target: Target) -> None:
             raise IntegrityError(f"{TOKENIZER}: is not the tokenizer the model was trained with "
                                  f"({config['tokenizer']['digest']}); rerun `dvc repro` from tokenize")
         template = readers.read_text(root / TEMPLATE, "text", StageError) if target.chat else None
-        readme = target.card(root, recorded, config, tok)
+        readme = target.card(root, recorded, config, tok,
+                             training.training(root, trained_by, config["model"]["max_seq_len"]))
         files = hf.files(tensors, config, tok, EOS, {"marin_tensor_digest": config["tensor_digest"]}, readme,
                          template)
         with fsutil.atomic_dir(root / target.out) as tmp:

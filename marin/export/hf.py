@@ -164,6 +164,18 @@ def generation_config(eos_id: int, stop: int | list[int], max_len: int) -> dict[
             "max_length": max_len, "transformers_version": TRANSFORMERS_VERSION}
 
 
+def stable_header(blob: bytes) -> bytes:
+    """A safetensors file with its ``__metadata__`` keys sorted: safetensors keeps them in a hash map, so
+    their order (and the file's bytes) changed from one process to the next; the tensors are untouched."""
+    n = int.from_bytes(blob[:8], "little")
+    head = json.loads(blob[8:8 + n])
+    if "__metadata__" in head:
+        head["__metadata__"] = dict(sorted(head["__metadata__"].items()))
+    text = json.dumps(head, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the header is padded to 8 bytes, as safetensors writes it
+    return len(text).to_bytes(8, "little") + text + blob[8 + n:]
+
+
 def _json(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
 
@@ -180,7 +192,7 @@ def files(src: Tensors, marin_config: dict[str, Any], tokenizer_json: bytes, eos
     if chat_template is not None:
         stop = [eos_id, Tokenizer.from_str(tokenizer_json.decode()).token_to_id(chat.END)]  # pyright: ignore[reportAssignmentType]
     return {
-        WEIGHTS: save(tensors, metadata={"format": "pt", **meta}),
+        WEIGHTS: stable_header(save(tensors, metadata={"format": "pt", **meta})),
         CONFIG: _json(llama_config(model, eos_id)),
         "generation_config.json": _json(generation_config(eos_id, stop, model["max_seq_len"])),
         TOKENIZER: tokenizer_json if chat_template is not None else with_bos(tokenizer_json, eos),

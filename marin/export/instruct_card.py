@@ -11,13 +11,13 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from marin import hashing, readers
+from marin import readers
 from marin.config import Params
 from marin.data import chat
 from marin.errors import StageError
 from marin.export import card_sections
 from marin.export.card import hf_license, repo_id, upload_lines
-from marin.export.training import training
+from marin.export.training import Training
 
 MANIFEST = Path("data/instructions/manifest.json")
 EVAL = Path("metrics/instruct_eval.json")
@@ -72,7 +72,7 @@ def _data(m: dict[str, Any]) -> list[str]:
             f"(`{m['sets']['heldout']['digest']}`)."]
 
 
-def card(root: Path, recorded: dict[str, Any], config: dict[str, Any], tokenizer_json: bytes) -> str:
+def card(root: Path, recorded: dict[str, Any], config: dict[str, Any], tokenizer_json: bytes, sft: Training) -> str:
     """README.md of models/hf-instruct, from the params the export run records (:func:`recorded`), the
     instruction manifest, metrics/instruct_eval.json and the sft run behind models/instruct."""
     meta = recorded["report"]
@@ -80,7 +80,6 @@ def card(root: Path, recorded: dict[str, Any], config: dict[str, Any], tokenizer
     name = f"{base}-instruct"
     m = readers.read_json(root / MANIFEST, "manifest", StageError)
     ev = readers.read_json(root / EVAL, "json", StageError)
-    sft = training(root, hashing.path_digest(root / "models/instruct"), config["model"]["max_seq_len"])
     hf_lic = hf_license(lic)
     data = ModelCardData(license=hf_lic, license_name=lic if hf_lic == "other" else None, base_model=repo_id(meta),
                          language=meta.get("language") or None, eval_results=results(ev),

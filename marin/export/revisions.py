@@ -19,9 +19,8 @@ from marin.errors import IntegrityError
 from marin.export import hf
 from marin.export.card import hf_license, repo_id
 from marin.export.hub_folder import HubFolderError, recorded_export
-from marin.export.training import training
 from marin.ledger.query import Ledger
-from marin.ledger.store import RunLog
+from marin.ledger.store import RunLog, read_run
 
 MODEL, TOKENIZER = Path("models/final"), Path("data/tokens/tokenizer.json")
 
@@ -54,11 +53,12 @@ def checkpoint_tensors(path: Path, recorded: str) -> dict[str, np.ndarray]:
 
 
 def _train_log(root: Path, export_run: str) -> RunLog:
-    ledger = Ledger(root)
-    model_in = next(i for i in ledger.runs[export_run].start_body["inputs"] if i["name"] == "model")
-    config = model_folder.read_config(root / MODEL)
-    run_id = training(root, model_in["digest"], config["model"]["max_seq_len"]).run_id
-    return ledger.runs[run_id]
+    """The training run behind the export run: the ledger file it recorded as its ``training_run`` input."""
+    found = [i for i in Ledger(root).runs[export_run].bodies("input") if i["name"] == "training_run"]
+    if not found:
+        raise HubFolderError(f"export run {export_run} records no training run (an export from before revisions); "
+                             "rerun `dvc repro export`")
+    return read_run(root / found[0]["path"])
 
 
 def _card(meta: dict[str, Any], step: int, steps: int, digest: str, run_id: str) -> str:

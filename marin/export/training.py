@@ -1,7 +1,7 @@
 """What an export's card says about how its model was trained, read from the ledger: the training run
 (train or sft) that first wrote the exported model folder, its recorded hyperparameters, wall time and
-machine. The earliest run that wrote those exact bytes, so that a replay of the export (``marin verify``)
-reads the same run and writes the same card even after a later run wrote the same model again."""
+machine. The earliest run that wrote those exact bytes; its ledger file is an input of the export run, so
+that a replay (``marin verify``) reads the same run and writes the same card."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from marin import hashing
 from marin.errors import StageError
 from marin.ledger.query import Ledger
+from marin.ledger.store import read_run
 
 
 @dataclass(frozen=True)
@@ -39,14 +41,21 @@ class Training:
         return self.wall_s * self.cores / 3600
 
 
-def training(root: Path, folder_digest: str, seq_len: int) -> Training:
-    """The earliest succeeded training run whose ``model`` output is the folder with ``folder_digest``."""
-    found = [log for log, body in Ledger(root).producers_of(folder_digest)
+def training_run(root: Path, model: Path) -> Path:
+    """The ledger file of the earliest succeeded training run whose ``model`` output is the folder ``model``
+    as it is now: an input of the export run, so that a replay (whose ledger starts empty) gets it back."""
+    digest = hashing.path_digest(root / model)
+    found = [log for log, body in Ledger(root).producers_of(digest)
              if body.get("name") == "model" and log.status == "succeeded"]
     if not found:
-        raise StageError(f"no succeeded train or sft run in the ledger wrote the model {folder_digest}; "
+        raise StageError(f"{model}: no succeeded train or sft run in the ledger wrote it ({digest}); "
                          "rerun `dvc repro` from train")
-    log = found[0]
+    return found[0].path.resolve().relative_to(root.resolve())
+
+
+def training(root: Path, run_file: Path, seq_len: int) -> Training:
+    """What the training run recorded in ``run_file`` (:func:`training_run`) says about its training."""
+    log = read_run(root / run_file)
     start, env = log.start_body, log.start_body["env"]
     det = dict(start.get("determinism_class") or {})
     return Training(log.run_id, start["stage"], dict(start["params"][start["stage"]]), seq_len,
