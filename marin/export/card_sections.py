@@ -49,7 +49,7 @@ def training(t: Training) -> list[str]:
             "the run recorded them:", "",
             *_table(["hyperparameter", "value"], [[f"`{k}`", f"{v}"] for k, v in sorted(t.hyper.items())]), "",
             f"Token positions trained on: {t.tokens:,} (steps × batch size × sequence length {t.seq_len}). "
-            f"Wall time {t.wall_s:.1f} s on {t.devices} {t.backend} device(s), {t.cores} core(s) of an "
+            f"Wall time {t.wall_s:.1f} s on {t.devices} {t.backend} device(s), {t.cores} core(s); CPU: "
             f"{t.cpu_model}.", ""]
 
 
