@@ -24,14 +24,12 @@ EVAL = Path("metrics/instruct_eval.json")
 
 
 def recorded(params: Params) -> dict[str, Any]:
-    """The params the card reads (the base model's name, the weights' licence, the language), as the
-    export run records them: ``report``'s, or defaults."""
-    base = params.report.model_name if params.report else "marin-tiny"
-    raw = params.raw.get("report") or {}
-    return {"report": {"model_name": base, "license": params.report.license if params.report else "Apache-2.0",
-                       "language": list(params.report.language) if params.report else [],
-                       **({"hub": raw["hub"]} if raw.get("hub") else {}),
-                       **({"energy": raw["energy"]} if raw.get("energy") else {})}}
+    """The params the card reads, as the export run records them: ``report`` (the base model's name, the
+    weights' licence, the language, ``hub`` and ``energy``), the whole section as dvc.yaml lists it, or
+    defaults without one."""
+    if params.report is None:
+        return {"report": {"model_name": "marin-tiny", "license": "Apache-2.0", "language": []}}
+    return {"report": {**params.raw["report"], "language": list(params.report.language)}}
 
 
 def results(ev: dict[str, Any]) -> list[EvalResult]:
