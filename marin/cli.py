@@ -252,6 +252,9 @@ def _publish(sub: Sub) -> None:
     p.add_argument("--hf-folder", type=Path, metavar="OUT",
                    help="instead: write models/hf into the new folder OUT as exactly the files "
                         "huggingface_hub.upload_folder sends, and print the command that pushes it")
+    p.add_argument("--revisions", action="store_true",
+                   help="with --hf-folder: also each checkpoint of the train run behind it as a Hub revision "
+                        "(OUT-revisions/step<N>/, its tensor digest checked and recorded in revisions.json)")
     p.set_defaults(fn=cmd.publish)
 
 

@@ -201,6 +201,13 @@ class EnergyAssumptions:
 
 
 @dataclass(frozen=True)
+class HubParams:
+    """Where the model goes on the Hugging Face Hub (the cards' ``base_model`` and upload command)."""
+
+    repo_id: str | None = None
+
+
+@dataclass(frozen=True)
 class ReportParams:
     model_name: str
     version: str
@@ -216,6 +223,7 @@ class ReportParams:
     energy: EnergyAssumptions | None = None
     language: tuple[str, ...] = ("en",)
     datasheet: dict[str, str] | None = None  # the lab's answers to datasheet questions the ledger cannot answer
+    hub: HubParams | None = None  # optional: the model's Hub repository
 
 
 @dataclass(frozen=True)
@@ -299,6 +307,7 @@ _NESTED: dict[tuple[str, str], type] = {
     ("Params", "network"): NetworkParams,
     ("Params", "ledger"): LedgerParams,
     ("ReportParams", "energy"): EnergyAssumptions,
+    ("ReportParams", "hub"): HubParams,
     ("Params", "sweep"): SweepParams,
     ("SweepParams", "select"): SelectRule,
     ("FetchParams", "sources"): Source,

@@ -45,6 +45,7 @@ class Source:
     license: str
     extract: tuple[Extract, ...]
     license_note: str = ""
+    hub_dataset: str | None = None  # the source's Hugging Face Hub dataset id, when it has one
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,11 @@ from pathlib import Path
 from marin import closure, readers
 from marin.stages import DVC_YAML, Stage, code_files, declared
 
-PLOTS = (("loss", "loss"), ("validation_loss", "val_loss"), ("learning_rate", "lr"), ("grad_norm", "grad_norm"))
+# The top-level plots, each against the curve's `step` column. The curve files themselves are `cache: false`
+# outs, not stage plots: DVC would draw a stage's plots file a second time, against its row index.
+PLOTS = (("loss", "train_curve", "loss"), ("validation_loss", "train_curve", "val_loss"),
+         ("learning_rate", "train_curve", "lr"), ("grad_norm", "train_curve", "grad_norm"),
+         ("sft_loss", "sft_curve", "loss"), ("sft_validation_loss", "sft_curve", "val_loss"))
 
 
 def data_deps(root: Path, stage: Stage) -> list[str]:
@@ -52,19 +56,19 @@ def render(root: Path) -> str:
         if s.params:
             lines.append("    params:")
             lines += [f"      - {p}" for p in s.params]
-        for kind in ("outs", "plots", "metrics"):
-            outs = [o for o in s.outs if o.kind == kind]
+        for key, kinds in (("outs", ("outs", "plots")), ("metrics", ("metrics",))):
+            outs = [o for o in s.outs if o.kind in kinds]
             if outs:
-                lines.append(f"    {kind}:")
+                lines.append(f"    {key}:")
                 for o in outs:
                     lines.append(f"      - {o.path}:")
-                    if kind != "outs":
+                    if o.kind != "outs":
                         lines.append("          cache: false")
                     lines.append("          persist: true")
     lines += ["", "plots:"]
-    for name, column in PLOTS:
+    for name, curve, column in PLOTS:
         lines += [f"  - {name}:", "      template: linear", "      x: step", "      y:",
-                  f"        metrics/train_curve.csv: {column}"]
+                  f"        metrics/{curve}.csv: {column}"]
     return "\n".join(lines) + "\n"
 
 

@@ -23,7 +23,8 @@ MODEL, INSTRUCT = "models/final", "models/instruct"  # the base model train writ
 @dataclass(frozen=True)
 class Out:
     path: str
-    kind: str = "outs"  # outs | plots | metrics (the last two: small files, cache: false)
+    kind: str = "outs"  # outs | plots | metrics (the last two: small files, cache: false; a plots file is drawn
+    #                     by dvc.yaml's top-level plots against its step column, marin.dvcyaml.PLOTS)
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,9 @@ STAGES: tuple[Stage, ...] = (
           note="the model as a Hugging Face Llama checkpoint, tokenizer and model card beside it",
           dep_notes={"metrics/eval.json": "the card's evaluation results"}),
     Stage("export_instruct", deps=(INSTRUCT, "data/tokens/tokenizer.json", "data/tokens/chat_template.jinja",
-                                   "data/instructions/manifest.json"),
-          params=("report.model_name", "report.license", "report.language"), outs=(Out("models/hf-instruct"),),
+                                   "data/instructions/manifest.json", "metrics/instruct_eval.json"),
+          params=("report",),
+          outs=(Out("models/hf-instruct"),),
           note="the instruct model for transformers: chat template in tokenizer_config.json, README.md card"),
     Stage("report", deps=(MODEL, "models/hf", "metrics/eval.json", "metrics/instruct_eval.json",
                           "evals/trace/samples.json", "evals/trace/instruct.json"),

@@ -3,6 +3,7 @@ starts a run, with one line naming the key path, and exit code 2."""
 
 import copy
 import os
+import shutil
 import time
 
 import pytest
@@ -147,3 +148,20 @@ def test_params_must_be_a_regular_file(tmp_path, make, expected) -> None:
     make(tmp_path / "params.yaml")
     with pytest.raises(config.ParamsError, match=expected):
         config.load(tmp_path / "params.yaml")
+
+
+@pytest.mark.parametrize("override, changed", [("train.lr=0.001", "  lr: 0.001"), ("sft.steps=7", "  steps: 7"),
+                                               ("evaluate.harness.seed=99", "    seed: 99  ")])
+def test_dvc_exp_run_set_param_changes_one_line_of_the_shipped_params(tmp_path, override, changed) -> None:
+    """params.yaml is shipped in the layout DVC writes: what `dvc exp run -S` calls (dvc.utils.hydra's
+    apply_overrides, which rewrites the whole file through ruamel) changes the one line it sets, and every
+    comment stays (before, it rewrote 109 lines)."""
+    from dvc.utils.hydra import apply_overrides
+
+    path = tmp_path / "params.yaml"
+    shutil.copyfile(REPO / "params.yaml", path)
+    apply_overrides(str(path), [override])
+    before, after = (REPO / "params.yaml").read_text().splitlines(), path.read_text().splitlines()
+    diff = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
+    assert len(before) == len(after) and len(diff) == 1 and diff[0][1].startswith(changed), diff
+    assert diff[0][0].split("#")[1:] == diff[0][1].split("#")[1:]  # its comment kept

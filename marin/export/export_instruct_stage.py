@@ -12,7 +12,8 @@ from marin.export.export_stage import Target, export
 from marin.ledger import Input
 
 INSTRUCT = Target("export_instruct", Path("models/instruct"), Path("models/hf-instruct"), chat=True,
-                  inputs=(Input("instructions_manifest", instruct_card.MANIFEST.as_posix()),),
+                  inputs=(Input("instructions_manifest", instruct_card.MANIFEST.as_posix()),
+                          Input("instruct_eval", instruct_card.EVAL.as_posix())),
                   card=instruct_card.card, recorded=instruct_card.recorded)
 
 

@@ -19,7 +19,8 @@ from marin.config import Params
 from marin.data import chat
 from marin.data.tokenize import EOS
 from marin.errors import IntegrityError, StageError
-from marin.export import card, hf
+from marin.export import card, hf, training
+from marin.export.training import Training
 from marin.ledger import Input, Run
 
 MODEL, TOKENIZER, OUT = Path(stages.MODEL), Path("data/tokens/tokenizer.json"), Path("models/hf")
@@ -37,7 +38,8 @@ class Target:
     stage: str
     model: Path
     out: Path
-    card: Callable[[Path, dict[str, Any], dict[str, Any], bytes], str]  # (root, recorded params, config, tokenizer)
+    card: Callable[[Path, dict[str, Any], dict[str, Any], bytes, Training], str]  # (root, recorded params, config,
+    #                                                                          tokenizer, the run that trained it)
     recorded: Callable[[Params], dict[str, Any]]
     chat: bool = False
     inputs: tuple[Input, ...] = ()
@@ -56,31 +58,35 @@ def card_sample(params: dict, config: dict, tokenizer_json: bytes) -> card.Sampl
     return card.Sample(prompt, max(1, min(params["evaluate"]["sample_tokens"], room)))
 
 
-def model_card(params: dict, config: dict, tokenizer_json: bytes, eval_json: dict, folder: Path, **kw) -> str:
+def model_card(params: dict, config: dict, tokenizer_json: bytes, eval_json: dict, folder: Path,
+               train: Training | None = None, **kw) -> str:
     """README.md of the export at ``folder`` from the run's recorded params and inputs."""
     meta = params.get("report") or {"model_name": "marin-model", "license": "unknown"}
     return card.hub_card(meta, params["fetch"]["sources"], config, eval_json,
-                         card_sample(params, config, tokenizer_json), folder.as_posix(), **kw)
+                         card_sample(params, config, tokenizer_json), folder.as_posix(), training=train, **kw)
 
 
-def base_target(**card_kw: Any) -> Target:
-    """The export stage's target: models/final into models/hf; ``card_kw``: the card's ``base_model`` and
-    ``extra_results`` (``marin.export.card.hub_card``)."""
-    return Target("export", MODEL, OUT, inputs=(Input("eval", EVAL.as_posix()),),
-                  card=lambda root, recorded, config, tok: model_card(
-                      recorded, config, tok, readers.read_json(root / EVAL, "json", StageError), OUT, **card_kw),
-                  recorded=lambda params: params.section(*(n for n in CARD_PARAMS if n in params.raw)))
+def base_card(root: Path, recorded: dict[str, Any], config: dict[str, Any], tok: bytes, train: Training) -> str:
+    """models/hf/README.md: the card from the recorded params, metrics/eval.json and the train run behind
+    models/final (:mod:`marin.export.training`)."""
+    return model_card(recorded, config, tok, readers.read_json(root / EVAL, "json", StageError), OUT, train)
+
+
+BASE = Target("export", MODEL, OUT, inputs=(Input("eval", EVAL.as_posix()),), card=base_card,
+              recorded=lambda params: params.section(*(n for n in CARD_PARAMS if n in params.raw)))
 
 
 def run_stage(root: Path, params: Params) -> None:
     """The export stage: models/final into models/hf, recorded as a ledger run."""
-    export(root, params, base_target())
+    export(root, params, BASE)
 
 
 def export(root: Path, params: Params, target: Target) -> None:
     """``target.model`` into ``target.out``, recorded as a ledger run of ``target.stage``."""
     inputs = [Input("model", target.model.as_posix()), Input("tokenizer", TOKENIZER.as_posix())]
     inputs += [Input("chat_template", TEMPLATE.as_posix())] if target.chat else []
+    trained_by = training.training_run(root, target.model)  # its ledger file: what the card says of training
+    inputs += [Input("training_run", trained_by.as_posix())]
     recorded = target.recorded(params)
     with Run.start(root, target.stage, params=recorded, inputs=[*inputs, *target.inputs]) as run:
         tensors, config = model_folder.read(root / target.model)
@@ -89,7 +95,8 @@ def export(root: Path, params: Params, target: Target) -> None:
             raise IntegrityError(f"{TOKENIZER}: is not the tokenizer the model was trained with "
                                  f"({config['tokenizer']['digest']}); rerun `dvc repro` from tokenize")
         template = readers.read_text(root / TEMPLATE, "text", StageError) if target.chat else None
-        readme = target.card(root, recorded, config, tok)
+        readme = target.card(root, recorded, config, tok,
+                             training.training(root, trained_by, config["model"]["max_seq_len"]))
         files = hf.files(tensors, config, tok, EOS, {"marin_tensor_digest": config["tensor_digest"]}, readme,
                          template)
         with fsutil.atomic_dir(root / target.out) as tmp:

@@ -124,28 +124,56 @@ def llama_config(model: dict[str, Any], eos_id: int) -> dict[str, Any]:
 
 
 def tokenizer_config(eos: str, max_len: int, chat_template: str | None = None) -> dict[str, Any]:
-    """tokenizer_config.json: the project's byte-level BPE as a fast tokenizer; no BOS is added
-    (marin's documents start after an EOS separator, which the loader adds, not the tokenizer). Padding
-    is on the left, as batched generation of a decoder needs; ``model_max_length`` is the context.
-    ``chat_template``: the Jinja template ``apply_chat_template`` renders (a chat model's).
+    """tokenizer_config.json: the project's byte-level BPE as a fast tokenizer. The end-of-text token is
+    also the BOS: every training document followed one, so ``tokenizer(text)`` starts with it
+    (:func:`with_bos`) and ``pipeline("text-generation")`` continues a prompt as the evaluate stage does.
+    Padding is on the left, as batched generation of a decoder needs; ``model_max_length`` is the context.
+    ``chat_template``: the Jinja template ``apply_chat_template`` renders (a chat model's; it writes the
+    end-of-text token itself, so no BOS is added there).
 
     Text never becomes a special token, as in marin: without a template ``split_special_tokens``
     makes ``tokenizer(text)`` encode ``<|endoftext|>`` or ``<|assistant|>`` in text as ordinary
     tokens. A chat model cannot set it (transformers would split the template's own role tokens
     too); ``apply_chat_template(..., sanitize_control_tokens=True)`` encodes the messages' content
     as text instead, the ids marin's sft trains on (the card and tests/test_special_tokens.py)."""
+    # no add_bos_token key: transformers would rebuild the post-processor from it, before it knows the BOS
     out = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos, "bos_token": eos, "pad_token": eos,
-           "unk_token": None, "add_bos_token": False, "add_eos_token": False, "model_max_length": max_len,
-           "padding_side": "left", "truncation_side": "left", "clean_up_tokenization_spaces": False}
+           "unk_token": None, "model_max_length": max_len, "padding_side": "left", "truncation_side": "left",
+           "clean_up_tokenization_spaces": False}
     if chat_template is None:
         return {**out, "split_special_tokens": True}
     return {**out, "chat_template": chat_template}
 
 
-def generation_config(eos_id: int, stop: int | list[int]) -> dict[str, Any]:
-    """generation_config.json: greedy decoding, as the evaluate stage samples, stopping at ``stop``."""
+def with_bos(tokenizer_json: bytes, eos: str) -> bytes:
+    """The tokenizer with a post-processor that starts every text with ``eos`` (``tokenizer(text)`` and
+    ``add_special_tokens=True``, the default of ``pipeline("text-generation")``); lm-eval's ``hf`` model and
+    ``add_special_tokens=False`` get the bare ids."""
+    from tokenizers.processors import TemplateProcessing
+
+    tok = Tokenizer.from_str(tokenizer_json.decode())
+    tok.post_processor = TemplateProcessing(single=f"{eos} $A", pair=f"{eos} $A {eos} $B",  # pyright: ignore[reportAttributeAccessIssue]
+                                            special_tokens=[(eos, tok.token_to_id(eos))])
+    return tok.to_str().encode()
+
+
+def generation_config(eos_id: int, stop: int | list[int], max_len: int) -> dict[str, Any]:
+    """generation_config.json: greedy decoding, as the evaluate stage samples, stopping at ``stop`` or at the
+    context length ``max_len`` (prompt and new tokens together; the model has no positions beyond it)."""
     return {"bos_token_id": eos_id, "eos_token_id": stop, "pad_token_id": eos_id, "do_sample": False,
-            "transformers_version": TRANSFORMERS_VERSION}
+            "max_length": max_len, "transformers_version": TRANSFORMERS_VERSION}
+
+
+def stable_header(blob: bytes) -> bytes:
+    """A safetensors file with its ``__metadata__`` keys sorted: safetensors keeps them in a hash map, so
+    their order (and the file's bytes) changed from one process to the next; the tensors are untouched."""
+    n = int.from_bytes(blob[:8], "little")
+    head = json.loads(blob[8:8 + n])
+    if "__metadata__" in head:
+        head["__metadata__"] = dict(sorted(head["__metadata__"].items()))
+    text = json.dumps(head, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the header is padded to 8 bytes, as safetensors writes it
+    return len(text).to_bytes(8, "little") + text + blob[8 + n:]
 
 
 def _json(obj: Any) -> bytes:
@@ -164,10 +192,10 @@ def files(src: Tensors, marin_config: dict[str, Any], tokenizer_json: bytes, eos
     if chat_template is not None:
         stop = [eos_id, Tokenizer.from_str(tokenizer_json.decode()).token_to_id(chat.END)]  # pyright: ignore[reportAssignmentType]
     return {
-        WEIGHTS: save(tensors, metadata={"format": "pt", **meta}),
+        WEIGHTS: stable_header(save(tensors, metadata={"format": "pt", **meta})),
         CONFIG: _json(llama_config(model, eos_id)),
-        "generation_config.json": _json(generation_config(eos_id, stop)),
-        TOKENIZER: tokenizer_json,
+        "generation_config.json": _json(generation_config(eos_id, stop, model["max_seq_len"])),
+        TOKENIZER: tokenizer_json if chat_template is not None else with_bos(tokenizer_json, eos),
         "tokenizer_config.json": _json(tokenizer_config(eos, model["max_seq_len"], chat_template)),
         "special_tokens_map.json": _json({"bos_token": eos, "eos_token": eos, "pad_token": eos}),
         README: card.encode(),

@@ -30,9 +30,9 @@ def recorded_export(root: Path) -> tuple[str, str]:
     return found[-1][0], digest
 
 
-def write_hub_folder(root: Path, out: Path, model_name: str) -> tuple[list[str], str]:
+def write_hub_folder(root: Path, out: Path, repo: str) -> tuple[list[str], str]:
     """Copy the recorded export into ``out`` (new or empty) as regular files. Returns the files
-    written (relative posix paths) and the command that uploads the folder."""
+    written (relative posix paths) and the command that uploads the folder to the Hub repository ``repo``."""
     run_id, digest = recorded_export(root)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise HubFolderError(f"{out}: exists and is not an empty folder; give a new folder")
@@ -43,4 +43,4 @@ def write_hub_folder(root: Path, out: Path, model_name: str) -> tuple[list[str],
     if hashing.path_digest(out) != digest:
         raise HubFolderError(f"{out}: the copy does not hash to {digest} (export run {run_id}); "
                              "the disk changed under it: remove the folder and rerun")
-    return names, f"hf upload <your-name>/{model_name} {out} ."
+    return names, f"hf upload {repo} {out} ."

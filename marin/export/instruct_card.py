@@ -9,23 +9,52 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import ModelCard, ModelCardData
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from marin import readers
 from marin.config import Params
 from marin.data import chat
 from marin.errors import StageError
-from marin.export.card import hf_license
+from marin.export import card_sections
+from marin.export.card import hf_license, repo_id, upload_lines
+from marin.export.training import Training
 
 MANIFEST = Path("data/instructions/manifest.json")
+EVAL = Path("metrics/instruct_eval.json")
 
 
 def recorded(params: Params) -> dict[str, Any]:
-    """The params the card reads (the base model's name, the weights' licence, the language), as the
-    export run records them: ``report``'s, or defaults."""
-    base = params.report.model_name if params.report else "marin-tiny"
-    return {"report": {"model_name": base, "license": params.report.license if params.report else "Apache-2.0",
-                       "language": list(params.report.language) if params.report else []}}
+    """The params the card reads, as the export run records them: ``report`` (the base model's name, the
+    weights' licence, the language, ``hub`` and ``energy``), the whole section as dvc.yaml lists it, or
+    defaults without one."""
+    if params.report is None:
+        return {"report": {"model_name": "marin-tiny", "license": "Apache-2.0", "language": []}}
+    return {"report": {**params.raw["report"], "language": list(params.report.language)}}
+
+
+def results(ev: dict[str, Any]) -> list[EvalResult]:
+    """metrics/instruct_eval.json as ``model-index`` results: the instruct model's exact match and containment
+    on the held-out instructions, overall and per task."""
+    inst = ev["instruct"]
+    rows = [("all", inst), *sorted(inst.get("by_task", {}).items())]
+    return [EvalResult(task_type="text-generation", task_name="Instruction following",
+                       dataset_type="marin-heldout-instructions", dataset_name=f"held-out instructions ({task})",
+                       dataset_config=task, dataset_split="heldout", metric_type=m, metric_value=float(v[m]),
+                       metric_name=f"{m.replace('_', ' ')} ({v['examples']} examples)")
+            for task, v in rows for m in ("exact_match", "containment")]
+
+
+def _evaluation(ev: dict[str, Any]) -> list[str]:
+    rows = [(t, ev["base"].get("by_task", {}).get(t, ev["base"] if t == "all" else {}), v) for t, v in
+            [("all", ev["instruct"]), *sorted(ev["instruct"].get("by_task", {}).items())]]
+    return ["## Evaluation", "", "Greedy answers to the held-out instructions (cut from the validation split), "
+            "scored by exact match and by containment of the reference answer, beside the base model's "
+            "(`model-index` in this card's metadata holds the instruct model's):", "",
+            "| task | examples | exact match | containment | base exact match | base containment |",
+            "|---|---|---|---|---|---|",
+            *(f"| {t} | {v['examples']} | {v['exact_match']:.4f} | {v['containment']:.4f} | "
+              f"{b.get('exact_match', float('nan')):.4f} | {b.get('containment', float('nan')):.4f} |"
+              for t, b, v in rows), ""]
 
 
 def _data(m: dict[str, Any]) -> list[str]:
@@ -41,38 +70,46 @@ def _data(m: dict[str, Any]) -> list[str]:
             f"(`{m['sets']['heldout']['digest']}`)."]
 
 
-def card(root: Path, recorded: dict[str, Any], config: dict[str, Any], tokenizer_json: bytes) -> str:
-    """README.md of models/hf-instruct, from the params the export run records (:func:`recorded`)."""
-    base, lic = recorded["report"]["model_name"], recorded["report"]["license"]
+def card(root: Path, recorded: dict[str, Any], config: dict[str, Any], tokenizer_json: bytes, sft: Training) -> str:
+    """README.md of models/hf-instruct, from the params the export run records (:func:`recorded`), the
+    instruction manifest, metrics/instruct_eval.json and the sft run behind models/instruct."""
+    meta = recorded["report"]
+    base, lic = meta["model_name"], meta["license"]
     name = f"{base}-instruct"
     m = readers.read_json(root / MANIFEST, "manifest", StageError)
+    ev = readers.read_json(root / EVAL, "json", StageError)
     hf_lic = hf_license(lic)
-    data = ModelCardData(license=hf_lic, license_name=lic if hf_lic == "other" else None, base_model=base,
-                         language=recorded["report"].get("language") or None,
+    data = ModelCardData(license=hf_lic, license_name=lic if hf_lic == "other" else None, base_model=repo_id(meta),
+                         language=meta.get("language") or None, eval_results=results(ev),
                          library_name="transformers", pipeline_tag="text-generation", model_name=name,
                          tags=["marin", "llama", "chat", "instruction-tuned", "sft", "reproducible"])
-    recipe = config.get("sft", {})
     lines = [f"# {name}", "",
              f"`{base}` fine-tuned on instructions (supervised fine-tuning, the `sft` stage of marin). Base model: "
-             f"`{base}` (`models/hf`), tensor digest `{config['base_model']['tensor_digest']}`, train recipe "
-             f"`{config['base_model']['recipe_digest']}`. This model: tensor digest `{config['tensor_digest']}`, "
-             f"sft recipe `{config['recipe_digest']}`.", "",
-             "## How to use", "", "```python",
-             "from transformers import AutoModelForCausalLM, AutoTokenizer",
-             'tok = AutoTokenizer.from_pretrained("models/hf-instruct")',
-             'model = AutoModelForCausalLM.from_pretrained("models/hf-instruct")',
-             'messages = [{"role": "user", "content": "Which corpus is this line from? In the beginning God created '
-             'the heaven and the earth."}]',
-             "# sanitize_control_tokens: <|assistant|> or <|end|> in a message is text, never a forged turn",
-             "ids = tok.apply_chat_template(messages, add_generation_prompt=True, sanitize_control_tokens=True, "
-             "return_tensors=\"pt\", return_dict=True)",
-             "out = model.generate(**ids, max_new_tokens=24, do_sample=False)",
-             "print(tok.decode(out[0, ids[\"input_ids\"].shape[1]:], skip_special_tokens=True))", "```", "",
+             f"`{repo_id(meta) or base}` (`models/hf`), tensor digest `{config['base_model']['tensor_digest']}`, "
+             f"train recipe `{config['base_model']['recipe_digest']}`. This model: tensor digest "
+             f"`{config['tensor_digest']}`, sft recipe `{config['recipe_digest']}`.", "", *_how_to_use(), "",
+             *upload_lines({**meta, "model_name": name, "hub": None}, "models/hf-instruct"),
              "## Chat format", "",
              f"Special tokens {', '.join(f'`{t}`' for t in chat.CHAT_TOKENS)}; the Jinja template (in "
              f"`tokenizer_config.json`, digest `{config['chat_template']['digest']}`) renders "
              "`<|endoftext|><|user|>question<|end|><|assistant|>answer<|end|>`; generation stops at `<|end|>`.", "",
+             *card_sections.uses(name, config["model"]["max_seq_len"], instruct=True),
              "## Instruction data", "", *_data(m), "",
              "## SFT recipe", "", f"- Loss: {config['packing']}.",
-             *[f"- `{k}`: {v}" for k, v in recipe.items()], ""]
+             *[f"- `{k}`: {v}" for k, v in config.get("sft", {}).items()], "",
+             *card_sections.training(sft), *_evaluation(ev), *card_sections.environment(sft, meta.get("energy"))]
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)))
+
+
+def _how_to_use() -> list[str]:
+    return ["## How to use", "", "```python",
+            "from transformers import AutoModelForCausalLM, AutoTokenizer",
+            'tok = AutoTokenizer.from_pretrained("models/hf-instruct")',
+            'model = AutoModelForCausalLM.from_pretrained("models/hf-instruct")',
+            'messages = [{"role": "user", "content": "Which corpus is this line from? In the beginning God created '
+            'the heaven and the earth."}]',
+            "# sanitize_control_tokens: <|assistant|> or <|end|> in a message is text, never a forged turn",
+            "ids = tok.apply_chat_template(messages, add_generation_prompt=True, sanitize_control_tokens=True, "
+            "return_tensors=\"pt\", return_dict=True)",
+            "out = model.generate(**ids, max_new_tokens=24, do_sample=False)",
+            "print(tok.decode(out[0, ids[\"input_ids\"].shape[1]:], skip_special_tokens=True))", "```"]

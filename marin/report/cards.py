@@ -79,12 +79,13 @@ def verification(c: Ctx, stage: str) -> str | None:
 
 def card_data(c: Ctx, extra_results: Iterable[EvalResult] = (), base_model: str | None = None) -> ModelCardData:
     """The card's metadata (``marin.export.card.metadata``, as the export's card): licence, language,
-    datasets (the sources), library, ``model-index``: the evaluate run's validation bits per byte and
-    perplexity of the model per corpus, then ``extra_results`` (a benchmark harness's, say)."""
+    datasets (the sources' Hub ids, where given), library, ``model-index``: the evaluate run's validation bits
+    per byte and perplexity of the model per corpus, then ``extra_results`` (a benchmark harness's, say)."""
     rows = [r for r in (c.evaluation or {}).get("rows", []) if r["name"] == "model"]
     measures = [Measure(r["split"], r["corpus"], k, c.facts[r[k]]["value"]) for r in rows for k in METRICS]
     results = model_index(_sources(c), measures, [*extra_results, *harness_section.eval_results(c.doc, c.facts)])
-    return metadata(c.meta, _sources(c), results, library=bool(c.doc.get("export")), base_model=base_model)
+    return metadata(c.meta, list(c.doc["data"].get("hub_datasets") or []), results, library=bool(c.doc.get("export")),
+                    base_model=base_model)
 
 
 def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:

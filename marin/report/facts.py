@@ -275,6 +275,9 @@ def _data(f: Facts, root: Path, logs: dict[str, RunLog]) -> dict[str, Any]:
             "license_notes": {src["name"]: src["license_note"]
                               for src in curate.start_body["params"].get("fetch", {}).get("sources", [])
                               if src.get("license_note")},
+            "hub_datasets": [src["hub_dataset"]  # the cards' datasets: Hub ids only, none made up
+                             for src in curate.start_body["params"].get("fetch", {}).get("sources", [])
+                             if src.get("hub_dataset")],
             "extract": {src["name"]: [{k: e.get(k, []) for k in ("corpus", "include", "exclude")}
                                       for e in src.get("extract", [])]
                         for src in curate.start_body["params"].get("fetch", {}).get("sources", [])},

@@ -142,10 +142,11 @@ def how_to_use(v: Callable[[str | None], str], doc: dict[str, Any], level: str =
             "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
             f'model = AutoModelForCausalLM.from_pretrained("{ex["path"]}")',
             f'tokenizer = AutoTokenizer.from_pretrained("{ex["path"]}")', "```", "",
-            "Then `model.generate(**tokenizer(tokenizer.eos_token + \"ROMEO.\", return_tensors=\"pt\"), "
-            "max_new_tokens=40, do_sample=False)` continues a text greedily, as the evaluate stage's samples do: "
-            "documents followed the end-of-text token in training, so a prompt starts with it. The export's "
-            "README.md (its model card) prints such a sample.", ""]
+            "Then `model.generate(**tokenizer(\"ROMEO.\", return_tensors=\"pt\"), max_new_tokens=40, "
+            "do_sample=False)` continues a text greedily, as the evaluate stage's samples do: documents followed "
+            "the end-of-text token in training, so the tokenizer starts every text with it (as "
+            "`pipeline(\"text-generation\")` does too). The export's README.md (its model card) prints such a "
+            "sample.", ""]
 
 
 def uses(v: Callable[[str | None], str], doc: dict[str, Any], level: str = "##") -> list[str]:

@@ -1,0 +1,64 @@
+"""What an export's card says about how its model was trained, read from the ledger: the training run
+(train or sft) that first wrote the exported model folder, its recorded hyperparameters, wall time and
+machine. The earliest run that wrote those exact bytes; its ledger file is an input of the export run, so
+that a replay (``marin verify``) reads the same run and writes the same card."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from marin import hashing
+from marin.errors import StageError
+from marin.ledger.query import Ledger
+from marin.ledger.store import read_run
+
+
+@dataclass(frozen=True)
+class Training:
+    """The training run behind an exported model: its id and stage, the hyperparameters it recorded
+    (``params.yaml: train`` or ``sft``), the sequence length, its wall time (seconds), usable cores,
+    CPU model, device count and backend."""
+
+    run_id: str
+    stage: str
+    hyper: dict[str, Any]
+    seq_len: int
+    wall_s: float
+    cores: int
+    cpu_model: str
+    devices: int
+    backend: str
+
+    @property
+    def tokens(self) -> int:
+        """Token positions trained on: steps × batch size × sequence length."""
+        return int(self.hyper["steps"]) * int(self.hyper["batch_size"]) * self.seq_len
+
+    @property
+    def cpu_hours(self) -> float:
+        return self.wall_s * self.cores / 3600
+
+
+def training_run(root: Path, model: Path) -> Path:
+    """The ledger file of the earliest succeeded training run whose ``model`` output is the folder ``model``
+    as it is now: an input of the export run, so that a replay (whose ledger starts empty) gets it back."""
+    digest = hashing.path_digest(root / model)
+    found = [log for log, body in Ledger(root).producers_of(digest)
+             if body.get("name") == "model" and log.status == "succeeded"]
+    if not found:
+        raise StageError(f"{model}: no succeeded train or sft run in the ledger wrote it ({digest}); "
+                         "rerun `dvc repro` from train")
+    return found[0].path.resolve().relative_to(root.resolve())
+
+
+def training(root: Path, run_file: Path, seq_len: int) -> Training:
+    """What the training run recorded in ``run_file`` (:func:`training_run`) says about its training."""
+    log = read_run(root / run_file)
+    start, env = log.start_body, log.start_body["env"]
+    det = dict(start.get("determinism_class") or {})
+    return Training(log.run_id, start["stage"], dict(start["params"][start["stage"]]), seq_len,
+                    float(log.end.body["wall_s"]), len(env.get("usable_cores") or []) or int(env["cpu_count"]),
+                    str(env.get("cpu_model") or "not recorded"), int(det.get("device_count") or 1),
+                    str(det.get("backend") or "cpu"))
