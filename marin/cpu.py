@@ -28,8 +28,6 @@ X86_LEVELS = {
     "x86-64-v4": ("AVX512F", "AVX512BW", "AVX512CD", "AVX512DQ", "AVX512VL"),
 }
 LEVEL_ORDER = ("x86-64-v1", "x86-64-v2", "x86-64-v3", "x86-64-v4")
-# The Armv8-A baseline the portable profile needs on aarch64: Advanced SIMD (NEON), numpy's ASIMD.
-ARM_LEVELS = {"armv8-a": ("ASIMD",)}
 # The features that decide kernels and are worth naming when two CPUs differ.
 REPORTED = ("SSE41", "SSE42", "AVX", "AVX2", "FMA3", "F16C", "AVX512F", "AVX512BW", "AVX512CD", "AVX512DQ",
             "AVX512VL", "AVX512VNNI", "AVX512BF16", "AVX512_FP16", "AMX_TILE", "AMX_BF16", "AMX_INT8",
@@ -61,12 +59,6 @@ def is_x86_64() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64")
 
 
-def arch() -> str:
-    """``x86_64``, ``aarch64`` (also for macOS's ``arm64``), or the platform's own machine name."""
-    m = platform.machine().lower()
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
-
-
 def isa_level(have: frozenset[str] | None = None) -> str:
     """The highest x86-64 level whose features are all present (``x86-64-v1`` at least);
     on other machines the architecture name (``aarch64``)."""
@@ -84,10 +76,6 @@ def isa_level(have: frozenset[str] | None = None) -> str:
 def missing_for(level: str, have: frozenset[str] | None = None) -> list[str]:
     """The features this CPU lacks to run at ``level`` (empty: it qualifies)."""
     have = features() if have is None else have
-    if level in ARM_LEVELS:
-        if arch() != "aarch64":
-            return [f"the aarch64 architecture itself (this CPU is {arch()})"]
-        return [f for f in ARM_LEVELS[level] if f not in have]
     if level in LEVEL_ORDER and not is_x86_64():
         return [f"the x86-64 architecture itself (this CPU is {platform.machine().lower()})"]
     if level not in LEVEL_ORDER:

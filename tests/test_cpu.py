@@ -35,21 +35,6 @@ def test_missing_for_names_exactly_the_features_a_level_lacks() -> None:
     assert cpu.missing_for("x86-64-v3", sandy_bridge) == ["AVX2", "FMA3", "F16C", "BMI", "BMI2", "LZCNT", "MOVBE"]
     assert cpu.missing_for("x86-64-v3", V4) == []
     assert cpu.missing_for("x86-64-v4", V3) == ["AVX512F", "AVX512BW", "AVX512CD", "AVX512DQ", "AVX512VL"]
-    assert cpu.missing_for("armv8-a", V4) == ["the aarch64 architecture itself (this CPU is x86_64)"]
-
-
-@x86_only
-def test_a_portable_stage_refuses_a_cpu_below_the_baseline_in_one_line() -> None:
-    from marin.config import RuntimeParams
-    from marin.errors import StageError
-    from marin.train import runtime
-
-    rt = RuntimeParams(2, 1, "replicated", determinism="portable")
-    runtime.check_cpu(rt, V3)
-    with pytest.raises(StageError) as e:
-        runtime.check_cpu(rt, V3 - {"AVX2", "FMA3"})
-    assert "\n" not in str(e.value) and "x86-64-v3" in str(e.value) and "lacks AVX2, FMA3" in str(e.value)
-    runtime.check_cpu(RuntimeParams(2, 1, "replicated", determinism="native"), frozenset())  # native: any CPU
 
 
 @x86_only
@@ -90,8 +75,6 @@ def test_the_class_names_the_profile_not_the_cpu_under_portable() -> None:
 
     fp = {"isa_flags": ["avx2", "avx512f"]}
     portable = runtime.cpu_class(RuntimeParams(2, 1, "replicated", determinism="portable"), fp)
-    assert portable["profile"] == "portable" and "isa_flags" not in portable
-    assert portable["baselines"] == {"x86_64": "x86-64-v3", "aarch64": "armv8-a"}  # one class on both architectures
-    assert portable["isa_level"] == "x86-64-v3 or armv8-a"
+    assert portable["profile"] == "portable" and portable["isa_level"] == "x86-64-v3" and "isa_flags" not in portable
     native = runtime.cpu_class(RuntimeParams(2, 1, "replicated", determinism="native"), fp)
     assert native["profile"] == "native" and native["isa_flags"] == ["avx2", "avx512f"]

@@ -31,7 +31,6 @@ from lm_eval import utils as lm_utils
 from lm_eval.api.model import TemplateLM
 
 from marin.errors import StageError
-from marin.model import fixed
 
 MIN_BUCKET = 16  # the shortest padded length; buckets double up to seq_len
 
@@ -72,7 +71,7 @@ class MarinLM(TemplateLM):
             return nnx.merge(graphdef, p)(x)  # (B, T, V)
 
         def token_logprobs(p: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
-            logp = fixed.log_softmax(logits(p, x))  # (B, T, V)
+            logp = jax.nn.log_softmax(logits(p, x), axis=-1)  # (B, T, V)
             return jnp.take_along_axis(logp, y[..., None], -1)[..., 0], jnp.argmax(logp, -1) == y  # (B, T) x2
 
         def next_tokens(p: Any, x: jax.Array, last: jax.Array) -> jax.Array:

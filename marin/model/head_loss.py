@@ -27,7 +27,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marin.model import fixed
 from marin.model.ops import after, plain_dot
 
 HEAD_CHUNK = 512  # tokens per chunk: at vocab 4096 its f32 logits are 8 MiB
@@ -51,22 +50,22 @@ def head_cross_entropy(x: jax.Array, head: jax.Array, targets: jax.Array,
 
 def _chunk(x: jax.Array, head: jax.Array, t: jax.Array, scale: jax.Array) -> tuple[jax.Array, ...]:
     """One chunk: (per-token nll, hits, dx, dhead) with the gradients of sum(scale * nll)."""
-    logits = fixed.dot(x, head).astype(jnp.float32)  # (c, V)
+    logits = (x @ head).astype(jnp.float32)  # (c, V)
     top = logits.max(-1, keepdims=True)
     e = jnp.exp(logits - top)
-    z = fixed.rowsum(e, keepdims=True)
+    z = e.sum(-1, keepdims=True)
     target = jnp.take_along_axis(logits, t[:, None], axis=-1)  # (c, 1)
     nll = (top + jnp.log(z) - target)[:, 0]
     onehot = t[:, None] == jnp.arange(logits.shape[-1])[None, :]
     dlogits = ((e * (1.0 / z) - onehot) * scale[:, None]).astype(x.dtype)  # (c, V)
-    dx = fixed.dot(dlogits, head.T)  # (c, D): contracts V
-    dhead = plain_dot(fixed.dot(plain_dot(x.T), dlogits))  # (D, c) @ (c, V)
+    dx = dlogits @ head.T  # (c, D)
+    dhead = plain_dot(plain_dot(x.T) @ dlogits)  # (D, c) @ (c, V)
     return nll, (target[:, 0] >= top[:, 0]), dx, dhead
 
 
 def _forward(x: jax.Array, head: jax.Array, targets: jax.Array,
              weights: jax.Array) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, ...]]:
-    total = jnp.maximum(fixed.total(weights), 1.0)
+    total = jnp.maximum(weights.sum(), 1.0)
     scale = weights * (1.0 / total)
     loss = hits = jnp.zeros((), jnp.float32)
     dxs, dhead = [], None
@@ -76,7 +75,7 @@ def _forward(x: jax.Array, head: jax.Array, targets: jax.Array,
         if dhead is not None:  # one chunk after the other: a chunk's logits are dead when the next starts
             xc = after(xc, dhead)
         nll, hit, dx, dh = _chunk(xc, head, targets[s:e], scale[s:e])
-        loss, hits = loss + fixed.total(nll * scale[s:e]), hits + fixed.total(hit * scale[s:e])
+        loss, hits = loss + (nll * scale[s:e]).sum(), hits + (hit * scale[s:e]).sum()
         dxs.append(dx)
         dhead = dh if dhead is None else dhead + dh
     dx = dxs[0] if len(dxs) == 1 else jnp.concatenate(dxs, axis=0)

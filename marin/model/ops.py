@@ -24,8 +24,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from marin.model import fixed
-
 
 @jax.custom_vjp
 def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
@@ -48,7 +46,7 @@ def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
     emulated AMD EPYC and this machine differed in the embedding's gradient). A plain
     (M, K) x (K, N) dot goes to YNNPACK, whose results are the same on every x86-64-v3 CPU
     under the portable profile (docs/architecture.md, "Portable bits")."""
-    return fixed.dot(x, w)
+    return x @ w
 
 
 def plain_dot(a: jax.Array) -> jax.Array:
@@ -72,17 +70,17 @@ def after(x: Any, on: jax.Array) -> Any:
 
 
 def _matmul_fwd(x: jax.Array, w: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-    return fixed.dot(x, w), (x, w)
+    return x @ w, (x, w)
 
 
 def _matmul_bwd(res: tuple[jax.Array, jax.Array], g: jax.Array) -> tuple[jax.Array, jax.Array]:
     x, w = after(res[0], g), res[1]
     x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])  # (M, Din), (M, Dout)
     if w.shape[0] < w.shape[1]:  # noqa: SIM108 (one comment per branch)
-        dw = plain_dot(fixed.dot(plain_dot(x2.T), g2))  # x transposed: (Din, M) @ (M, Dout)
+        dw = plain_dot(plain_dot(x2.T) @ g2)  # x transposed: (Din, M) @ (M, Dout)
     else:
-        dw = plain_dot(fixed.dot(plain_dot(g2.T), x2)).T  # g transposed, then the (Dout, Din) result
-    return fixed.dot(g, w.T).astype(x.dtype), dw.astype(w.dtype)
+        dw = plain_dot(plain_dot(g2.T) @ x2).T  # g transposed, then the (Dout, Din) result
+    return (g @ w.T).astype(x.dtype), dw.astype(w.dtype)
 
 
 matmul.defvjp(_matmul_fwd, _matmul_bwd)
@@ -97,22 +95,22 @@ def _activation(gu: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
 @jax.custom_vjp
 def swiglu_down(gu: jax.Array, w: jax.Array) -> jax.Array:
     """``(silu(gate) * up) @ w`` for ``gu = [gate | up]`` (..., 2F) and ``w`` (F, D)."""
-    return fixed.dot(_activation(gu)[0], w)
+    return _activation(gu)[0] @ w
 
 
 def _swiglu_fwd(gu: jax.Array, w: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-    return fixed.dot(_activation(gu)[0], w), (gu, w)
+    return _activation(gu)[0] @ w, (gu, w)
 
 
 def _swiglu_bwd(res: tuple[jax.Array, jax.Array], dy: jax.Array) -> tuple[jax.Array, jax.Array]:
     gu, w = after(res[0], dy), res[1]
     h, gate, up = _activation(gu)  # recomputed: (..., F) each
-    dh = fixed.dot(dy, w.T)  # (..., F)
+    dh = dy @ w.T  # (..., F)
     sig = jax.nn.sigmoid(gate)
     dgate = dh * up * (sig * (1 + gate * (1 - sig)))  # d silu(g)/dg = s (1 + g (1 - s))
     dgu = jnp.concatenate([dgate, dh * gate * sig], axis=-1).astype(gu.dtype)
     h2, dy2 = h.reshape(-1, h.shape[-1]), dy.reshape(-1, dy.shape[-1])  # (M, F), (M, D)
-    dw = plain_dot(fixed.dot(plain_dot(dy2.T), h2)).T  # the narrower dy transposed: (D, M) @ (M, F), then (F, D)
+    dw = plain_dot(plain_dot(dy2.T) @ h2).T  # the narrower dy transposed: (D, M) @ (M, F), then (F, D)
     return dgu, dw.astype(w.dtype)
 
 

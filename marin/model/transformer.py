@@ -46,7 +46,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from marin.model import fixed
 from marin.model.ops import after, matmul, plain_dot, swiglu_down
 
 
@@ -127,8 +126,6 @@ class RMSNorm(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         x32 = x.astype(jnp.float32)  # (B, T, D)
-        if fixed.portable():  # the same formula, its sums in a fixed order (gradient included)
-            return fixed.rms_norm(x32, self.scale[...], self.eps).astype(x.dtype)
         inv_rms = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
         return (x32 * inv_rms * self.scale[...]).astype(x.dtype)
 
@@ -209,7 +206,7 @@ def _blocks_fwd(q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, tu
                        preferred_element_type=jnp.float32)  # (B, K, G*c, end)
         s = jnp.where(block_mask(start, end, g), s, jnp.finfo(jnp.float32).min)
         e = jnp.exp(s - s.max(-1, keepdims=True))
-        ps.append(e * (1.0 / fixed.rowsum(e, keepdims=True)))
+        ps.append(e * (1.0 / e.sum(-1, keepdims=True)))
         outs.append(jnp.einsum("bkqs,bksd->bkqd", ps[-1].astype(v.dtype), v[:, :, :end]))  # (B, K, G*c, Dh)
     return _join(outs, 2), tuple(ps)
 
@@ -224,7 +221,7 @@ def _blocks_bwd(q: jax.Array, k: jax.Array, v: jax.Array, ps: tuple[jax.Array, .
     """One batch chunk's (dq, dk, dv); dk and dv sum the blocks' gradients over their keys."""
     t = k.shape[2]
     g = q.shape[2] // t
-    rows = fixed.rowsum(do.astype(jnp.float32) * o.astype(jnp.float32), keepdims=True)  # (B, K, T*G, 1)
+    rows = jnp.sum(do.astype(jnp.float32) * o.astype(jnp.float32), -1, keepdims=True)  # (B, K, T*G, 1)
     dqs, dks, dvs = [], [], []
     for (start, end), p in zip(attention_blocks(t), ps, strict=True):
         sl = slice(start * g, end * g)

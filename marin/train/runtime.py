@@ -26,17 +26,11 @@ _DEVICE_FLAG = "--xla_force_host_platform_device_count"
 # capped at AVX2, and the kernel libraries that choose their code from cpuid at run time kept
 # out of every computation, so that any CPU at the x86-64-v3 level computes the same bits.
 PORTABLE_LEVEL = "x86-64-v3"
-# The portable profile's baseline on each architecture it is defined for: the same bits on all of them
-# (the model's sums and dots in a fixed order, marin/model/fixed.py; measured under qemu-aarch64).
-PORTABLE_BASELINES = {"x86_64": PORTABLE_LEVEL, "aarch64": "armv8-a"}
 PORTABLE_XLA_FLAGS = (
     "--xla_cpu_max_isa=AVX2",  # XLA's own code generation: no AVX-512 even where the CPU has it
     "--xla_cpu_use_xnnpack=false",  # XNNPACK picks its micro-kernels from cpuid (off by default in jax 0.10)
     # YNNPACK's dots (forward, input gradients) differ between AVX-512 and AVX2 without it
     "--xla_cpu_enable_platform_dependent_math=false",
-    # YNNPACK for dots only: its reduce and elementwise fusions (softmax's exp(s - max)) use NEON code
-    # that rounds otherwise than XLA's own loops (measured under qemu-aarch64; marin/model/fixed.py)
-    "--xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT",
 )
 # A dot that contracts a non-last dimension of its left operand (every weight gradient) runs as an
 # Eigen contraction whose multiply oneDNN's JIT sgemm does, with code chosen from cpuid at its first
@@ -56,28 +50,20 @@ def xla_flags(rt: RuntimeParams, inherited: str) -> list[str]:
     return flags
 
 
-def check_cpu(rt: RuntimeParams, have: frozenset[str] | None = None) -> None:
-    """A portable run needs a CPU at the profile's baseline for its architecture: below it the bits would not
-    be the profile's. ``have``: the CPU's features (default: this CPU's, from cpuid or hwcaps)."""
+def check_cpu(rt: RuntimeParams) -> None:
+    """A portable run needs a CPU at the profile's level: below it the bits would not be the profile's."""
     from marin import cpu
 
     if rt.determinism != "portable":
         return
-    level = PORTABLE_BASELINES.get(cpu.arch())
-    if level is None:
-        raise StageError(f"runtime.determinism: portable is defined for {baselines_text()}; this CPU is "
-                         f"{cpu.arch()} ({cpu.model()}): set runtime.determinism: native")
-    missing = cpu.missing_for(level, have)
+    if not cpu.is_x86_64():  # measured on emulated aarch64: YNNPACK's reductions sum in another order
+        raise StageError(f"runtime.determinism: portable is defined for x86-64 CPUs at {PORTABLE_LEVEL}; this one is "
+                         f"{cpu.isa_level()} ({cpu.model()}), whose bits differ: set runtime.determinism: native")
+    missing = cpu.missing_for(PORTABLE_LEVEL)
     if missing:
-        need = "AVX2, FMA" if level == PORTABLE_LEVEL else ", ".join(cpu.ARM_LEVELS[level])
-        raise StageError(f"runtime.determinism: portable computes at {level} ({need}), and this CPU "
+        raise StageError(f"runtime.determinism: portable computes at {PORTABLE_LEVEL} (AVX2, FMA), and this CPU "
                          f"({cpu.model()}) lacks {', '.join(missing)}; run on a CPU that has them, or set "
                          "runtime.determinism: native (bits then tied to this CPU)")
-
-
-def baselines_text(baselines: dict[str, str] | None = None) -> str:
-    """``x86_64 at x86-64-v3, aarch64 at armv8-a`` (the profile's, or a recorded class's)."""
-    return ", ".join(f"{a} at {lv}" for a, lv in (baselines or PORTABLE_BASELINES).items())
 
 
 def configure(rt: RuntimeParams) -> None:
@@ -93,9 +79,6 @@ def configure(rt: RuntimeParams) -> None:
     if rt.determinism == "portable":
         os.environ[ONEDNN_ISA_VAR] = PORTABLE_ONEDNN_ISA
     os.environ["XLA_FLAGS"] = " ".join(xla_flags(rt, os.environ.get("XLA_FLAGS", "")))
-    from marin.model import fixed  # jax imported after the environment is set (JAX_PLATFORMS is read then)
-
-    fixed.use(rt.determinism)  # the order of the model's sums and dots (marin/model/fixed.py)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
@@ -146,17 +129,15 @@ def determinism_class(rt: RuntimeParams, fp: dict[str, Any]) -> dict[str, Any]:
         "xla_cpu_threads": int(os.environ["NPROC"]),
         "prng_impl": str(jax.config.jax_default_prng_impl),  # pyright: ignore[reportAttributeAccessIssue]
         "x64": bool(jax.config.jax_enable_x64),  # pyright: ignore[reportAttributeAccessIssue]
-        **({} if rt.determinism == "portable" else {"machine": fp["machine"]}),  # portable: any of its machines
+        "machine": fp["machine"],
         **cpu_class(rt, fp),
     }
 
 
 def cpu_class(rt: RuntimeParams, fp: dict[str, Any]) -> dict[str, Any]:
-    """The CPU's part of the class: the profile and its baseline on each architecture (portable: any
-    CPU at one of them computes the same bits), or the features the kernels dispatch on (native); and
-    oneDNN's ISA cap, which decides the weight gradients' bits."""
+    """The CPU's part of the class: the profile and its level (portable), or the features the
+    kernels dispatch on (native); and oneDNN's ISA cap, which decides the weight gradients' bits."""
     onednn = {"onednn_max_cpu_isa": os.environ.get(ONEDNN_ISA_VAR)}
     if rt.determinism == "portable":
-        return {"profile": "portable", "isa_level": " or ".join(PORTABLE_BASELINES.values()),
-                "baselines": dict(PORTABLE_BASELINES), **onednn}
+        return {"profile": "portable", "isa_level": PORTABLE_LEVEL, **onednn}
     return {"profile": "native", "isa_flags": fp["isa_flags"], **onednn}

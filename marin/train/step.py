@@ -24,7 +24,6 @@ from jax.sharding import NamedSharding, PartitionSpec
 from marin import allocator
 from marin.config import TrainParams
 from marin.model import ModelConfig, Transformer
-from marin.model import fixed
 from marin.model.head_loss import head_cross_entropy
 
 Batch = dict[str, jax.Array]  # inputs (B, T) int32, targets (B, T) int32, optionally weights (B, T) float32
@@ -59,26 +58,10 @@ def make_optimizer(tp: TrainParams) -> optax.GradientTransformation:
         return jax.tree.map(lambda p: p.ndim >= 2, params)
 
     return optax.chain(
-        clip_by_global_norm(tp.grad_clip),
+        optax.clip_by_global_norm(tp.grad_clip),
         optax.adamw(lr_schedule(tp), b1=tp.beta1, b2=tp.beta2, eps=tp.eps,
                     weight_decay=tp.weight_decay, mask=decay_mask),
     )
-
-
-def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
-    """``optax.clip_by_global_norm``, its norm from :func:`marin.model.fixed.global_norm` (under the
-    portable profile a sum in a fixed order; else optax's own)."""
-    if not fixed.portable():
-        return optax.clip_by_global_norm(max_norm)
-
-    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
-        del params
-        g_norm = fixed.global_norm(updates)
-        trigger = g_norm < max_norm
-        return jax.tree.map(lambda t: jax.lax.select(trigger, t, (t / g_norm.astype(t.dtype)) * max_norm),
-                            updates), state
-
-    return optax.GradientTransformation(optax.init_empty_state, update)
 
 
 def loss_fn(model: Transformer, batch: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -145,7 +128,7 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         new = state._replace(params=params, opt_state=opt_state, step=state.step + 1)
-        return new, {"loss": loss, "grad_norm": fixed.global_norm(grads), **aux}
+        return new, {"loss": loss, "grad_norm": optax.global_norm(grads), **aux}
 
     replicated = NamedSharding(mesh, PartitionSpec())
     return PacedStep(jax.jit(train_step, in_shardings=(shardings, batch_sharding(mesh)),
@@ -177,9 +160,6 @@ def eval_nll_fn(graphdef: nnx.GraphDef) -> Any:
     @jax.jit
     def nll(params: Any, inputs: jax.Array, targets: jax.Array) -> jax.Array:
         logits = nnx.merge(graphdef, params)(inputs)
-        if not fixed.portable():
-            return optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-        logp = fixed.log_softmax(logits)
-        return -jnp.take_along_axis(logp, targets[..., None], -1)[..., 0]
+        return optax.softmax_cross_entropy_with_integer_labels(logits, targets)
 
     return nll

@@ -152,10 +152,7 @@ class Verifier:
         det = self.started["determinism_class"]
         if det.get("profile") != "portable":
             return
-        baselines = det.get("baselines") or {"x86_64": det["isa_level"]}  # before aarch64 joined the profile
-        level = baselines.get(cpu.arch())
-        missing = cpu.missing_for(level) if level else [f"a portable baseline for {cpu.arch()} (the run's profile "
-                                                        f"is defined for {', '.join(baselines)})"]
+        missing = cpu.missing_for(det["isa_level"])
         if missing:
             raise CannotVerify(f"step 5: run {self.out.run_id} was recorded under the portable profile at "
                                f"{det['isa_level']}; this CPU ({cpu.model()}) lacks {', '.join(missing)}: "
