@@ -2,7 +2,8 @@
 # The Debian packages the test suite drives for real, installed when missing (root, or sudo):
 #   chromium    renders report.html headless (tests/browser.py)
 #   postgresql  a throwaway cluster behind `mlflow server` (tests/servers.py; initdb/pg_ctl)
-#   qemu-user   qemu-x86_64 emulates other CPUs for the portable-bits tests (tests/test_portable.py)
+#   qemu-user   qemu-x86_64 emulates other CPUs for the portable-bits tests (tests/test_portable.py), qemu-aarch64
+#               runs the arm64 python of scripts/arm64-env.sh (tests/test_aarch64.py)
 #   libjemalloc2  the allocator a training stage restarts itself with (marin/allocator.py); without it
 #               the stage runs on glibc malloc with huge pages, slower (docs/performance.md)
 # Python packages come from uv.lock (`uv sync --frozen`), never from here.

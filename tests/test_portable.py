@@ -154,3 +154,23 @@ def test_below_the_level_the_stage_refuses_and_verify_cannot(trained_here: Proje
     r = qemu(proj, "SandyBridge", "-m", "marin.cli", "verify", run[0]["run_id"], check=False)
     assert r.returncode == 4, r.stdout + r.stderr
     assert "lacks AVX2" in r.stderr and "x86-64-v3" in r.stderr and "SandyBridge" in r.stderr.replace(" ", "")
+
+
+def test_one_step_at_the_shipped_dimensions_gives_this_machines_gradient_on_haswell() -> None:
+    """The shipped model's dimensions (params.yaml) with the batch cut to 2 rows: kernel libraries choose
+    blocking by shape, so the tiny model above is no witness for them (1 min 49 s under emulation, quiet)."""
+    import subprocess
+
+    from tests.conftest import REPO, env_for_subprocess
+
+    if QEMU is None:
+        pytest.fail("qemu-x86_64 is not installed: run scripts/system-packages.sh (Debian package qemu-user)")
+    env = {**env_for_subprocess(), "JAX_ENABLE_COMPILATION_CACHE": "false", "PYTHONPATH": str(REPO)}
+    argv = [str(BIN / "python"), "benchmarks/shipped_step.py", "2"]
+    lines = []
+    for prefix in ([], [QEMU, "-cpu", "Haswell"]):
+        p = subprocess.run([*prefix, *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+        assert p.returncode == 0, p.stderr
+        lines.append(p.stdout.strip().splitlines()[-1].split(" (start")[0])
+    assert "rows 2: loss 0x" in lines[0] and "gradients sha256:" in lines[0]
+    assert lines[1] == lines[0]  # the loss and every gradient, hashed in tree order

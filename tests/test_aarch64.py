@@ -1,0 +1,57 @@
+"""aarch64 and the portable profile, under ``qemu-aarch64`` with a real arm64 python: Debian's python3.11
+for arm64 and PyPI's aarch64 wheels at this environment's versions (``scripts/arm64-env.sh``: built
+once into a cache, ~100 s, then reused). The portable profile is not defined there (its last-axis
+sums and fused elementwise code give other bits: docs/architecture.md, "Portable bits"), so a portable
+stage refuses in one line before any run starts, and a portable run recorded here cannot be verified
+there (exit 4, naming what is missing). Each emulated command only starts and refuses: ~20-45 s.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, Project, copy_project
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def arm_python() -> str:
+    if shutil.which("qemu-aarch64") is None:  # a missing emulator is a failure, not a skip
+        pytest.fail("qemu-aarch64 is not installed: run scripts/system-packages.sh (Debian package qemu-user)")
+    p = subprocess.run(["bash", str(REPO / "scripts/arm64-env.sh"), sys.executable], capture_output=True, text=True,
+                       timeout=1800)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.strip().splitlines()[-1]
+
+
+def test_the_arm64_environment_is_aarch64_code_with_this_environments_jaxlib(arm_python: str) -> None:
+    import jax
+
+    code = "import platform; from importlib.metadata import version; print(platform.machine(), version('jaxlib'))"
+    p = subprocess.run([arm_python, "-c", code],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["aarch64", jax.__version__]  # jax and jaxlib share their version
+
+
+def test_on_aarch64_a_portable_stage_refuses_and_verify_exits_4(arm_python: str, _trained_project: Project,
+                                                                tmp_path: Path) -> None:
+    proj = copy_project(_trained_project, tmp_path / "proj")
+    [run] = proj.runs("train")
+    assert run[0]["body"]["determinism_class"]["profile"] == "portable"
+    before = proj.ledger_files()
+    r = proj.run(arm_python, "-m", "pipeline.train", timeout=900)
+    assert r.returncode == 1, r.stdout + r.stderr
+    [line] = [x for x in r.stderr.splitlines() if x.startswith("marin: error:")]
+    assert "runtime.determinism: portable" in line and "aarch64" in line and "runtime.determinism: native" in line
+    assert proj.ledger_files() == before  # refused before any run started
+    r = proj.run(arm_python, "-m", "marin.cli", "verify", run[0]["run_id"], timeout=900)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "x86-64-v3" in r.stderr and "lacks the x86-64 architecture itself (this CPU is aarch64)" in r.stderr
+    assert proj.ledger_files() == before  # nothing appended: the replay never started
