@@ -45,7 +45,7 @@ def test_evalsets_come_from_validation_documents_only(trained_project: Project) 
     texts = {r["doc_id"]: r["text"] for r in pq.read_table(root / "data/curated/validation.parquet").to_pylist()}
     train = {r["doc_id"] for r in pq.read_table(root / "data/curated/train.parquet", columns=["doc_id"]).to_pylist()}
     m = json.loads((root / "data/evalsets/manifest.json").read_text())
-    for name in ("cloze", "cloze_shots", "source"):
+    for name in ("cloze", "cloze_shots", "next_word"):
         items = _jsonl(root / f"data/evalsets/{name}.jsonl")
         assert items and m["files"][name]["items"] == len(items)
         assert m["files"][name]["digest"] == "sha256:" + hashlib.sha256(
@@ -54,10 +54,11 @@ def test_evalsets_come_from_validation_documents_only(trained_project: Project) 
         for it in items:
             assert it["doc_id"] in texts and it["doc_id"] not in train
             words = " ".join(texts[it["doc_id"]].split())
-            cut = f"{it['context']} {it['target']}" if "target" in it else it["passage"]
+            last = it["target"] if "target" in it else it["choices"][it["gold"]]
+            cut = f"{it['context']} {last}"
             assert cut in words  # a verbatim run of the document's words
-    for it in _jsonl(root / "data/evalsets/source.jsonl"):
-        assert len(set(it["choices"])) == 4 and 0 <= it["gold"] < 4
+    for it in _jsonl(root / "data/evalsets/next_word.jsonl"):
+        assert len({c.casefold() for c in it["choices"]}) == 4 and 0 <= it["gold"] < 4
     test_ids = {it["id"] for it in _jsonl(root / "data/evalsets/cloze.jsonl")}
     assert not test_ids & {it["id"] for it in _jsonl(root / "data/evalsets/cloze_shots.jsonl")}
     [run] = trained_project.runs("evalsets")
@@ -128,7 +129,7 @@ def test_verify_replays_the_harness_bit_exact_and_names_a_forged_value(trained_p
     assert p.returncode == 0, p.stdout + p.stderr
     [v] = verifications(path)
     assert v["result"] == "bit-exact"
-    assert v["compared"]["output"] == 3  # metrics/eval.json, the results JSON and the samples JSONL
+    assert v["compared"]["output"] == 4  # metrics/eval.json, the results JSON, the samples JSONL, the traced samples
     # lm-eval's results JSON and samples JSONL: outputs of the run, by digest, agreeing with its eval records
     root = trained_project.root
     outs = {r["body"]["name"]: r["body"] for r in records(path) if r["kind"] == "output"}

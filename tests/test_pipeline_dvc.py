@@ -206,7 +206,7 @@ def test_a_rolled_back_run_end_fails_the_check_and_the_report_refuses(repro) -> 
         assert f"FAIL dvc.lock metrics/eval.json: locked from {path.name}, whose run is unfinished" in r.stderr
         rep = proj.marin("report")
         assert rep.returncode != 0 and "the ledger does not check: dvc.lock " in rep.stderr  # evaluate's first output
-        assert f"locked from {path.name}, whose run is unfinished" in rep.stderr and "(and 2 more)" in rep.stderr
+        assert f"locked from {path.name}, whose run is unfinished" in rep.stderr and "(and 3 more)" in rep.stderr
         assert "Traceback" not in rep.stderr
         assert {f: f.read_bytes() for f in reports.rglob("*") if f.is_file()} == before  # the old report kept
     finally:

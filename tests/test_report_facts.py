@@ -78,9 +78,10 @@ def test_report_card_fmti_and_mof_agree_and_placeholders_block_a_release(trained
     assert fmti["Energy usage for final training run"]["disclosed"] == "yes"
     assert kwh in fmti["Energy usage for final training run"]["disclosure"]
     assert co2 in fmti["Carbon emissions for final training run"]["disclosure"]
-    # the data: the sources the report lists are the card's datasets; FMTI discloses the public ones
+    # the data: the sources the report lists; the card's `datasets` holds Hub ids only, and none is given here
     sources = [s["name"] for s in doc["data"]["sources"]]
-    assert sources and all(f"\n| {s} |" in md for s in sources) and data["datasets"] == sources
+    assert sources and all(f"\n| {s} |" in md for s in sources)
+    assert not any(s.get("hub_dataset") for s in proj.params["fetch"]["sources"]) and "datasets" not in data
     public = [s for s in doc["data"]["sources"]
               if not str(facts[s["locator"]]["value"]).startswith(("local:", "file:", "glob:"))]
     assert (fmti["Public datasets"]["disclosed"] == "yes") == bool(public)
