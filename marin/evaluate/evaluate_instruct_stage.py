@@ -137,6 +137,7 @@ def constant_values(examples: list[dict[str, Any]]) -> dict[str, Any]:
     from marin.ledger import exact
 
     out: dict[str, Any] = {}
+    choices = ic.options(examples)
     for task in sorted({e["task"] for e in examples}):
         refs = [e["messages"][-1]["content"] for e in examples if e["task"] == task]
         for key in ("exact_match", "containment"):  # choice_acc below
@@ -146,7 +147,7 @@ def constant_values(examples: list[dict[str, Any]]) -> dict[str, Any]:
         mine = [e for e in examples if e["task"] == task]
         share, answer = ic.constant(mine)
         out[f"{task}/choice_acc"], out[f"{task}/choice_acc_answer"] = exact(share), answer
-        out[f"{task}/choice_chance"] = exact(ic.chance([c for e, c in zip(examples, ic.options(examples), strict=True)
+        out[f"{task}/choice_chance"] = exact(ic.chance([c for e, c in zip(examples, choices, strict=True)
                                                         if e["task"] == task]))
     return out
 
