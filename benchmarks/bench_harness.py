@@ -108,7 +108,7 @@ def main() -> None:
 
     from marin.data import tokenize as tk
     from marin.evaluate.harness import MarinLM
-    from marin.train import weights
+    from marin.model import weights
 
     torch.set_num_threads(params.runtime.xla_cpu_threads)  # the same cores for both
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # one truncation note per long request otherwise

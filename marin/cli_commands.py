@@ -143,7 +143,7 @@ def schemas_check(args: argparse.Namespace) -> int:
 
 
 def lineage(args: argparse.Namespace) -> int:
-    from marin import lineage
+    from marin.commands import lineage
     from marin.ledger.query import Ledger
 
     ledger = Ledger(args.root, skip=("metric",))  # lineage never reads metric records
@@ -178,7 +178,7 @@ def trace(args: argparse.Namespace) -> int:
 
 
 def diff(args: argparse.Namespace) -> int:
-    from marin import diff
+    from marin.commands import diff
 
     d = diff.diff(args.root, args.run_a, args.run_b)
     print(diff.render(d))
@@ -318,14 +318,14 @@ def publish(args: argparse.Namespace) -> int:
         from marin.errors import MarinError
 
         raise MarinError("--revisions goes with --hf-folder OUT (the Hub folder whose revisions they are)")
-    from marin.publish import publish
+    from marin.commands.publish import publish
 
     publish(args.root, args.remote)
     return 0
 
 
 def sweep(args: argparse.Namespace) -> int:
-    from marin.sweep import sweep
+    from marin.commands.sweep import sweep
     from marin.tracking import sync_quietly
 
     sweep(args.root, config.load(args.root / "params.yaml"))
@@ -358,10 +358,10 @@ def stages(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
+    from marin.commands.status import status as stage_status
+    from marin.commands.status import workspace
     from marin.ledger.check import leftovers
     from marin.ledger.index import Index
-    from marin.status import status as stage_status
-    from marin.status import workspace
 
     with Index.using(args.root, None) as index:
         result = stage_status(args.root, index)

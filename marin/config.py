@@ -73,7 +73,7 @@ class SelectRule:
 
 @dataclass(frozen=True)
 class SweepParams:
-    """``marin sweep`` (marin/sweep.py); no stage reads it."""
+    """``marin sweep`` (marin/commands/sweep.py); no stage reads it."""
 
     method: str  # grid | random
     space: tuple[dict[str, Any], ...]  # {param: dotted key, values: [...]} or {param, low, high, log}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from marin.diff import first_divergence
+from marin.commands.diff import first_divergence
 
 CA = {4: "sha256:a4", 8: "sha256:a8"}
 

@@ -62,7 +62,7 @@ def test_transformers_loads_the_export_with_the_jax_models_logits(exported: Proj
     torch, transformers = _hf_libs()
     from flax import nnx
 
-    from marin.train import weights
+    from marin.model import weights
 
     path = exported.root / HF
     model = transformers.AutoModelForCausalLM.from_pretrained(path)

@@ -43,7 +43,7 @@ def test_lm_evals_hf_model_on_the_export_agrees_with_the_jax_adapter(exported: P
 
     from marin.data import tokenize as tk
     from marin.evaluate.harness import MarinLM
-    from marin.train import weights
+    from marin.model import weights
 
     root = exported.root
     graphdef, params, config = weights.load(root / "models/final")

@@ -86,7 +86,7 @@ def test_each_builtin_task_is_recorded_and_its_values_recomputed(trained_project
     from marin.data import tokenize as tk
     from marin.evaluate import harness_run
     from marin.evaluate.harness import MarinLM
-    from marin.train import weights
+    from marin.model import weights
 
     root = trained_project.root
     graphdef, params, config = weights.load(root / "models/final")

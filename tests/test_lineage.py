@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 from prov.model import ProvDocument
 
-from marin import lineage
+from marin.commands import lineage
 from marin.ledger import RunFile, query
 from marin.ledger.prov import to_prov
 from marin.paths import ledger_dir

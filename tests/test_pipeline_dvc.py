@@ -75,8 +75,8 @@ def test_an_edit_to_any_module_of_a_stage_is_seen_by_dvc_and_named_by_marin_stat
     that every file is in dvc.yaml for exactly its importers is tests/test_closure.py's check."""
     from dvc.repo import Repo
 
+    from marin.commands.status import status
     from marin.ledger.index import Index
-    from marin.status import status
 
     proj = repro[0]
     r = proj.marin("status")

@@ -9,8 +9,8 @@ import random
 import pytest
 import yaml
 
+from marin.commands.sweep import SweepError, check_trials, scalar, select, trials
 from marin.config import SelectRule, SweepParams, load
-from marin.sweep import SweepError, check_trials, scalar, select, trials
 from tests.conftest import REPO
 
 

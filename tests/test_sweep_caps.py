@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from marin.commands.sweep import SweepError, trials
 from marin.config import SelectRule, SweepParams
-from marin.sweep import SweepError, trials
 from tests.conftest import Project
 from tests.test_bounded import ledger_kept, refused, run
 

@@ -186,7 +186,7 @@ def run_stage(root: Path, params: Params) -> None:
     from marin.evaluate import tracing
     from marin.instruct.instructions_stage import section
     from marin.ledger import Input, Run, exact
-    from marin.train import weights
+    from marin.model import weights
 
     n = section(params).eval_tokens
     fp = env.fingerprint()

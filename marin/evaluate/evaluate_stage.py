@@ -33,7 +33,7 @@ def run_stage(root: Path, params: Params) -> None:
     from marin.data import manifest
     from marin.evaluate import harness_run, tracing
     from marin.ledger import Input, Run
-    from marin.train import weights
+    from marin.model import weights
 
     fp = env.fingerprint()
     inputs = [Input("model", MODEL.as_posix()), Input("tokens", TOKENS.as_posix())]
@@ -111,7 +111,7 @@ def _samples(root: Path, params: Params, run: Any, model: tuple[Any, Any, dict[s
     from flax import nnx
 
     from marin.data import tokenize as tk
-    from marin.evaluate import scoring as ev
+    from marin.model.decode import greedy
     from marin.progress import bar
 
     graphdef, model_params, config = model
@@ -121,7 +121,7 @@ def _samples(root: Path, params: Params, run: Any, model: tuple[Any, Any, dict[s
     samples = []
     for prompt in bar(params.evaluate.prompts, "evaluate: samples", unit="prompt"):
         ids = tokenizer.encode(prompt, add_special_tokens=False).ids  # as in the shards: no special tokens
-        out = ev.greedy(logits_fn, model_params, ids, eos, seq_len, params.evaluate.sample_tokens)
+        out = greedy(logits_fn, model_params, ids, eos, seq_len, params.evaluate.sample_tokens)
         samples.append({"prompt": prompt, "completion": tokenizer.decode(out), "token_ids": out})
     run.record("eval", {"name": "greedy_samples", "split": "prompts",
                         "values": {"tokens_per_sample": params.evaluate.sample_tokens}, "samples": samples})

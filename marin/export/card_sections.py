@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from marin.export.energy import co2_text, energy, kwh_text
 from marin.export.training import Training
-from marin.report.energy import co2_text, energy, kwh_text
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:

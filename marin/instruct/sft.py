@@ -30,8 +30,8 @@ from marin.data import chat
 from marin.data import tokenize as tk
 from marin.errors import ParamsError, StageError
 from marin.ledger import Input
-from marin.model import ModelConfig
-from marin.train import distributed, loop, runtime, seeds, step, weights
+from marin.model import ModelConfig, weights
+from marin.train import distributed, loop, runtime, seeds, step
 from marin.train.loader import sample_windows
 
 TOKENS, INSTRUCTIONS = Path("data/tokens"), Path("data/instructions")

@@ -15,7 +15,7 @@ from typing import Any
 
 from marin import readers
 from marin.data.sources import LOCAL_KINDS
-from marin.report import energy
+from marin.export import energy
 from marin.report.cards import NR, Ctx, verification
 from marin.report.facts import ReportError
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from marin import hashing
+from marin.export import energy
 from marin.report import (
     budget,
-    energy,
     experiments,
     harness_section,
     instruct,

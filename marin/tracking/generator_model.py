@@ -24,7 +24,7 @@ class Generator(mlflow.pyfunc.PythonModel):  # pyright: ignore[reportPrivateImpo
         from flax import nnx
 
         from marin.data import tokenize as tk
-        from marin.train import weights
+        from marin.model import weights
 
         graphdef, self.params, config = weights.load(Path(context.artifacts["model"]))
         self.tokenizer = tk.load(Path(context.artifacts["tokenizer"]))
@@ -34,7 +34,7 @@ class Generator(mlflow.pyfunc.PythonModel):  # pyright: ignore[reportPrivateImpo
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> list[str]:
         """One completion per prompt (the signature's one string column), ``max_new_tokens`` long; the
         params MLflow passes are the call's, completed with the signature's defaults."""
-        from marin.evaluate.scoring import greedy
+        from marin.model.decode import greedy
 
         p = {**{n: d for n, _, d in PARAMS}, **(params or {})}
         n, temperature = int(p["max_new_tokens"]), float(p["temperature"])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -47,15 +48,16 @@ def distances(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, d
     return out
 
 
+# The training job each training stage runs, by module and name: imported only after the runtime is
+# configured (JAX reads its flags at import), and named here, not imported, because sft (marin.instruct)
+# builds on this package.
+JOBS = {"train": ("marin.train.loop", "PRETRAIN"), "sft": ("marin.instruct.sft", "JOB")}
+
+
 def _job(stage: str) -> Any:
     """The training job a run of ``stage`` ran (imported after the runtime is configured)."""
-    if stage == "sft":
-        from marin.instruct import sft
-
-        return sft.JOB
-    from marin.train import loop
-
-    return loop.PRETRAIN
+    module, name = JOBS["sft" if stage == "sft" else "train"]
+    return getattr(importlib.import_module(module), name)
 
 
 def _load(root: Path, one_process: bool = False, stage: str = "train") -> tuple[config.Params, Any, Any]:
