@@ -55,33 +55,39 @@ class Tokens:
 def order(tokens: Tokens, pos: np.ndarray, shard: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """The permutation that puts suffixes ``pos`` (global starts; from shards ``shard``; keys ``keys``)
     in the index's order. The rows come in shard order, each shard's rows in its own order."""
-    perm = np.lexsort((keys[:, 1], keys[:, 0]))
-    cols = keys[perm]
-    gid = np.cumsum(np.concatenate([[True], (cols[1:] != cols[:-1]).any(axis=1)])) - 1
-    open_ = _open(gid, shard[perm], sarray.ended(cols))
-    off, width = sarray.KEY_TOKENS, sarray.KEY_TOKENS
+    perm = np.argsort(keys[:, 0], kind="stable")  # the shards' rows are sorted runs: a merge of runs
+    cols = keys[perm, :1]
+    gid = np.cumsum(np.concatenate([[True], cols[1:, 0] != cols[:-1, 0]])) - 1
+    open_ = _open(gid, shard[perm], cols)
+    off, width = sarray.LANES, sarray.KEY_TOKENS
     while open_.any():
         rows = np.nonzero(open_)[0]  # whole groups, each a run of positions of perm
-        cols = sarray.pack(tokens.symbols(pos[perm[rows]], off, width))
+        if off < sarray.KEY_TOKENS:  # the keys' second column first, then the tokens themselves
+            cols, off = keys[perm[rows], 1:], sarray.KEY_TOKENS
+        else:
+            cols = sarray.pack(tokens.symbols(pos[perm[rows]], off, width))
+            off, width = off + width, max(sarray.KEY_TOKENS, min(2 * width, WINDOW_CAP // len(rows)))
         sub = np.lexsort((*cols.T[::-1], gid[rows]))  # within each group (gid first), by the next symbols
         perm[rows] = perm[rows][sub]
         cols, g = cols[sub], gid[rows][sub]
         new = np.cumsum(np.concatenate([[True], (g[1:] != g[:-1]) | (cols[1:] != cols[:-1]).any(axis=1)]))
         gid[rows] = gid.max() + new
-        open_[rows] = _open(gid[rows], shard[perm[rows]], sarray.ended(cols))
-        off, width = off + width, max(sarray.KEY_TOKENS, min(2 * width, WINDOW_CAP // len(rows)))
+        open_[rows] = _open(gid[rows], shard[perm[rows]], cols)
     return perm
 
 
-def _open(gid: np.ndarray, shard: np.ndarray, done: np.ndarray) -> np.ndarray:
-    """Per row (``gid`` ascending, one id per group of equal symbols so far): whether its group still needs
-    more symbols: 2 rows or more, from more than one shard, their documents not ended."""
+def _open(gid: np.ndarray, shard: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Per row (``gid`` ascending, one id per group of equal symbols so far, the last of them packed in
+    ``cols``): whether its group needs more symbols: 2 rows or more, from more than one shard, and no SEP
+    read yet (a group's rows are equal, up to their documents' ends when a SEP was read)."""
     if len(gid) == 0:
         return np.zeros(0, dtype=bool)
     starts = np.nonzero(np.concatenate([[True], gid[1:] != gid[:-1]]))[0]
     size = np.diff(np.append(starts, len(gid)))
     mixed = np.minimum.reduceat(shard, starts) != np.maximum.reduceat(shard, starts)
-    return np.repeat((size > 1) & mixed & ~done[starts], size)
+    need = (size > 1) & mixed
+    need[need] = ~sarray.ended(cols[starts[need]])
+    return np.repeat(need, size)
 
 
 @dataclass(frozen=True)

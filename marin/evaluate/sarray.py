@@ -98,10 +98,20 @@ def ended(cols: np.ndarray) -> np.ndarray:
     return (lanes == 0xFFFF).any(axis=(1, 2))
 
 
-def shard_keys(tokens: np.ndarray, sa: np.ndarray, chunk: int = 1 << 18) -> np.ndarray:
-    """Each suffix's key (its first KEY_TOKENS symbols, packed), in suffix-array order: (n, 2) uint64."""
-    return np.concatenate([pack(symbols(tokens, sa[i:i + chunk], 0, KEY_TOKENS)) for i in range(0, len(sa), chunk)]
-                          or [np.zeros((0, KEY_TOKENS // LANES), dtype=np.uint64)])
+def shard_keys(tokens: np.ndarray, sa: np.ndarray) -> np.ndarray:
+    """Each suffix's key (:func:`pack` of its first KEY_TOKENS symbols), in suffix-array order: (n, 2)
+    uint64; computed in position order (a pass over the tokens a symbol), then gathered once."""
+    n = len(tokens)
+    keys = np.zeros((n, KEY_TOKENS // LANES), dtype=np.uint64)
+    seen = np.zeros(n, dtype=bool)  # the suffix's SEP already read: END (0) from here on
+    for j in range(KEY_TOKENS):
+        sym = np.full(n, END, dtype=np.int64)
+        sym[:max(n - j, 0)] = tokens[j:]
+        sep = sym == SEP
+        lane = np.where(seen, 0, np.where(sep, 0xFFFF, np.maximum(sym, 0))).astype(np.uint64)
+        keys[:, j // LANES] |= lane << (16 * (LANES - 1 - j % LANES))
+        seen |= sep
+    return keys[sa]
 
 
 def append_shard(folder: Path, work: Path, tokens: np.ndarray) -> int:
