@@ -9,17 +9,19 @@ sorted shards, a block at a time:
   those (one per shard that has more) is the pivot; a binary search in each shard's offer finds how many
   of its suffixes sort before the pivot. Those suffixes, at most ``block`` of them and at least ``m``,
   are exactly the next ones of the merged order.
-- They are ordered by their keys (one stable sort of two uint64 columns), then, only for the groups of
-  equal keys that mix shards and have not reached their documents' ends, by the next tokens, read from
-  ``tokens.u32`` (twice as many each round). A group from one shard is already in order, since a shard's
-  order is the merged order restricted to it; equal suffixes (up to their documents' ends) keep the
-  shards' order, which is the order of position.
+- They are ordered by their keys (a stable sort of the shards' sorted runs by the first 4 tokens, then
+  the next 4 within ties), then, only for the groups of equal keys that mix shards and have not reached
+  their documents' ends, by the next tokens, read from ``tokens.u32`` (twice as many each round). A
+  group from one shard is already in order, since a shard's order is the merged order restricted to it;
+  equal suffixes (up to their documents' ends) keep the shards' order, which is the order of position.
 
 The merged array is the suffix array of the whole token file (what :func:`sarray.suffix_array` gives for
 it at once). The block's arrays are read with ``np.fromfile`` and the token file is mapped a few thousand
 rows at a time, so the merge's resident memory is bounded by the block, not by the corpus. Work: every
-suffix is read twice at most and sorted once inside its block; each block adds a binary search of
-``log2(m)`` steps over the shards, and the rows of mixed-shard groups of equal keys one window a round.
+suffix is sorted once inside its block; each block reads ``m + 1`` suffixes of every shard (those it does
+not take are read again by the next block: about twice each when the shards are alike, up to ``shards``
+times for a shard whose suffixes all sort last), adds a binary search of ``log2(m)`` steps over the shards,
+and reads a window a round for the rows of mixed-shard groups of equal keys.
 """
 
 from __future__ import annotations
