@@ -1,6 +1,8 @@
 """Stage trace_index's suffix-array index (marin/evaluate/trace_index.py): build time and peak RSS at 1x
 and 16x the corpus, and the latency of ``marin trace``'s search (median and p99 over 100 queries of 100
-tokens), with the growth exponents (log(16x / 1x) / log 16: 1 is linear, 0 flat).
+tokens), with the growth exponents (log(16x / 1x) / log 16: 1 is linear, 0 flat). The build sorts each
+shard, then merges the shards' suffix arrays into one (marin/evaluate/sa_merge.py); its time and peak RSS
+include the merge, and a query is one binary search over the merged array.
 
     uv run python benchmarks/bench_trace.py [--scales 1,16] [--tokens 2500000] [--shard-tokens 4194304]
 

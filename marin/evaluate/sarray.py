@@ -1,16 +1,18 @@
 """Suffix arrays over token ids, built and searched with numpy alone (``pydivsufsort`` is not in the
 locked environment), the structure infini-gram and OLMoTrace search.
 
-A shard is its documents' token ids, each document followed by ``SEP`` (larger than every token id:
-a match never runs across a document's end, since a query holds no ``SEP``), stored ``<u4``; its
-suffix array is every suffix's start, in lexicographic order of the suffixes, stored ``<i4``. The end
-of the shard sorts before every token, so no two suffixes are equal and the order is unique: the same
-tokens give the same bytes on every machine.
+The index's tokens are its documents' token ids, each document followed by ``SEP`` (larger than every
+token id), stored ``<u4``. Its suffix array is every suffix's start in the order of the suffixes read up
+to their document's end: each ``SEP`` counts as a symbol of its own, above every token and ordered by
+position, so two suffixes equal up to their documents' ends sort by position. No comparison runs past a
+document's end (a match never does: a query holds no ``SEP``), the order is unique, and it depends on the
+tokens alone, not on how they were cut into shards: the same tokens give the same bytes on every machine.
 
-Construction is prefix doubling (Manber and Myers 1993): suffixes ranked by their first ``k`` tokens,
-then by pairs of ranks ``(rank[i], rank[i + k])`` for ``2k``, until every rank is distinct, so
-``ceil(log2(longest repeat))`` sorts of the shard; memory is a few int64 arrays of the shard's length,
-whatever the corpus (benchmarks/bench_trace.py measures it).
+Construction is prefix doubling (Manber and Myers 1993), a shard at a time: suffixes ranked by their
+first ``k`` tokens, then by pairs of ranks ``(rank[i], rank[i + k])`` for ``2k``, until every rank is
+distinct, so ``ceil(log2(longest repeat))`` sorts of the shard; memory is a few int64 arrays of the
+shard's length, whatever the corpus. The shards' arrays are then merged into one
+(:mod:`marin.evaluate.sa_merge`), so a search is one binary search whatever the number of shards.
 
 A search takes many query suffixes at once: each step of the binary search gathers, for every query,
 the window of tokens at its middle suffix and compares it with the query in one numpy operation.
@@ -22,20 +24,37 @@ from pathlib import Path
 
 import numpy as np
 
-SEP = 0xFFFFFFFF  # ends every document in a shard; above every token id (tokens are uint16 in data/tokens)
-TOKENS_DTYPE, SA_DTYPE = np.dtype("<u4"), np.dtype("<i4")
+SEP = 0xFFFFFFFF  # ends every document; above every token id (tokens are uint16 in data/tokens)
+TOKEN_LIMIT = 0xFFFF  # token ids must be below it: a key lane holds a token, and 0xFFFF stands for SEP
+TOKENS_DTYPE, SHARD_SA_DTYPE = np.dtype("<u4"), np.dtype("<i4")
 BEFORE, AFTER = -2, 1 << 40  # query padding: sorts before every continuation, or after every one
-END = -1  # past the shard's last token: before every token
+END = -1  # past a document's SEP, or past the last token: before every token
 FIRST = 8  # tokens compared first in a search step
-FIRST_IDS, FIRST_DTYPE = 1 << 16, np.dtype("<i8")  # a shard's table of where each first token's suffixes start
+FIRST_IDS, FIRST_DTYPE = 1 << 16, np.dtype("<i8")  # the table of where each first token's suffixes start
+KEY_TOKENS, LANES = 8, 4  # a suffix's key: its first 8 tokens, 4 16-bit lanes to a uint64 column
+KEY_DTYPE = np.dtype("<u8")
+TOKENS_FILE, FIRST_FILE = "tokens.u32", "first.i64"
+
+
+def sa_dtype(n: int) -> np.dtype:
+    """The suffix array's entries for ``n`` tokens: 4 bytes while positions fit, else 8."""
+    return np.dtype("<i4") if n < 1 << 31 else np.dtype("<i8")
+
+
+def sa_file(n: int) -> str:
+    return "sa.i32" if sa_dtype(n).itemsize == 4 else "sa.i64"
 
 
 def suffix_array(tokens: np.ndarray) -> np.ndarray:
-    """The suffix array of ``tokens`` (int32 starts, suffixes in lexicographic order, end lowest)."""
+    """The suffix array of ``tokens`` (int64 starts; each SEP a symbol of its own, by position)."""
     n = len(tokens)
     if n == 0:
-        return np.zeros(0, dtype=SA_DTYPE)
-    rank = np.unique(tokens, return_inverse=True)[1].astype(np.int64).reshape(-1)
+        return np.zeros(0, dtype=np.int64)
+    first = np.asarray(tokens).astype(np.int64)
+    sep = first == SEP
+    first[sep] = SEP + np.arange(int(sep.sum()))  # distinct, above every token, in position order
+    rank = np.unique(first, return_inverse=True)[1].astype(np.int64).reshape(-1)
+    del first, sep
     k = 1
     while True:
         second = np.full(n, -1, dtype=np.int64)  # rank of the suffix k tokens on; -1 past the end
@@ -47,56 +66,100 @@ def suffix_array(tokens: np.ndarray) -> np.ndarray:
         new[order] = np.cumsum(np.concatenate([[0], sorted_key[1:] != sorted_key[:-1]]))
         rank = new
         if rank[order[-1]] == n - 1 or k >= n:  # every rank distinct: the order is final
-            return order.astype(SA_DTYPE)
+            return order
         k *= 2
 
 
-TOKENS_FILE, SA_FILE, FIRST_FILE = "tokens.u32", "sa.i32", "first.i64"
+def symbols(tokens: np.ndarray, pos: np.ndarray, off: int, width: int) -> np.ndarray:
+    """Row i: ``width`` symbols of the suffix at ``pos[i]`` from ``off`` on (int64): its tokens, SEP at its
+    document's end, END after it and past the last token. The caller knows no row has a SEP before ``off``."""
+    n = len(tokens)
+    idx = pos.astype(np.int64)[:, None] + off + np.arange(width, dtype=np.int64)
+    sym = np.where(idx < n, tokens[np.minimum(idx, max(n - 1, 0))].astype(np.int64), END) if n else \
+        np.full(idx.shape, END, dtype=np.int64)
+    seen = np.maximum.accumulate(sym == SEP, axis=1)
+    sym[:, 1:][seen[:, :-1]] = END
+    return sym
 
 
-def append_shard(folder: Path, tokens: np.ndarray) -> int:
-    """Append a shard to the index in ``folder``: its tokens (SEP-separated documents) to ``tokens.u32``,
-    its suffix array (positions within the shard) to ``sa.i32``, and where each first token's suffixes
-    start in it to ``first.i64``; its length."""
+def pack(sym: np.ndarray) -> np.ndarray:
+    """Symbols as uint64 columns of 4 16-bit lanes, first symbol highest, so that the columns compare as
+    the symbols do: a token as itself, SEP as 0xFFFF, END as 0 (END only follows a SEP, which decides
+    first)."""
+    rows, width = sym.shape
+    lane = np.where(sym == SEP, 0xFFFF, np.maximum(sym, 0)).astype(np.uint64)
+    lane = np.pad(lane, ((0, 0), (0, -width % LANES))).reshape(rows, -1, LANES)
+    return (lane[..., 0] << 48) | (lane[..., 1] << 32) | (lane[..., 2] << 16) | lane[..., 3]
+
+
+def ended(cols: np.ndarray) -> np.ndarray:
+    """Per row of packed columns: whether it holds a SEP (the suffix's document ends within it)."""
+    lanes = np.stack([(cols >> s) & 0xFFFF for s in (48, 32, 16, 0)], axis=-1)
+    return (lanes == 0xFFFF).any(axis=(1, 2))
+
+
+def shard_keys(tokens: np.ndarray, sa: np.ndarray) -> np.ndarray:
+    """Each suffix's key (:func:`pack` of its first KEY_TOKENS symbols), in suffix-array order: (n, 2)
+    uint64; computed in position order (a pass over the tokens a symbol), then gathered once."""
+    n = len(tokens)
+    keys = np.zeros((n, KEY_TOKENS // LANES), dtype=np.uint64)
+    seen = np.zeros(n, dtype=bool)  # the suffix's SEP already read: END (0) from here on
+    for j in range(KEY_TOKENS):
+        sym = np.full(n, END, dtype=np.int64)
+        sym[:max(n - j, 0)] = tokens[j:]
+        sep = sym == SEP
+        lane = np.where(seen, 0, np.where(sep, 0xFFFF, np.maximum(sym, 0))).astype(np.uint64)
+        keys[:, j // LANES] |= lane << (16 * (LANES - 1 - j % LANES))
+        seen |= sep
+    return keys[sa]
+
+
+def append_shard(folder: Path, work: Path, tokens: np.ndarray) -> int:
+    """Append a shard: its tokens (SEP-separated documents) to ``folder/tokens.u32``; its suffix array
+    (positions within the shard) and its suffixes' keys to ``work``, for the merge; its length."""
     t = tokens.astype(TOKENS_DTYPE)
-    counts = np.bincount(t[t != SEP].astype(np.int64), minlength=FIRST_IDS)[:FIRST_IDS]
-    for name, data in ((TOKENS_FILE, t), (SA_FILE, suffix_array(t)),
-                       (FIRST_FILE, np.concatenate([[0], np.cumsum(counts)]).astype(FIRST_DTYPE))):
-        with open(folder / name, "ab") as f:
+    sa = suffix_array(t)
+    for path, data in ((folder / TOKENS_FILE, t), (work / "sa.i32", sa.astype(SHARD_SA_DTYPE)),
+                       (work / "keys.u64", shard_keys(t, sa).astype(KEY_DTYPE))):
+        with open(path, "ab") as f:
             data.tofile(f)
     return len(t)
 
 
-class Store:
-    """Every shard of an index, memory-mapped (only the pages a search touches are read), searched at once:
-    each search step compares every (query row, shard) pair in one numpy operation, so the cost per shard
-    is its rows' tokens, not a round of calls (one shard a call cost 0.6 ms a query whatever its size)."""
+def first_table(counts: np.ndarray) -> np.ndarray:
+    """Where the suffixes of each first token start in the suffix array, from each token's count."""
+    c = np.zeros(FIRST_IDS, dtype=np.int64)
+    c[:len(counts)] = counts[:FIRST_IDS]
+    return np.concatenate([[0], np.cumsum(c)]).astype(FIRST_DTYPE)
 
-    def __init__(self, folder: Path, sizes: list[int]):
+
+class Store:
+    """The index's tokens and its one suffix array, memory-mapped (only the pages a search touches are
+    read), searched for many query rows at once. A comparison with a query always ends at or before the
+    suffix's document's SEP (a query holds none), so a window may run on past it unmasked."""
+
+    def __init__(self, folder: Path, tokens: int):
         # plain arrays over the maps (np.asarray: no copy), without memmap's per-index overhead
         self.tokens = np.asarray(_map(folder / TOKENS_FILE, TOKENS_DTYPE))
-        self.sa = np.asarray(_map(folder / SA_FILE, SA_DTYPE))
-        self.first = np.asarray(_map(folder / FIRST_FILE, FIRST_DTYPE)).reshape(len(sizes), FIRST_IDS + 1)
-        self.size = np.array(sizes, dtype=np.int64)
-        self.base = np.concatenate([[0], np.cumsum(self.size)]).astype(np.int64)
+        self.sa = np.asarray(_map(folder / sa_file(tokens), sa_dtype(tokens)))
+        self.first = np.asarray(_map(folder / FIRST_FILE, FIRST_DTYPE))
+        self.n = len(self.sa)
 
-    def _windows(self, starts: np.ndarray, ends: np.ndarray, width: int) -> np.ndarray:
+    def _windows(self, starts: np.ndarray, width: int) -> np.ndarray:
         idx = starts[:, None] + np.arange(width, dtype=np.int64)
-        inside = idx < ends[:, None]
+        inside = idx < len(self.tokens)
         return np.where(inside, self.tokens[np.minimum(idx, max(len(self.tokens) - 1, 0))].astype(np.int64), END)
 
-    def compare(self, starts: np.ndarray, ends: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per row: the sign of (query - the suffix at ``starts``, its shard ending at ``ends``) and their
-        common prefix length. Compared a few tokens first, then 4 times as many for the rows still equal:
-        most differ within the first few (a whole window of every row each step cost 6 ms a query on a
-        shard of 4 M tokens)."""
+    def compare(self, starts: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: the sign of (query - the suffix at ``starts``) and their common prefix length. Compared
+        a few tokens first, then 4 times as many for the rows still equal: most differ within the first few."""
         rows_n, width = queries.shape
         sign = np.zeros(rows_n, dtype=np.int64)
         lcp = np.full(rows_n, width, dtype=np.int64)
         rows, lo, step = np.arange(rows_n), 0, FIRST
         while lo < width and len(rows):
             hi = min(width, lo + step)
-            win = self._windows(starts[rows] + lo, ends[rows], hi - lo)
+            win = self._windows(starts[rows] + lo, hi - lo)
             differ = win != queries[rows, lo:hi]
             some = differ.any(axis=1)
             first = np.argmax(differ, axis=1)[some]
@@ -106,53 +169,42 @@ class Store:
             rows, lo, step = rows[~some], hi, step * 4
         return sign, lcp
 
-    def suffix(self, shard: np.ndarray, at: np.ndarray) -> np.ndarray:
-        """Where the suffix at rank ``at`` (clipped into the shard) of each row's shard starts in ``tokens``."""
-        b = self.base[shard]
-        return b + self.sa[b + np.clip(at, 0, self.size[shard] - 1)].astype(np.int64)
+    def suffix(self, at: np.ndarray) -> np.ndarray:
+        """Where the suffix at rank ``at`` (clipped into the array) starts in ``tokens``."""
+        return self.sa[np.clip(at, 0, max(self.n - 1, 0))].astype(np.int64)
 
-    def lower_bound(self, queries: np.ndarray, shard: np.ndarray) -> np.ndarray:
-        """Per row: how many suffixes of its shard sort before its query (where it would be inserted). The
-        search starts within the suffixes that begin with the query's first token (the shard's first-token
-        table): about log2(vocabulary) fewer steps."""
+    def lower_bound(self, queries: np.ndarray) -> np.ndarray:
+        """Per row: how many suffixes sort before its query (where it would be inserted): one binary
+        search, started within the suffixes that begin with the query's first token (the first-token
+        table), so O(log n) steps over the whole index."""
         head = queries[:, 0]
         known = (head >= 0) & (head < FIRST_IDS)
         at = np.where(known, head, 0)
-        lo = np.where(known, self.first[shard, at], 0).astype(np.int64)
-        hi = np.where(known, self.first[shard, at + 1], self.size[shard]).astype(np.int64)
-        ends = self.base[shard + 1]
+        lo = np.where(known, self.first[at], 0).astype(np.int64)
+        hi = np.where(known, self.first[at + 1], self.n).astype(np.int64)
         while (open_ := lo < hi).any():
             mid = (lo + hi) // 2
-            sign, _ = self.compare(self.suffix(shard, mid), ends, queries)
+            sign, _ = self.compare(self.suffix(mid), queries)
             go_right = open_ & (sign > 0)
             lo = np.where(go_right, mid + 1, lo)
             hi = np.where(open_ & ~go_right, mid, hi)
         return lo
 
-    def _pairs(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Every (query row, shard) pair: the rows repeated per shard, and each pair's shard."""
-        q, s = len(queries), len(self.size)
-        return np.tile(queries, (s, 1)), np.repeat(np.arange(s), q)
-
     def longest(self, queries: np.ndarray) -> np.ndarray:
-        """Per query row (padded with BEFORE): the longest prefix of it that occurs in any shard; in a
-        shard, the longest match is next to the query's place in the suffix array."""
-        rows, shard = self._pairs(queries)
-        at = self.lower_bound(rows, shard)
-        best = np.zeros(len(rows), dtype=np.int64)
+        """Per query row (padded with BEFORE): the longest prefix of it that occurs in the index; the
+        longest match is next to the query's place in the suffix array."""
+        at = self.lower_bound(queries)
+        best = np.zeros(len(queries), dtype=np.int64)
         for near in (at - 1, at):
-            ok = (near >= 0) & (near < self.size[shard])
-            _, lcp = self.compare(self.suffix(shard, near), self.base[shard + 1], rows)
+            ok = (near >= 0) & (near < self.n)
+            _, lcp = self.compare(self.suffix(near), queries)
             best = np.maximum(best, np.where(ok, lcp, 0))  # padding never matches: at most the query's length
-        return best.reshape(len(self.size), len(queries)).max(axis=0, initial=0)
+        return best
 
     def occurrences(self, patterns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per shard and pattern row (padded with BEFORE): the suffix-array range [lo, hi) of its occurrences
-        in the shard, as two (shards, patterns) arrays."""
-        rows, shard = self._pairs(patterns)
-        upper = np.where(rows == BEFORE, AFTER, rows)
-        shape = (len(self.size), len(patterns))
-        return self.lower_bound(rows, shard).reshape(shape), self.lower_bound(upper, shard).reshape(shape)
+        """Per pattern row (padded with BEFORE): the suffix-array range [lo, hi) of its occurrences."""
+        upper = np.where(patterns == BEFORE, AFTER, patterns)
+        return self.lower_bound(patterns), self.lower_bound(upper)
 
 
 def _map(path: Path, dtype: np.dtype) -> np.ndarray:

@@ -1,14 +1,18 @@
-"""The trace index: the training documents' token ids in shards, each with its suffix array
+"""The trace index: the training documents' token ids with one suffix array over them
 (:mod:`marin.evaluate.sarray`), a document table and unigram counts; and the search for the maximal
 spans of a text that occur verbatim in it (OLMoTrace, Liu et al. 2025, over an infini-gram-like index).
 
-Folder layout (every file a pure function of the documents in order and ``shard_tokens``):
+Folder layout (every file a pure function of the documents in order and ``shard_tokens``; all but
+``index.json`` of the documents alone):
 
-- ``tokens.u32``, ``sa.i32``, ``first.i64``: the shards one after another: a shard's documents, each ended
-  by ``SEP``; its suffix array (positions within the shard); where the suffixes of each first token start
-  in it. A shard holds whole documents, at most ``shard_tokens`` tokens (or one document), so building
-  holds one shard: memory does not grow with the corpus. Searching takes every shard at once.
-- ``docs.jsonl``: one line per document, in order: id, corpus, source, licence, shard, start, tokens.
+- ``tokens.u32``: the documents' tokens, each document ended by ``SEP``.
+- ``sa.i32`` (``sa.i64`` past 2**31 tokens): the suffix array of ``tokens.u32``, and ``first.i64``, where
+  the suffixes of each first token start in it. It is built in shards of whole documents, at most
+  ``shard_tokens`` tokens (or one document), each sorted alone, then merged a block at a time
+  (:mod:`marin.evaluate.sa_merge`): building holds one shard or one block, so memory does not grow with
+  the corpus, and a search is one binary search over the whole index, so its time does not either.
+- ``docs.jsonl``: one line per document, in order: id, corpus, source, licence, start (in ``tokens.u32``),
+  tokens.
 - ``unigram.u64``: each token id's count over the index (the span's unigram probability, to rank rare
   spans above common ones, as OLMoTrace does).
 - ``index.json``: counts, the shard size and each shard's length; written last, it marks the index
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +33,13 @@ import numpy as np
 
 from marin import readers
 from marin.errors import MarinError
-from marin.evaluate import sarray
+from marin.evaluate import sa_merge, sarray
 
-FORMAT = "marin-trace-index/1"
+FORMAT = "marin-trace-index/2"
 INDEX_JSON, DOCS, UNIGRAM = "index.json", "docs.jsonl", "unigram.u64"
 MAX_DOCS = 10  # documents listed per span (the count covers them all)
 CONTEXT = 12  # tokens of the document shown on each side of a span
+WORK = "merge.work"  # the shards' suffix arrays and keys while building, removed once merged
 
 
 class TraceError(MarinError):
@@ -53,33 +59,47 @@ class Doc:
 
 class _Builder:
     def __init__(self, folder: Path, shard_tokens: int):
-        self.folder, self.shard_tokens = folder, shard_tokens
+        self.folder, self.shard_tokens, self.work = folder, shard_tokens, folder / WORK
+        self.work.mkdir()
         self.parts: list[np.ndarray] = []
-        self.held = self.shards = self.docs = self.tokens = 0
+        self.held = self.shards = self.docs = self.tokens = self.start = 0
         self.sizes: list[int] = []
-        self.counts = np.zeros(1 << 16, dtype=np.int64)
+        self.counts = np.zeros(sarray.FIRST_IDS, dtype=np.int64)
+        (folder / sarray.TOKENS_FILE).touch()
         self.table = open(folder / DOCS, "w", encoding="utf-8")  # noqa: SIM115 (closed by finish())
 
     def add(self, doc: Doc) -> None:
+        bad = doc.ids[(doc.ids < 0) | (doc.ids >= sarray.TOKEN_LIMIT)]
+        if len(bad):
+            raise TraceError(f"document {doc.id!r} holds token id {int(bad[0])}: the trace index takes ids 0 to "
+                             f"{sarray.TOKEN_LIMIT - 1}; use a vocabulary below {sarray.TOKEN_LIMIT}")
         if self.parts and self.held + len(doc.ids) + 1 > self.shard_tokens:
             self._flush()
         row = {"id": doc.id, "corpus": doc.corpus, "source": doc.source, "license": doc.license,
-               "shard": self.shards, "start": self.held, "tokens": len(doc.ids)}
+               "start": self.start, "tokens": len(doc.ids)}
         self.table.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
         self.parts.append(np.append(doc.ids.astype(np.int64), sarray.SEP))
-        self.held += len(doc.ids) + 1
+        self.held, self.start = self.held + len(doc.ids) + 1, self.start + len(doc.ids) + 1
         self.docs, self.tokens = self.docs + 1, self.tokens + len(doc.ids)
 
     def _flush(self) -> None:
         tokens = np.concatenate(self.parts)
         self.counts += np.bincount(tokens[tokens != sarray.SEP], minlength=len(self.counts))
-        self.sizes.append(sarray.append_shard(self.folder, tokens))
+        self.sizes.append(sarray.append_shard(self.folder, self.work, tokens))
         self.parts, self.held, self.shards = [], 0, self.shards + 1
 
     def finish(self) -> dict[str, Any]:
         if self.parts:
             self._flush()
         self.table.close()
+        n = sum(self.sizes)
+        for name in ("sa.i32", "keys.u64"):
+            (self.work / name).touch()
+        # a merge block of a quarter shard: its arrays stay below the shard sort's
+        sa_merge.merge(self.folder / sarray.TOKENS_FILE, self.work, self.sizes, self.folder / sarray.sa_file(n),
+                       max(1, self.shard_tokens // 4))
+        shutil.rmtree(self.work)
+        sarray.first_table(self.counts).tofile(self.folder / sarray.FIRST_FILE)
         self.counts.astype("<u8").tofile(self.folder / UNIGRAM)
         meta = {"format": FORMAT, "documents": self.docs, "tokens": self.tokens, "shards": self.shards,
                 "shard_tokens": self.shard_tokens, "shard_sizes": self.sizes}
@@ -104,11 +124,11 @@ class Span:
     length: int
     count: int
     log10_unigram: float
-    hits: list[tuple[int, int]]  # (shard, position) of at most MAX_DOCS occurrences, in index order
+    hits: list[int]  # where at most MAX_DOCS occurrences start in tokens.u32: the first in suffix order, sorted
 
 
 class Index:
-    """A built index, opened for search (its shards memory-mapped)."""
+    """A built index, opened for search (its token file and suffix array memory-mapped)."""
 
     def __init__(self, folder: Path):
         meta_path = folder / INDEX_JSON
@@ -116,19 +136,18 @@ class Index:
             raise TraceError(f"{folder} holds no complete trace index ({INDEX_JSON} is missing); "
                              "run `dvc repro trace_index`")
         self.folder, self.meta = folder, readers.read_json(meta_path, "json", TraceError)
-        self.store = sarray.Store(folder, self.meta["shard_sizes"])
+        if self.meta.get("format") != FORMAT:
+            raise TraceError(f"{meta_path} is format {self.meta.get('format')!r}, not {FORMAT!r}; rebuild it: "
+                             "`dvc repro trace_index`")
+        self.store = sarray.Store(folder, sum(self.meta["shard_sizes"]))
         self.rows = [json.loads(line) for line in readers.lines(folder / DOCS, "manifest", TraceError)]
-        starts: list[list[int]] = [[] for _ in self.meta["shard_sizes"]]
-        for k, r in enumerate(self.rows):
-            starts[r["shard"]].append(k)
-        self.by_shard = [np.array([self.rows[k]["start"] for k in ks], dtype=np.int64) for ks in starts]
-        self.first = [ks[0] if ks else 0 for ks in starts]
+        self.starts = np.array([r["start"] for r in self.rows], dtype=np.int64)
         self.counts = np.memmap(folder / UNIGRAM, dtype="<u8", mode="r")
         self.log10_total = math.log10(max(int(self.counts.sum()), 1))
 
     def longest(self, ids: np.ndarray) -> np.ndarray:
         """Per position of ``ids``: the longest run of them from there that occurs in the index."""
-        if len(ids) == 0 or self.meta["shards"] == 0:
+        if len(ids) == 0 or self.store.n == 0:
             return np.zeros(len(ids), dtype=np.int64)
         return self.store.longest(sarray.suffix_rows(ids))
 
@@ -149,34 +168,25 @@ class Index:
             return []
         width = max(n for _, n in found) + 1  # one padding column at least: the upper bound needs it
         pats = np.stack([sarray.suffix_rows(ids[i:i + n], width)[0] for i, n in found])
-        lo, hi = self.store.occurrences(pats)  # (shards, spans)
-        count = (hi - lo).sum(axis=0)
-        hits: list[list[tuple[int, int]]] = [[] for _ in found]
-        for j in range(len(found)):
-            for s in np.nonzero(hi[:, j] > lo[:, j])[0].tolist():  # shards in order, then positions
-                if len(hits[j]) == MAX_DOCS:
-                    break
-                b = int(self.store.base[s])
-                take = np.sort(self.store.sa[b + lo[s, j]:b + min(hi[s, j], lo[s, j] + MAX_DOCS - len(hits[j]))])
-                hits[j] += [(s, int(p)) for p in take]
+        lo, hi = self.store.occurrences(pats)
+        hits = [np.sort(self.store.sa[a:min(b, a + MAX_DOCS)]).tolist() for a, b in zip(lo.tolist(), hi.tolist(),
+                                                                                         strict=True)]
         return [Span(i, n, int(c), self.log10_unigram(ids[i:i + n]), h)
-                for (i, n), c, h in zip(found, count.tolist(), hits, strict=True)]
+                for (i, n), c, h in zip(found, (hi - lo).tolist(), hits, strict=True)]
 
     def log10_unigram(self, ids: np.ndarray) -> float:
         """log10 of the span's unigram probability (each token's count over the index's tokens), rounded
         to 4 places: libm's scalar log10, summed in order, never a SIMD kernel chosen by the CPU."""
         return round(sum(math.log10(int(self.counts[t])) for t in ids.tolist()) - len(ids) * self.log10_total, 4)
 
-    def locate(self, shard: int, position: int) -> tuple[dict[str, Any], int]:
-        """The document row holding ``position`` of ``shard``, and the position within the document."""
-        k = int(np.searchsorted(self.by_shard[shard], position, side="right")) - 1
-        row = self.rows[self.first[shard] + k]
+    def locate(self, position: int) -> tuple[dict[str, Any], int]:
+        """The document row holding ``position`` of ``tokens.u32``, and the position within the document."""
+        row = self.rows[int(np.searchsorted(self.starts, position, side="right")) - 1]
         return row, position - row["start"]
 
-    def context(self, shard: int, start: int, length: int, row: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    def context(self, start: int, length: int, row: dict[str, Any]) -> tuple[np.ndarray, ...]:
         """The document's tokens before, in and after a span (at most CONTEXT on each side)."""
-        b = int(self.store.base[shard])
-        t = self.store.tokens[b:b + int(self.store.size[shard])]
+        t = self.store.tokens
         doc_lo, doc_hi = row["start"], row["start"] + row["tokens"]
         lo, hi = max(doc_lo, start - CONTEXT), min(doc_hi, start + length + CONTEXT)
         return (np.asarray(t[lo:start]), np.asarray(t[start:start + length]), np.asarray(t[start + length:hi]))

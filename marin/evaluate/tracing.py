@@ -29,9 +29,9 @@ def encode(tok: Any, text: str) -> np.ndarray:
     return np.array(ids, dtype=np.int64)
 
 
-def _document(index: Index, tok: Any, span: Span, shard: int, pos: int) -> dict[str, Any]:
-    row, at = index.locate(shard, pos)
-    before, inside, after = index.context(shard, pos, span.length, row)
+def _document(index: Index, tok: Any, span: Span, pos: int) -> dict[str, Any]:
+    row, at = index.locate(pos)
+    before, inside, after = index.context(pos, span.length, row)
     snippet = tok.decode(before.tolist()) + MARK[0] + tok.decode(inside.tolist()) + MARK[1] + tok.decode(
         after.tolist())
     return {"id": row["id"], "corpus": row["corpus"], "source": row["source"], "license": row["license"],
@@ -45,7 +45,7 @@ def trace_ids(index: Index, tok: Any, ids: np.ndarray, min_tokens: int) -> dict[
     longest = int(matches.max(initial=0))  # the longest verbatim run, a span or shorter
     out = [{"start": s.start, "length": s.length, "text": tok.decode(ids[s.start:s.start + s.length].tolist()),
             "count": s.count, "log10_unigram": s.log10_unigram,
-            "documents": [_document(index, tok, s, sh, p) for sh, p in s.hits]} for s in spans]
+            "documents": [_document(index, tok, s, p) for p in s.hits]} for s in spans]
     at = next((k for k, s in enumerate(spans) if s.length == longest), None)  # None: shorter than any span
     return {"tokens": len(ids), "covered": tokens_covered(spans, len(ids)), "longest": longest, "longest_at": at,
             "spans": out}
