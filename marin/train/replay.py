@@ -19,13 +19,16 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from marin import config, hashing
 from marin.paths import project_root
 from marin.train import runtime
+
+if TYPE_CHECKING:  # imported after the runtime is configured
+    from marin.train.loop import Job, Setup
 
 
 def distances(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
@@ -47,7 +50,7 @@ def distances(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, d
     return out
 
 
-def _job(stage: str) -> Any:
+def _job(stage: str) -> Job:
     """The training job a run of ``stage`` ran (imported after the runtime is configured)."""
     if stage == "sft":
         from marin.instruct import sft
@@ -58,7 +61,7 @@ def _job(stage: str) -> Any:
     return loop.PRETRAIN
 
 
-def _load(root: Path, one_process: bool = False, stage: str = "train") -> tuple[config.Params, Any, Any]:
+def _load(root: Path, one_process: bool = False, stage: str = "train") -> tuple[config.Params, Job, Setup]:
     """The recorded params, the stage's job and its setup. ``one_process``: a multi-process run's
     mesh in this one process (restoring and digesting checkpoints gives the same tensors)."""
     params = config.load(root / "params.yaml")
