@@ -142,4 +142,4 @@ JOB = loop.Job("sft", ("seed", "sft", "runtime"),
                 Input("chat_template", TEMPLATE.as_posix()),
                 Input("instructions", (INSTRUCTIONS / "train.jsonl").as_posix()),
                 Input("heldout_instructions", (INSTRUCTIONS / "heldout.jsonl").as_posix())),
-               STREAMS, setup, MODEL, CURVE, model_meta)
+               STREAMS, setup, MODEL, CURVE, model_meta, loop.standard_hooks)

@@ -7,8 +7,8 @@ Call :func:`marin.train.runtime.configure` before importing this module.
 
 What is trained, on what, into which output is a :class:`Job`: :data:`PRETRAIN` (the train
 stage) or the instruction fine-tune (marin.instruct.sft), which reuses everything here. The step
-loop (:func:`train_steps`) knows nothing of the ledger or MLflow: the job's ``hooks`` (by default
-:func:`standard_hooks`) do.
+loop (:func:`train_steps`) knows nothing of the ledger or MLflow: the hooks the job registers
+(:func:`standard_hooks`: progress, metric records, live metrics, checkpoints) do.
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ class Job:
     model: Path
     curve: Path
     model_meta: Callable[[Path, Setup], dict[str, Any]]  # config.json's extra keys (tokenizer, packing, ...)
-    hooks: Callable[[HookContext], list[TrainHook]] = standard_hooks  # what happens around each step
+    hooks: Callable[[HookContext], list[TrainHook]]  # what happens around each step: standard_hooks, or more
 
 
 def _pretrain_meta(root: Path, su: Setup) -> dict[str, Any]:
@@ -202,7 +202,7 @@ def _pretrain_meta(root: Path, su: Setup) -> dict[str, Any]:
 
 
 PRETRAIN = Job("train", ("seed", "model", "train", "runtime"), (Input("tokens", TOKENS.as_posix()),), seeds.STREAMS,
-               setup, MODEL, CURVE, _pretrain_meta)
+               setup, MODEL, CURVE, _pretrain_meta, standard_hooks)
 
 
 
