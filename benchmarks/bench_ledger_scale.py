@@ -49,7 +49,7 @@ from pathlib import Path
 from marin import config
 from marin.ledger import Input
 from marin.ledger.run import Plan
-from marin.train.loop import find_resumable
+from marin.train.resume import find_resumable
 root = Path.cwd()
 p = config.load(root / "params.yaml")
 plan = Plan.make(root, "train", params=p.section("seed", "model", "train", "runtime"),

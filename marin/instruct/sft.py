@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from marin import hashing, model_folder, readers, stages
 from marin.config import Params, TrainParams
@@ -30,6 +31,7 @@ from marin.data import chat
 from marin.data import tokenize as tk
 from marin.errors import ParamsError, StageError
 from marin.ledger import Input
+from marin.ledger.bodies import LoaderPosition
 from marin.model import ModelConfig, weights
 from marin.train import distributed, loop, runtime, seeds, step
 from marin.train.loader import sample_windows
@@ -53,7 +55,7 @@ class Rows:
     key: bytes
     fields: ClassVar[tuple[str, ...]] = ("inputs", "targets", "weights")
 
-    def position(self, step: int) -> dict[str, int]:
+    def position(self, step: int) -> LoaderPosition:
         g, n = step * self.batch_size, len(self.inputs)
         return {"epoch": g // n, "index": g % n}
 
@@ -80,7 +82,7 @@ def encoded(path: Path, tok: Any, eos_id: int, seq_len: int) -> tuple[np.ndarray
     return tuple(np.stack(c) for c in zip(*rows, strict=True))  # type: ignore[return-value]
 
 
-def heldout_loss(graphdef: Any, rows: tuple[np.ndarray, np.ndarray, np.ndarray], batch: int) -> Any:
+def heldout_loss(graphdef: nnx.GraphDef, rows: tuple[np.ndarray, np.ndarray, np.ndarray], batch: int) -> loop.ValLoss:
     """params -> the mean NLL over the assistant tokens of the first ``batch`` held-out conversations."""
     x, y, w = (a[:batch] for a in rows)
     nll = step.eval_nll_fn(graphdef)
@@ -113,13 +115,13 @@ def setup(root: Path, params: Params) -> loop.Setup:
     heldout = encoded(root / INSTRUCTIONS / "heldout.jsonl", tok, tokm["eos_id"], cfg.max_seq_len)
     loader = Rows(*train, tp.batch_size, seeds.key_bytes(params.seed, "sft_data_order"))
 
-    def init(params: Params) -> Any:  # the base model's weights, a fresh optimizer state
+    def init(params: Params) -> step.TrainState:  # the base model's weights, a fresh optimizer state
         _, base, _ = weights.load(root / BASE)
         rng = jax.random.key_data(seeds.key(params.seed, "sft_step"))
         return jax.jit(lambda p: step.TrainState(p, optimizer.init(p), jnp.zeros((), jnp.int32), rng),
                        out_shardings=shardings)(base)
 
-    return loop.Setup(cfg, mesh, optimizer, step.lr_schedule(tp), graphdef, abstract, shardings, loader,  # pyright: ignore[reportArgumentType]
+    return loop.Setup(cfg, mesh, optimizer, step.lr_schedule(tp), graphdef, abstract, shardings, loader,
                       step.make_train_step(graphdef, optimizer, shardings, mesh), tokm,
                       heldout_loss(graphdef, heldout, tp.batch_size), tp, init)
 
@@ -140,4 +142,4 @@ JOB = loop.Job("sft", ("seed", "sft", "runtime"),
                 Input("chat_template", TEMPLATE.as_posix()),
                 Input("instructions", (INSTRUCTIONS / "train.jsonl").as_posix()),
                 Input("heldout_instructions", (INSTRUCTIONS / "heldout.jsonl").as_posix())),
-               STREAMS, setup, MODEL, CURVE, model_meta)
+               STREAMS, setup, MODEL, CURVE, model_meta, loop.standard_hooks)

@@ -24,6 +24,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +32,7 @@ import pyarrow.parquet as pq
 
 from marin import fsutil, hashing
 from marin.errors import StageError
+from marin.ledger.bodies import LoaderPosition
 
 ROUNDS = 6
 CACHE = Path(".marin/cache/tokens")
@@ -204,6 +206,21 @@ def _build(shards: list[Path], digests: list[str], eos_id: int, dtype: np.dtype,
                 raise StageError(f"{shard} changed while the token cache was built; run the stage again")
 
 
+class BatchSource(Protocol):
+    """Where the training loop's batches come from: rows ``[lo, hi)`` of step ``step``'s batch, as
+    arrays named ``fields``, and where a step starts (a checkpoint's loader position). The
+    pretraining :class:`Loader`, or a fine-tune's rows (marin.instruct.sft.Rows)."""
+
+    fields: ClassVar[tuple[str, ...]]
+
+    @property
+    def batch_size(self) -> int: ...
+
+    def position(self, step: int) -> LoaderPosition: ...
+
+    def rows(self, step: int, lo: int, hi: int) -> dict[str, np.ndarray]: ...
+
+
 @dataclass(frozen=True)
 class Loader:
     """Batches of (inputs, targets) for any step, from the packed stream (no state: resume is ``batch(step)``)."""
@@ -212,12 +229,13 @@ class Loader:
     seq_len: int
     batch_size: int
     key: bytes  # the data-order key, derived from the root seed by name
+    fields: ClassVar[tuple[str, ...]] = ("inputs", "targets")
 
     @property
     def windows(self) -> int:
         return (len(self.stream) - 1) // self.seq_len
 
-    def position(self, step: int) -> dict[str, int]:
+    def position(self, step: int) -> LoaderPosition:
         """Where step ``step`` starts: epoch and position within the epoch."""
         g = step * self.batch_size
         return {"epoch": g // self.windows, "index": g % self.windows}

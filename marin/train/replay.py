@@ -20,13 +20,16 @@ import importlib
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from marin import config, hashing
 from marin.paths import project_root
 from marin.train import runtime
+
+if TYPE_CHECKING:  # imported after the runtime is configured
+    from marin.train.loop import Job, Setup
 
 
 def distances(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
@@ -54,13 +57,13 @@ def distances(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, d
 JOBS = {"train": ("marin.train.loop", "PRETRAIN"), "sft": ("marin.instruct.sft", "JOB")}
 
 
-def _job(stage: str) -> Any:
+def _job(stage: str) -> Job:
     """The training job a run of ``stage`` ran (imported after the runtime is configured)."""
     module, name = JOBS["sft" if stage == "sft" else "train"]
     return getattr(importlib.import_module(module), name)
 
 
-def _load(root: Path, one_process: bool = False, stage: str = "train") -> tuple[config.Params, Any, Any]:
+def _load(root: Path, one_process: bool = False, stage: str = "train") -> tuple[config.Params, Job, Setup]:
     """The recorded params, the stage's job and its setup. ``one_process``: a multi-process run's
     mesh in this one process (restoring and digesting checkpoints gives the same tensors)."""
     params = config.load(root / "params.yaml")

@@ -13,6 +13,7 @@ Rajbhandari et al. 2020 (ZeRO / fully sharded data parallel, arXiv:1910.02054).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -20,6 +21,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
+from jax.typing import ArrayLike
 
 from marin import allocator
 from marin.config import TrainParams
@@ -27,10 +29,11 @@ from marin.model import ModelConfig, Transformer
 from marin.model.head_loss import head_cross_entropy
 
 Batch = dict[str, jax.Array]  # inputs (B, T) int32, targets (B, T) int32, optionally weights (B, T) float32
+ModelParams = dict[str, Any]  # nested dict of float32 arrays (nnx.to_pure_dict)
 
 
 class TrainState(NamedTuple):
-    params: dict[str, Any]  # nested dict of float32 arrays (nnx.to_pure_dict)
+    params: ModelParams
     opt_state: optax.OptState
     step: jax.Array  # int32 scalar: completed optimizer steps (= the loader position)
     rng: jax.Array  # uint32 key data of the dropout/step stream (unused by this model)
@@ -114,14 +117,14 @@ def batch_sharding(mesh: jax.sharding.Mesh) -> NamedSharding:
 
 
 def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation,
-                    shardings: Any, mesh: jax.sharding.Mesh) -> Any:
+                    shardings: Any, mesh: jax.sharding.Mesh) -> PacedStep:
     """Jitted ``train_step(state, batch) -> (state, metrics)``; the input state is donated.
 
     In/out shardings are pinned, so one executable serves the whole run; XLA inserts the
     gradient all-reduce (and, for fsdp, the parameter all-gathers).
     """
     def train_step(state: TrainState, batch: Batch) -> tuple[TrainState, dict[str, jax.Array]]:
-        def loss_of(params: Any) -> tuple[jax.Array, dict[str, jax.Array]]:
+        def loss_of(params: ModelParams) -> tuple[jax.Array, dict[str, jax.Array]]:
             return loss_fn(nnx.merge(graphdef, params), batch)
 
         (loss, aux), grads = jax.value_and_grad(loss_of, has_aux=True)(state.params)
@@ -155,10 +158,10 @@ class PacedStep:
         return self.jitted(state, batch)
 
 
-def eval_nll_fn(graphdef: nnx.GraphDef) -> Any:
+def eval_nll_fn(graphdef: nnx.GraphDef) -> Callable[[ModelParams, ArrayLike, ArrayLike], jax.Array]:
     """Jitted per-token negative log-likelihood (B, T) in nats."""
     @jax.jit
-    def nll(params: Any, inputs: jax.Array, targets: jax.Array) -> jax.Array:
+    def nll(params: ModelParams, inputs: ArrayLike, targets: ArrayLike) -> jax.Array:
         logits = nnx.merge(graphdef, params)(inputs)
         return optax.softmax_cross_entropy_with_integer_labels(logits, targets)
 
