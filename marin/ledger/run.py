@@ -32,6 +32,7 @@ from marin.ledger.bodies import (
     InputBody,
     Kind,
     MetricBody,
+    Named,
     OutputBody,
     PublicationBody,
     RunFinished,
@@ -70,7 +71,7 @@ def recipe_code(code: dict[str, Any]) -> str:
 
 def recipe_digest(
     stage: str, command: list[str], params: dict[str, Any], code_digest: str,
-    inputs: list[dict[str, str]], det_class: dict[str, Any],
+    inputs: Sequence[Named] | Sequence[dict[str, str]], det_class: dict[str, Any],
 ) -> str:
     """Digest of everything that should determine a run's outputs."""
     return hashing.json_digest({
