@@ -103,7 +103,7 @@ def status(root: Path, index: Index) -> list[StageStatus]:
             out.append(StageStatus(s.name, None))
             continue
         started = read_started(root, run_id)
-        st = compare(root, s.name, started.body["code"])
+        st = compare(root, s.name, started.body_as("run.started")["code"])
         st.run_id, st.outputs = run_id, sorted(locked) or [o.path for o in s.outs]
         st.inputs, st.missing = changed_inputs(root, index, run_id, hashes)
         out.append(st)
@@ -172,7 +172,7 @@ def unmatched_params(root: Path, index: Index) -> list[str]:
             continue
         diffs = []
         for run_id in reversed(done):  # newest first: of equally close runs, the latest is named
-            recorded = config.flatten(read_started(root, run_id).body["params"])
+            recorded = config.flatten(read_started(root, run_id).body_as("run.started")["params"])
             diffs.append((sorted(k for k in now if recorded.get(k, _NONE) != now[k]), run_id, recorded))
         diffs.sort(key=lambda d: len(d[0]))  # stable: closest first
         if diffs[0][0]:

@@ -106,7 +106,7 @@ def eval_prefix(r: Record) -> str:
 
 def eval_metrics(r: Record) -> dict[str, float]:
     """An eval record's measurements of the model (``eval/<task>/acc``), its constants left out."""
-    return {f"{eval_prefix(r)}/{k}": v["value"] for k, v in r.body["values"].items()
+    return {f"{eval_prefix(r)}/{k}": v["value"] for k, v in r.body_as("eval")["values"].items()
             if isinstance(v, dict) and not k.startswith(CONSTANTS)}
 
 
@@ -116,7 +116,7 @@ def eval_params(r: Record) -> list[Any]:
     from mlflow.entities import Param
 
     out = []
-    for k, v in r.body["values"].items():
+    for k, v in r.body_as("eval")["values"].items():
         if isinstance(v, dict) and not k.startswith(CONSTANTS):
             continue  # a measurement: a metric
         value = v["value"] if isinstance(v, dict) else v
