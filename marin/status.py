@@ -18,6 +18,7 @@ The temporary folders a killed run left are listed too (:func:`marin.ledger.chec
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,7 @@ def producing_run(index: Index, stage: str, locked: dict[str, str]) -> str | Non
     return done[-1].run_id if done else None
 
 
-def compare(root: Path, stage: str, code: dict[str, Any]) -> StageStatus:
+def compare(root: Path, stage: str, code: Mapping[str, Any]) -> StageStatus:
     """The stage's closure now against the ``code`` section its run recorded."""
     st = StageStatus(stage, None)
     recorded = code.get("closure")

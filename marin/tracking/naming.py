@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from marin.config import flatten
@@ -58,7 +59,7 @@ def run_name(stage: str, run_id: str) -> str:
     return f"{stage} {run_id.rsplit('-', 1)[-1]}"
 
 
-def pipeline_key(code: dict[str, Any]) -> str:
+def pipeline_key(code: Mapping[str, Any]) -> str:
     """The pipeline a stage run belongs to: its git commit (12 hex), and the diff's digest if dirty."""
     key = (code["git_commit"] or "no-commit")[:12]
     if code["dirty"]:
@@ -66,7 +67,7 @@ def pipeline_key(code: dict[str, Any]) -> str:
     return key
 
 
-def pipeline_name(code: dict[str, Any]) -> str:
+def pipeline_name(code: Mapping[str, Any]) -> str:
     """A pipeline run's name: ``pipeline 1a2b3c4d`` (commit), ``+5e6f7a`` for a dirty tree's diff."""
     name = "pipeline " + (code["git_commit"] or "no-commit")[:8]
     return name + ("+" + code["diff_digest"].split(":")[1][:6] if code["dirty"] else "")

@@ -157,13 +157,13 @@ def compare(recorded: RunLog, replay: RunLog) -> tuple[dict[str, int], list[Dive
     return counts, sorted(out, key=lambda d: d.seq)
 
 
-def class_differences(recorded: dict[str, Any], replayed: dict[str, Any]) -> list[dict[str, Any]]:
+def class_differences(recorded: Mapping[str, Any], replayed: Mapping[str, Any]) -> list[dict[str, Any]]:
     a, b = flatten(recorded), flatten(replayed)
     return [{"key": k, "recorded": a.get(k), "verifier": b.get(k)} for k in sorted(set(a) | set(b))
             if a.get(k) != b.get(k)]
 
 
-def cpu_differences(recorded: dict[str, Any], verifier: dict[str, Any]) -> dict[str, Any] | None:
+def cpu_differences(recorded: Mapping[str, Any], verifier: Mapping[str, Any]) -> dict[str, Any] | None:
     """How the verifier's CPU differs from the recorder's (model, level, kernel-deciding features,
     from the two environment fingerprints), or None when it is the same CPU as far as they say."""
     keys = ("cpu_model", "isa_level")

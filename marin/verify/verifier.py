@@ -132,7 +132,8 @@ class Verifier:
             return [Divergence(seq, "run.started", f"recipe digest {s['recipe_digest']} is not the digest of the "
                                f"recorded stage, command, params, code, inputs and class ({again}): run.started was "
                                "edited", recorded=s["recipe_digest"], replayed=again, independent=True)]
-        if "closure" in s["code"] and hashing.files_map_digest(s["code"]["closure"]) != s["code"]["closure_digest"]:
+        code = s["code"]  # closure and closure_digest are recorded together (env.code_state)
+        if "closure" in code and hashing.files_map_digest(code["closure"]) != code["closure_digest"]:  # pyright: ignore[reportTypedDictNotRequiredAccess]
             return [Divergence(seq, "run.started", "code.closure_digest is not the digest of the recorded closure's "
                                "files: run.started was edited", independent=True)]
         if env.class_digest(s["determinism_class"]) != s["determinism_digest"]:
@@ -154,10 +155,11 @@ class Verifier:
         det = self.started["determinism_class"]
         if det.get("profile") != "portable":
             return
-        missing = cpu.missing_for(det["isa_level"])
+        level = det["isa_level"]  # pyright: ignore[reportTypedDictNotRequiredAccess]  # the portable profile records it
+        missing = cpu.missing_for(level)
         if missing:
             raise CannotVerify(f"step 5: run {self.out.run_id} was recorded under the portable profile at "
-                               f"{det['isa_level']}; this CPU ({cpu.model()}) lacks {', '.join(missing)}: "
+                               f"{level}; this CPU ({cpu.model()}) lacks {', '.join(missing)}: "
                                "verify it on a CPU that has them")
 
     def replay(self, segments: int | None, seed: int | None, xla_flags: tuple[str, ...]) -> bool:
@@ -241,7 +243,7 @@ class Verifier:
                                f"{started['code']['code_digest']}")
         if rs["params"] != started["params"]:
             raise CannotVerify("step 6: the replay did not read the recorded params; params.yaml at commit "
-                               f"{started['code']['git_commit'][:12]} lacks a recorded section")
+                               f"{(started['code']['git_commit'] or '')[:12]} lacks a recorded section")
         return replay
 
     def checkpoint_tensors(self, replay: RunLog) -> None:

@@ -57,7 +57,8 @@ class Workspace:
     @classmethod
     def open(cls, project: Path, run_id: str, started: RunStarted, keep: bool = False) -> Workspace:
         code = started["code"]
-        if not code.get("git_commit"):
+        commit = code.get("git_commit")
+        if not commit:
             raise CannotVerify(f"run {run_id} was recorded outside a git repository: its code cannot be restored")
         if code.get("dirty"):
             names = ", ".join(code.get("changed") or []) or f"diff digest {code['diff_digest']}"
@@ -65,7 +66,6 @@ class Workspace:
                 f"run {run_id} was recorded with uncommitted changes to {names}; "
                 "their content is not in the ledger, so its code cannot be restored. Commit changes before "
                 "recording runs that others should verify")
-        commit = code["git_commit"]
         if git(project, "cat-file", "-e", f"{commit}^{{commit}}") is None:
             raise CannotVerify(f"run {run_id} was recorded at commit {commit[:12]}, which this repository does "
                                "not have; fetch it (git fetch) and retry")
@@ -146,8 +146,8 @@ class Workspace:
         env.update({k: v for k, v in recorded.items() if not k.startswith("MARIN_")})
         det = started["determinism_class"]
         if det.get("kind") == "jax":
-            env["XLA_FLAGS"] = " ".join([*det["xla_flags"], *forced_flags])
-            env["NPROC"] = str(det["xla_cpu_threads"])
+            env["XLA_FLAGS"] = " ".join([*det["xla_flags"], *forced_flags])  # pyright: ignore[reportTypedDictNotRequiredAccess]  # a jax class has them
+            env["NPROC"] = str(det["xla_cpu_threads"])  # pyright: ignore[reportTypedDictNotRequiredAccess]
         elif forced_flags:
             env["XLA_FLAGS"] = " ".join(forced_flags)
         env["MARIN_ROOT"] = str(self.root)
