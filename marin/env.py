@@ -16,11 +16,13 @@ import sys
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marin import cpu, hashing
 from marin.errors import MarinError
-from marin.ledger.bodies import CodeState, DeterminismClass, Env
+
+if TYPE_CHECKING:
+    from marin.ledger.bodies import CodeState, DeterminismClass, Env
 
 # Variables that can change results or explain them. Everything else stays out.
 ENV_ALLOW = (

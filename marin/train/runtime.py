@@ -15,11 +15,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from marin.config import RuntimeParams
 from marin.errors import StageError
-from marin.ledger.bodies import DeterminismClass, Env
+
+if TYPE_CHECKING:
+    from marin.ledger.bodies import DeterminismClass, Env
 
 _DEVICE_FLAG = "--xla_force_host_platform_device_count"
 
@@ -118,7 +120,7 @@ def determinism_class(rt: RuntimeParams, fp: Env) -> DeterminismClass:
     if rt.processes > 1:  # the collectives cross processes (gloo on CPU): see docs/architecture.md
         mesh.update(processes=rt.processes, devices_per_process=rt.devices,
                     cpu_collectives=str(jax.config.jax_cpu_collectives_implementation))  # pyright: ignore[reportAttributeAccessIssue]
-    return cast(DeterminismClass, {  # with the CPU's part, a jax class (a TypedDict takes no ``**`` of a dict)
+    return cast("DeterminismClass", {  # with the CPU's part, a jax class (a TypedDict takes no ``**`` of a dict)
         "kind": "jax",
         "backend": jax.default_backend(),
         "device_kind": devices[0].device_kind,

@@ -8,9 +8,11 @@ The derivation and every derived key are recorded in ``run.started``.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from marin.ledger.bodies import Seeds
+if TYPE_CHECKING:
+    from marin.ledger.bodies import Seeds
+
 
 STREAMS = ("init", "data_order", "step", "sampling")
 DERIVATION = "jax.random.fold_in(jax.random.key(root), int.from_bytes(sha256(name)[:4], 'big'))"
