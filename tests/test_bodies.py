@@ -33,6 +33,9 @@ OPEN = [
     (bodies.Seeds, "run.started", ("properties", "seeds")),
     (bodies.Env, "run.resumed", ("properties", "env")),
     (bodies.CodeState, "run.resumed", ("properties", "code")),
+    (bodies.CpuDifference, "verification", ("properties", "cpu")),
+    (bodies.ClassDifference, "verification", ("properties", "class_differences", "items")),
+    (bodies.Segments, "verification", ("properties", "segments")),
 ]
 
 

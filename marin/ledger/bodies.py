@@ -220,6 +220,34 @@ class VerifiedRun(TypedDict):
     finished_digest: Digest
 
 
+class CpuDifference(TypedDict):
+    """How the verifier's CPU differs from the recorder's (:func:`marin.verify.compare.cpu_differences`)."""
+
+    recorded: dict[str, Any]
+    verifier: dict[str, Any]
+    only_recorded: list[str]
+    only_verifier: list[str]
+
+
+class ClassDifference(TypedDict):
+    """One flattened determinism-class key whose value the replay's class does not share."""
+
+    key: str
+    recorded: Any
+    verifier: Any
+
+
+class Segments(TypedDict):
+    """The intervals ``marin verify --segments K`` drew and replayed."""
+
+    seed: int
+    seed_source: NotRequired[Literal["random", "chosen by the verifier"]]
+    k: int
+    n: int
+    drawn: list[list[int]]
+    detection_probability: float
+
+
 class VerificationBody(TypedDict):
     verified: VerifiedRun
     mode: Literal["full", "segments"]
@@ -228,10 +256,10 @@ class VerificationBody(TypedDict):
     verifier: dict[str, Any]
     compared: dict[str, int]
     first_divergence: dict[str, Any] | None
-    cpu: NotRequired[dict[str, Any]]  # the verifier's CPU differs from the recorder's
-    class_differences: NotRequired[list[dict[str, Any]]]
+    cpu: NotRequired[CpuDifference]  # the verifier's CPU differs from the recorder's
+    class_differences: NotRequired[list[ClassDifference]]
     distances: NotRequired[dict[str, Any]]
-    segments: NotRequired[dict[str, Any]]
+    segments: NotRequired[Segments]
     replay_run_id: NotRequired[str]
     signer: NotRequired[dict[str, str]]  # {"keyid": ...}: the key `marin verify --sign` signs it with
     time: dict[str, float]

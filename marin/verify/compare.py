@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, cast
 
 from marin.config import flatten
-from marin.ledger.bodies import Exact
+from marin.ledger.bodies import ClassDifference, CpuDifference, Exact
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
 
@@ -157,24 +157,24 @@ def compare(recorded: RunLog, replay: RunLog) -> tuple[dict[str, int], list[Dive
     return counts, sorted(out, key=lambda d: d.seq)
 
 
-def class_differences(recorded: Mapping[str, Any], replayed: Mapping[str, Any]) -> list[dict[str, Any]]:
+def class_differences(recorded: Mapping[str, Any], replayed: Mapping[str, Any]) -> list[ClassDifference]:
     a, b = flatten(recorded), flatten(replayed)
-    return [{"key": k, "recorded": a.get(k), "verifier": b.get(k)} for k in sorted(set(a) | set(b))
+    return [ClassDifference(key=k, recorded=a.get(k), verifier=b.get(k)) for k in sorted(set(a) | set(b))
             if a.get(k) != b.get(k)]
 
 
-def cpu_differences(recorded: Mapping[str, Any], verifier: Mapping[str, Any]) -> dict[str, Any] | None:
+def cpu_differences(recorded: Mapping[str, Any], verifier: Mapping[str, Any]) -> CpuDifference | None:
     """How the verifier's CPU differs from the recorder's (model, level, kernel-deciding features,
     from the two environment fingerprints), or None when it is the same CPU as far as they say."""
     keys = ("cpu_model", "isa_level")
     mine, theirs = set(recorded.get("isa_flags") or []), set(verifier.get("isa_flags") or [])
     if all(recorded.get(k) == verifier.get(k) for k in keys) and mine == theirs:
         return None
-    return {"recorded": {k: recorded.get(k) for k in keys}, "verifier": {k: verifier.get(k) for k in keys},
-            "only_recorded": sorted(mine - theirs), "only_verifier": sorted(theirs - mine)}
+    return CpuDifference(recorded={k: recorded.get(k) for k in keys}, verifier={k: verifier.get(k) for k in keys},
+                         only_recorded=sorted(mine - theirs), only_verifier=sorted(theirs - mine))
 
 
-def describe_cpu(d: dict[str, Any]) -> str:
+def describe_cpu(d: CpuDifference) -> str:
     """``cpu_differences`` in a few words: the two models, then the features one has and not the other."""
     a, b = d["recorded"], d["verifier"]
     parts = [f"recorded on {a.get('cpu_model')} ({a.get('isa_level')}), verified on {b.get('cpu_model')} "

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from marin import readers
-from marin.ledger.bodies import VerificationBody, VerifiedRun
+from marin.ledger.bodies import ClassDifference, CpuDifference, Segments, VerificationBody, VerifiedRun
 from marin.verify.compare import Divergence, describe_cpu
 from marin.verify.workspace import CannotVerify, Workspace
 
@@ -26,15 +26,15 @@ class Outcome:
     stage: str
     mode: Literal["full", "segments"] = "full"
     divergences: list[Divergence] = field(default_factory=list)
-    class_diffs: list[dict[str, Any]] = field(default_factory=list)
+    class_diffs: list[ClassDifference] = field(default_factory=list)
     compared: dict[str, int] = field(default_factory=dict)
     distances: dict[str, Any] | None = None
-    segments: dict[str, Any] | None = None
+    segments: Segments | None = None
     verifier: dict[str, Any] = field(default_factory=dict)
     replay_run_id: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     record_seq: int | None = None
-    cpu: dict[str, Any] | None = None  # how the verifier's CPU differs from the recorder's (None: the same)
+    cpu: CpuDifference | None = None  # how the verifier's CPU differs from the recorder's (None: the same)
     signer: str | None = None  # the key id that will sign the record (marin verify --sign), recorded in it
 
     @property

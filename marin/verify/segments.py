@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from marin import hashing
-from marin.ledger.bodies import RunStarted
+from marin.ledger.bodies import RunStarted, Segments
 from marin.ledger.index import Index
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
@@ -80,8 +80,8 @@ def replay_segments(v: Verifier, k: int, seed: int | None) -> None:
     source = "random" if seed is None else "chosen by the verifier"
     seed = secrets.randbits(32) if seed is None else seed
     bounds = [(_step(ckpts[i - 1]) if i else 0, _step(ckpts[i])) for i in draw(seed, n, k)]
-    out.segments = {"seed": seed, "seed_source": source, "k": k, "n": n, "drawn": [list(b) for b in bounds],
-                    "detection_probability": round(k / n, 6)}
+    out.segments = Segments(seed=seed, seed_source=source, k=k, n=n, drawn=[list(b) for b in bounds],
+                            detection_probability=round(k / n, 6))
     say(f"  6. replay: {k} of {n} checkpoint intervals, seed {seed} ({source}): {bounds}")
     ckpt_dir = checkpoints_dir(v.root, log, v.index)
     res_all = json_run(v.ws, v.replay_env, ["segments", "--checkpoints", str(ckpt_dir), "--intervals",
