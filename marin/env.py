@@ -13,12 +13,16 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marin import cpu, hashing
 from marin.errors import MarinError
+
+if TYPE_CHECKING:
+    from marin.ledger.bodies import CodeState, DeterminismClass, Env
 
 # Variables that can change results or explain them. Everything else stays out.
 ENV_ALLOW = (
@@ -100,7 +104,7 @@ def code_paths(root: Path) -> list[str]:
 
 
 def code_state(root: Path, inputs: tuple[str, ...] | list[str] = (),
-               closure: list[str] | None = None) -> dict[str, Any]:
+               closure: list[str] | None = None) -> CodeState:
     """Git commit, tree digest, uncommitted-diff digest, the digest of the code files, and (given
     ``closure``, the files of a stage's code: :mod:`marin.closure`) each closure file's sha256
     and the digest over them, which is what the recipe digest covers.
@@ -129,7 +133,7 @@ def code_state(root: Path, inputs: tuple[str, ...] | list[str] = (),
         others |= set(_lines(git(root, "diff", "HEAD", "--name-only", "--", ".", *excludes)))
     stray = sorted(others - set(changed))
     lock = root / LOCK_FILE
-    state: dict[str, Any] = {
+    state: CodeState = {
         "git_commit": commit.strip() if commit else None,
         "tree_digest": f"git-tree:{tree.strip()}" if tree else None,
         "dirty": bool(dirty_text),
@@ -153,7 +157,7 @@ def _lines(out: str | None) -> list[str]:
     return [x for x in (out or "").splitlines() if x]
 
 
-def fingerprint() -> dict[str, Any]:
+def fingerprint() -> Env:
     """What this machine and interpreter are, as far as a run's results may care."""
     return {
         "python": sys.version.split()[0],
@@ -175,7 +179,7 @@ def fingerprint() -> dict[str, Any]:
     }
 
 
-def data_class(fp: dict[str, Any]) -> dict[str, Any]:
+def data_class(fp: Env) -> DeterminismClass:
     """Determinism class of the data stages: pure Python, Arrow and Rust code whose bits
     depend on library versions (pinned by the lock digest in the recipe) and the platform."""
     return {
@@ -188,5 +192,5 @@ def data_class(fp: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def class_digest(det_class: dict[str, Any]) -> str:
+def class_digest(det_class: Mapping[str, Any]) -> str:
     return hashing.json_digest(det_class)

@@ -17,6 +17,7 @@ from typing import Any
 from marin import fsutil, hashing, net, readers
 from marin.config import NetworkParams
 from marin.errors import IntegrityError, MarinError
+from marin.ledger.bodies import InputBody
 from marin.ledger.index import Index
 from marin.ledger.store import RunLog, load_run
 
@@ -211,7 +212,7 @@ def _fetch_checkpoint(remote: Remote, pub: dict[str, Any], dest: Path) -> None:
                 _fetch(remote, f["sha256"], target, f"{where}, file {f['path']}")
 
 
-def remote_objects(root: Path, rec: dict[str, Any], changed: list[str]) -> str:
+def remote_objects(root: Path, rec: InputBody, changed: list[str]) -> str:
     """For an input whose copy differs from its record: the published remote objects that hold the
     differing files (so a changed object in the remote is named), or '' when it was not published."""
     pub = next((p for p in reversed(publications(root, "dvc")) if p["digest"] == rec["digest"]), None)

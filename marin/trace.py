@@ -32,7 +32,7 @@ class TraceRefused(MarinError):
 
 
 def _inputs(log: RunLog) -> dict[str, str]:
-    return {r.body["name"]: r.body["digest"] for r in log.records if r.kind == "input"}
+    return {b["name"]: b["digest"] for b in log.bodies("input")}
 
 
 def _producer(ledger: Ledger, digest: str, what: str) -> RunLog:
@@ -110,9 +110,9 @@ def recorded_texts(root: Path, run_id: str) -> tuple[str, list[tuple[str, np.nda
     if model is None:
         raise TraceRefused(f"run {run_id} is a {log.start_body['stage']} run; --run traces the samples of an "
                            "evaluate or evaluate_instruct run")
-    texts = [(f"{r.body['name']} #{i + 1}", np.array(s["token_ids"], dtype=np.int64))
-             for r in log.records if r.kind == "eval" for i, s in enumerate(r.body.get("samples") or [])
-             if "token_ids" in s and r.body["name"] != "constant_answer_instructions"]
+    texts = [(f"{b['name']} #{i + 1}", np.array(s["token_ids"], dtype=np.int64))
+             for b in log.bodies("eval") for i, s in enumerate(b.get("samples") or [])
+             if "token_ids" in s and b["name"] != "constant_answer_instructions"]
     return _inputs(log)[model], texts
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from marin import schemas
-from marin.errors import SchemaError
+from marin.errors import LedgerError, SchemaError
 from marin.ledger.records import KINDS, Record, exact
 from marin.paths import SCHEMA_DIR
 
@@ -158,3 +158,12 @@ def test_the_fast_canonical_check_accepts_canonical_lines() -> None:
     for kind in KINDS:
         line = Record.create("curate-20260101T000000Z-0123abcd", 3, D, kind, EXAMPLES[kind]).line().rstrip(b"\n")
         assert _canonical_fast(line) == json.loads(line), kind
+
+
+@pytest.mark.parametrize("kind", sorted(EXAMPLES))
+def test_a_body_reads_as_its_own_kind_only(kind: str) -> None:
+    rec = Record.create("curate-20260101T000000Z-0123abcd", 0, None, kind, EXAMPLES[kind])
+    assert rec.body_as(kind) is rec.body  # type: ignore[call-overload]  # a str kind: the overloads take literals
+    other = next(k for k in KINDS if k != kind)
+    with pytest.raises(LedgerError, match=f"a {kind} record, read as {other}"):
+        rec.body_as(other)  # type: ignore[call-overload]

@@ -28,6 +28,7 @@ from typing import Any
 from marin import env, fsutil, hashing
 from marin.attest import dsse, keyring, verifiers
 from marin.errors import MarinError
+from marin.ledger.bodies import VerificationBody
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog, load_run
 
@@ -57,11 +58,11 @@ def key_file(root: Path, kid: str) -> Path:
 # -- writing --------------------------------------------------------------------------------
 
 
-def level(body: dict[str, Any]) -> str:
+def level(verification: VerificationBody) -> str:
     """The verified level (a custom SlsaResult: SLSA reserves the ``SLSA_`` prefix): the whole run
     replayed bit-exact, or K of its N checkpoint intervals."""
-    if body["mode"] == "segments":
-        s = body["segments"]
+    if verification["mode"] == "segments":
+        s = verification["segments"]  # pyright: ignore[reportTypedDictNotRequiredAccess]  # segments mode records it
         return f"MARIN_REPLAY_SEGMENTS_{s['k']}_OF_{s['n']}"
     return "MARIN_REPLAY_FULL"
 
@@ -77,7 +78,8 @@ def cpu(verifier: dict[str, Any]) -> dict[str, Any]:
 def summary(stage: str, rec: Record, kid: str) -> dict[str, Any]:
     """The in-toto Statement of a VSA about the run verified by ``rec`` (a ``verification`` record),
     to be signed by key ``kid``. PASSED when the verifier exited 0 (its verdict is bit-exact)."""
-    b, v = rec.body, rec.body["verified"]
+    b = rec.body_as("verification")
+    v = b["verified"]
     run_id, passed = v["run_id"], b["exit_code"] == 0
     marin = {"run_id": run_id, "stage": stage, "result": b["result"], "exit_code": b["exit_code"], "mode": b["mode"],
              "segments": b.get("segments"), "verifier": {"keyid": kid, **cpu(b["verifier"])},
@@ -154,7 +156,7 @@ def sign(root: Path, run_id: str, seq: int, key: Path) -> Path:
     if rec is None:
         raise MarinError(f"{run_id}: no verification record at seq {seq} to sign")
     kid = key_id(key)
-    if (rec.body.get("signer") or {}).get("keyid") != kid:
+    if (rec.body_as("verification").get("signer") or {}).get("keyid") != kid:
         raise keyring.SigningKeyError(f"{run_id} seq {seq}: the verification record names another signer than key "
                                      f"{kid}; verify again with `marin verify --sign --key` this key")
     kid, _ = publish_key(root, key)
@@ -254,7 +256,7 @@ def backing_problem(stmt: dict[str, Any], log: RunLog, kid: str, as_of: str) -> 
                 "no `marin verify` it summarises is in the ledger")
     if ref.get("digest") != rec.digest:
         return f"it cites verification record seq {seq} as {ref.get('digest')}, the ledger's is {rec.digest}"
-    signer = (rec.body.get("signer") or {}).get("keyid")
+    signer = (rec.body_as("verification").get("signer") or {}).get("keyid")
     if signer != kid:
         return (f"verification record seq {seq} names " + (f"key {signer} as its signer, not {kid}" if signer else
                 "no signer (it was not made by `marin verify --sign`)") + ": whoever signed this did not make it")

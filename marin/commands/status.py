@@ -18,6 +18,7 @@ The temporary folders a killed run left are listed too (:func:`marin.ledger.chec
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,7 @@ def producing_run(index: Index, stage: str, locked: dict[str, str]) -> str | Non
     return done[-1].run_id if done else None
 
 
-def compare(root: Path, stage: str, code: dict[str, Any]) -> StageStatus:
+def compare(root: Path, stage: str, code: Mapping[str, Any]) -> StageStatus:
     """The stage's closure now against the ``code`` section its run recorded."""
     st = StageStatus(stage, None)
     recorded = code.get("closure")
@@ -103,7 +104,7 @@ def status(root: Path, index: Index) -> list[StageStatus]:
             out.append(StageStatus(s.name, None))
             continue
         started = read_started(root, run_id)
-        st = compare(root, s.name, started.body["code"])
+        st = compare(root, s.name, started.body_as("run.started")["code"])
         st.run_id, st.outputs = run_id, sorted(locked) or [o.path for o in s.outs]
         st.inputs, st.missing = changed_inputs(root, index, run_id, hashes)
         out.append(st)
@@ -172,7 +173,7 @@ def unmatched_params(root: Path, index: Index) -> list[str]:
             continue
         diffs = []
         for run_id in reversed(done):  # newest first: of equally close runs, the latest is named
-            recorded = config.flatten(read_started(root, run_id).body["params"])
+            recorded = config.flatten(read_started(root, run_id).body_as("run.started")["params"])
             diffs.append((sorted(k for k in now if recorded.get(k, _NONE) != now[k]), run_id, recorded))
         diffs.sort(key=lambda d: len(d[0]))  # stable: closest first
         if diffs[0][0]:

@@ -163,14 +163,14 @@ def run_trial(root: Path, sweep_id: str, index: int, overrides: dict[str, Any], 
     logs = []
     for path in sorted(set(ledger_dir(root).glob("*.jsonl")) - {ledger_dir(root) / n for n in before}):
         log = load_run(root, path.stem, validate=False)
-        tag = ((log.started.body.get("execution") or {}).get("sweep") if log.started else None) or {}
+        tag = ((log.start_body.get("execution") or {}).get("sweep") if log.started else None) or {}
         if tag == {"run_id": sweep_id, "trial": index}:
             logs.append(log)
     logs.sort(key=lambda log: log.started.time)
     body: TrialBody = {
         "index": index, "params": overrides, "status": "succeeded" if p.returncode == 0 else "failed",
         "experiment": name,
-        "runs": [TrialRun(run_id=log.run_id, stage=log.started.body["stage"], status=log.status) for log in logs],
+        "runs": [TrialRun(run_id=log.run_id, stage=log.start_body["stage"], status=log.status) for log in logs],
         "metrics": last_metrics(logs)}
     ref = next((line.split()[0] for line in (git(root, "for-each-ref", "--format=%(objectname) %(refname)",
                                                  "refs/exps/") or "").splitlines() if line.endswith(f"/{name}")), None)

@@ -19,6 +19,7 @@ from marin import fsutil, hashing, readers
 from marin.config import Params, Reference
 from marin.errors import StageError
 from marin.evaluate import decontam, task_files
+from marin.ledger.bodies import DeterminismClass
 
 VALIDATION = Path("data/curated/validation.parquet")  # the evaluation text: evaluate scores its tokens
 EVALSETS = Path("data/evalsets")
@@ -96,7 +97,7 @@ def run_stage(root: Path, params: Params, name: str) -> None:
     if decon is not None:
         inputs.append(Input("decontamination", decontam.OUT.as_posix()))
     fp = env.fingerprint()
-    det = {"kind": "torch", "torch": torch.__version__, "device": "cpu", "dtype": "float32",
+    det: DeterminismClass = {"kind": "torch", "torch": torch.__version__, "device": "cpu", "dtype": "float32",
            "threads": torch.get_num_threads(), "machine": fp["machine"]}
     recorded = {"evaluate": {"harness": params.section("evaluate")["evaluate"].get("harness", {}),
                              "decontaminate": params.evaluate.decontaminate},

@@ -104,6 +104,6 @@ def export(root: Path, params: Params, target: Target) -> None:
                 fsutil.write_bytes(tmp / name, data)
             run.output("hf_model", target.out, source=tmp, tensor_digest=config["tensor_digest"],
                        meta={"format": "transformers LlamaForCausalLM", "model_folder_digest": next(
-                           i["digest"] for i in run.started.body["inputs"] if i["name"] == "model")})
+                           i["digest"] for i in run.started.body_as("run.started")["inputs"] if i["name"] == "model")})
         print(f"{target.stage}: wrote {target.out}/ (Hugging Face Llama and its model card; "
               f"tensor digest {config['tensor_digest']})")

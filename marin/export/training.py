@@ -5,6 +5,7 @@ that a replay (``marin verify``) reads the same run and writes the same card."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,8 +58,9 @@ def training(root: Path, run_file: Path, seq_len: int) -> Training:
     """What the training run recorded in ``run_file`` (:func:`training_run`) says about its training."""
     log = read_run(root / run_file)
     start, env = log.start_body, log.start_body["env"]
-    det = dict(start.get("determinism_class") or {})
+    det: Mapping[str, Any] = start.get("determinism_class") or {}
+    wall_s = float(log.end.body_as("run.finished")["wall_s"])
     return Training(log.run_id, start["stage"], dict(start["params"][start["stage"]]), seq_len,
-                    float(log.end.body["wall_s"]), len(env.get("usable_cores") or []) or int(env["cpu_count"]),
+                    wall_s, len(env.get("usable_cores") or []) or int(env["cpu_count"]),
                     str(env.get("cpu_model") or "not recorded"), int(det.get("device_count") or 1),
                     str(det.get("backend") or "cpu"))

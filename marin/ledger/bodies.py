@@ -1,7 +1,8 @@
 """The body of each kind of ledger record, as a TypedDict: the keys its JSON Schema
 (``schemas/ledger/<kind>.schema.json``) requires or allows, for type hints where bodies are
 built. The schema stays the authority (a test holds these keys to it); nested objects that
-the schema leaves open are ``dict[str, Any]``."""
+the schema leaves open are ``dict[str, Any]``, but for those readers use most (the code state,
+the environment, the determinism class, the seeds), typed by what marin writes into them."""
 
 # No ``from __future__ import annotations`` here: TypedDict reads NotRequired from evaluated
 # annotations, and stringified ones would make every key required in __required_keys__.
@@ -25,17 +26,96 @@ class Named(TypedDict):
     digest: Digest
 
 
+class CodeState(TypedDict):
+    """run.started's ``code`` (:func:`marin.env.code_state`)."""
+
+    git_commit: str | None
+    tree_digest: str | None
+    dirty: bool
+    diff_digest: Digest | None
+    code_digest: Digest
+    lock_digest: Digest | None
+    closure_digest: NotRequired[Digest]
+    closure: NotRequired[dict[str, Digest]]
+    changed: NotRequired[list[str]]
+    stray: NotRequired[list[str]]
+    stray_count: NotRequired[int]
+
+
+class Env(TypedDict):
+    """run.started's ``env``: the machine's fingerprint (:func:`marin.env.fingerprint`). The schema
+    requires fewer keys (runs recorded before marin wrote the others may lack them)."""
+
+    python: str
+    python_implementation: str
+    platform: str
+    machine: str
+    byteorder: str
+    cpu_model: str
+    isa_flags: list[str]
+    isa_level: str
+    cpu_count: int
+    usable_cores: list[int]
+    packages: dict[str, str | None]
+    env_vars: dict[str, str]
+
+
+class DeterminismClass(TypedDict):
+    """run.started's ``determinism_class``: what can change a run's bits. ``kind`` says which of
+    the rest it has: data (:func:`marin.env.data_class`), jax (:func:`marin.train.runtime.determinism_class`)
+    or torch (the reference models' evaluation)."""
+
+    kind: str
+    python: NotRequired[str]  # data
+    byteorder: NotRequired[str]
+    pyarrow: NotRequired[str | None]
+    tokenizers: NotRequired[str | None]
+    machine: NotRequired[str]  # every kind
+    backend: NotRequired[str]  # jax
+    device_kind: NotRequired[str]
+    device_count: NotRequired[int]
+    mesh: NotRequired[dict[str, Any]]
+    jax: NotRequired[str | None]
+    jaxlib: NotRequired[str | None]
+    xla_flags: NotRequired[list[str]]
+    xla_cpu_threads: NotRequired[int]
+    prng_impl: NotRequired[str]
+    x64: NotRequired[bool]
+    profile: NotRequired[Literal["portable", "native"]]
+    isa_level: NotRequired[str]
+    isa_flags: NotRequired[list[str]]
+    onednn_max_cpu_isa: NotRequired[str | None]
+    torch: NotRequired[str]  # torch
+    device: NotRequired[str]
+    dtype: NotRequired[str]
+    threads: NotRequired[int]
+
+
+class Stream(TypedDict):
+    fold_in: int
+    key_data: list[int]
+
+
+class Seeds(TypedDict):
+    """run.started's ``seeds`` (:func:`marin.train.seeds.record`); empty for stages that draw none."""
+
+    root: NotRequired[int]
+    derivation: NotRequired[str]
+    prng_impl: NotRequired[str]
+    streams: NotRequired[dict[str, Stream]]
+
+
 class RunStarted(TypedDict):
     stage: str
     command: list[str]
     params: dict[str, Any]
     recipe_digest: Digest
     inputs: list[Named]
-    code: dict[str, Any]
-    env: dict[str, Any]
-    determinism_class: dict[str, Any]
+    code: CodeState
+    env: Env
+    determinism_class: DeterminismClass
     determinism_digest: Digest
-    seeds: dict[str, Any]
+    seeds: Seeds
     execution: NotRequired[dict[str, Any]]
 
 
@@ -43,8 +123,8 @@ class RunResumed(TypedDict):
     from_seq: int
     from_step: NotRequired[int]
     reason: str
-    env: dict[str, Any]
-    code: dict[str, Any]
+    env: Env
+    code: CodeState
     execution: NotRequired[dict[str, Any]]
 
 
@@ -140,6 +220,34 @@ class VerifiedRun(TypedDict):
     finished_digest: Digest
 
 
+class CpuDifference(TypedDict):
+    """How the verifier's CPU differs from the recorder's (:func:`marin.verify.compare.cpu_differences`)."""
+
+    recorded: dict[str, Any]
+    verifier: dict[str, Any]
+    only_recorded: list[str]
+    only_verifier: list[str]
+
+
+class ClassDifference(TypedDict):
+    """One flattened determinism-class key whose value the replay's class does not share."""
+
+    key: str
+    recorded: Any
+    verifier: Any
+
+
+class Segments(TypedDict):
+    """The intervals ``marin verify --segments K`` drew and replayed."""
+
+    seed: int
+    seed_source: NotRequired[Literal["random", "chosen by the verifier"]]
+    k: int
+    n: int
+    drawn: list[list[int]]
+    detection_probability: float
+
+
 class VerificationBody(TypedDict):
     verified: VerifiedRun
     mode: Literal["full", "segments"]
@@ -148,10 +256,10 @@ class VerificationBody(TypedDict):
     verifier: dict[str, Any]
     compared: dict[str, int]
     first_divergence: dict[str, Any] | None
-    cpu: NotRequired[dict[str, Any]]  # the verifier's CPU differs from the recorder's
-    class_differences: NotRequired[list[dict[str, Any]]]
+    cpu: NotRequired[CpuDifference]  # the verifier's CPU differs from the recorder's
+    class_differences: NotRequired[list[ClassDifference]]
     distances: NotRequired[dict[str, Any]]
-    segments: NotRequired[dict[str, Any]]
+    segments: NotRequired[Segments]
     replay_run_id: NotRequired[str]
     signer: NotRequired[dict[str, str]]  # {"keyid": ...}: the key `marin verify --sign` signs it with
     time: dict[str, float]

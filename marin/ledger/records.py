@@ -12,11 +12,27 @@ import json
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, cast, overload
 
 from marin import hashing, schemas
-from marin.errors import SchemaError
-from marin.ledger.bodies import BODIES, Exact, Kind
+from marin.errors import LedgerError, SchemaError
+from marin.ledger.bodies import (
+    BODIES,
+    CheckpointBody,
+    EvalBody,
+    Exact,
+    InputBody,
+    Kind,
+    MetricBody,
+    OutputBody,
+    PublicationBody,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    SelectionBody,
+    TrialBody,
+    VerificationBody,
+)
 
 KINDS: tuple[Kind, ...] = tuple(BODIES)  # every record kind, each with its body's TypedDict
 # Kinds that may follow run.finished: claims about the finished run, outside its Merkle root.
@@ -53,6 +69,38 @@ class Record:
     kind: str
     body: dict[str, Any]
     digest: str
+
+    @overload
+    def body_as(self, kind: Literal["run.started"]) -> RunStarted: ...
+    @overload
+    def body_as(self, kind: Literal["run.resumed"]) -> RunResumed: ...
+    @overload
+    def body_as(self, kind: Literal["input"]) -> InputBody: ...
+    @overload
+    def body_as(self, kind: Literal["output"]) -> OutputBody: ...
+    @overload
+    def body_as(self, kind: Literal["checkpoint"]) -> CheckpointBody: ...
+    @overload
+    def body_as(self, kind: Literal["metric"]) -> MetricBody: ...
+    @overload
+    def body_as(self, kind: Literal["eval"]) -> EvalBody: ...
+    @overload
+    def body_as(self, kind: Literal["run.finished"]) -> RunFinished: ...
+    @overload
+    def body_as(self, kind: Literal["verification"]) -> VerificationBody: ...
+    @overload
+    def body_as(self, kind: Literal["publication"]) -> PublicationBody: ...
+    @overload
+    def body_as(self, kind: Literal["trial"]) -> TrialBody: ...
+    @overload
+    def body_as(self, kind: Literal["selection"]) -> SelectionBody: ...
+
+    def body_as(self, kind: Kind) -> Any:
+        """The body, typed as ``kind``'s TypedDict (:data:`marin.ledger.bodies.BODIES`), so a reader's keys
+        are checked by the type checker; a LedgerError when the record is of another kind."""
+        if self.kind != kind:
+            raise LedgerError(f"run {self.run_id} seq {self.seq}: a {self.kind} record, read as {kind}")
+        return self.body
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -28,15 +28,19 @@ from marin.errors import LedgerError
 from marin.ledger import listing
 from marin.ledger.bodies import (
     CheckpointBody,
+    DeterminismClass,
+    Env,
     EvalBody,
     InputBody,
     Kind,
     MetricBody,
+    Named,
     OutputBody,
     PublicationBody,
     RunFinished,
     RunResumed,
     RunStarted,
+    Seeds,
     SelectionBody,
     TrialBody,
     VerificationBody,
@@ -62,7 +66,7 @@ class Input:
     locator: str | None = None
 
 
-def recipe_code(code: dict[str, Any]) -> str:
+def recipe_code(code: Mapping[str, Any]) -> str:
     """The code digest a run's recipe covers: its stage's closure (runs recorded before closures
     were recorded: the whole code)."""
     return code.get("closure_digest") or code["code_digest"]
@@ -70,7 +74,7 @@ def recipe_code(code: dict[str, Any]) -> str:
 
 def recipe_digest(
     stage: str, command: list[str], params: dict[str, Any], code_digest: str,
-    inputs: list[dict[str, str]], det_class: dict[str, Any],
+    inputs: Sequence[Named] | Sequence[dict[str, str]], det_class: Mapping[str, Any],
 ) -> str:
     """Digest of everything that should determine a run's outputs."""
     return hashing.json_digest({
@@ -119,8 +123,8 @@ class Plan:
     @classmethod
     def make(
         cls, root: Path, stage: str, *, params: dict[str, Any], inputs: list[Input],
-        det_class: dict[str, Any] | None = None, seeds: dict[str, Any] | None = None,
-        command: list[str] | None = None, fingerprint: dict[str, Any] | None = None,
+        det_class: DeterminismClass | None = None, seeds: Seeds | None = None,
+        command: list[str] | None = None, fingerprint: Env | None = None,
         execution: dict[str, Any] | None = None, tracked: Sequence[str] = (), index: Index | None = None,
     ) -> Plan:
         """``execution``: where the run ran (engine, workers), recorded but not in the recipe.

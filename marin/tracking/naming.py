@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from marin.config import flatten
@@ -58,7 +59,7 @@ def run_name(stage: str, run_id: str) -> str:
     return f"{stage} {run_id.rsplit('-', 1)[-1]}"
 
 
-def pipeline_key(code: dict[str, Any]) -> str:
+def pipeline_key(code: Mapping[str, Any]) -> str:
     """The pipeline a stage run belongs to: its git commit (12 hex), and the diff's digest if dirty."""
     key = (code["git_commit"] or "no-commit")[:12]
     if code["dirty"]:
@@ -66,7 +67,7 @@ def pipeline_key(code: dict[str, Any]) -> str:
     return key
 
 
-def pipeline_name(code: dict[str, Any]) -> str:
+def pipeline_name(code: Mapping[str, Any]) -> str:
     """A pipeline run's name: ``pipeline 1a2b3c4d`` (commit), ``+5e6f7a`` for a dirty tree's diff."""
     name = "pipeline " + (code["git_commit"] or "no-commit")[:8]
     return name + ("+" + code["diff_digest"].split(":")[1][:6] if code["dirty"] else "")
@@ -106,7 +107,7 @@ def eval_prefix(r: Record) -> str:
 
 def eval_metrics(r: Record) -> dict[str, float]:
     """An eval record's measurements of the model (``eval/<task>/acc``), its constants left out."""
-    return {f"{eval_prefix(r)}/{k}": v["value"] for k, v in r.body["values"].items()
+    return {f"{eval_prefix(r)}/{k}": v["value"] for k, v in r.body_as("eval")["values"].items()
             if isinstance(v, dict) and not k.startswith(CONSTANTS)}
 
 
@@ -116,7 +117,7 @@ def eval_params(r: Record) -> list[Any]:
     from mlflow.entities import Param
 
     out = []
-    for k, v in r.body["values"].items():
+    for k, v in r.body_as("eval")["values"].items():
         if isinstance(v, dict) and not k.startswith(CONSTANTS):
             continue  # a measurement: a metric
         value = v["value"] if isinstance(v, dict) else v

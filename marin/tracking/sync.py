@@ -234,13 +234,13 @@ class _Syncer:
         tags = [RunTag("marin.synced_seq", str(last.seq)), RunTag("marin.synced_digest", last.digest),
                 RunTag("marin.status", log.status), RunTag("status", log.status)]
         # Outputs as tags, so lineage can be followed in MLflow alone: input digest -> producing run.
-        tags += [RunTag("marin.output." + r.body["name"].replace(":", "/"), r.body["digest"])
-                 for r in new if r.kind == "output"]
-        tags += [RunTag(f"marin.output.{r.body['name'].replace(':', '/')}.tensor_digest", r.body["tensor_digest"])
-                 for r in new if r.kind == "output" and "tensor_digest" in r.body]  # the model's second identity
+        outputs = [r.body_as("output") for r in new if r.kind == "output"]
+        tags += [RunTag("marin.output." + b["name"].replace(":", "/"), b["digest"]) for b in outputs]
+        tags += [RunTag(f"marin.output.{b['name'].replace(':', '/')}.tensor_digest", b["tensor_digest"])
+                 for b in outputs if "tensor_digest" in b]  # the model's second identity
         # The latest `marin verify` of this run: result, mode and the record that says so.
-        tags += [t for r in new if r.kind == "verification" for t in (
-            RunTag("marin.verification.result", r.body["result"]), RunTag("marin.verification.mode", r.body["mode"]),
+        tags += [t for r, v in ((r, r.body_as("verification")) for r in new if r.kind == "verification") for t in (
+            RunTag("marin.verification.result", v["result"]), RunTag("marin.verification.mode", v["mode"]),
             RunTag("marin.verification.record", f"seq {r.seq} {r.digest}"))]
         self.client.log_batch(mlflow_id, tags=tags)
         if s["stage"] == "sweep":  # a `marin sweep` run: the parent of one child run per trial
@@ -288,8 +288,9 @@ class _Syncer:
 
         t = ms(r.time)
         if r.kind == "metric":
-            out = [Metric(k, v["value"], t, r.body["step"]) for k, v in r.body["values"].items()]
-            out += [Metric(k, v, t, r.body["step"]) for k, v in r.body.get("timing", {}).items()]
+            m = r.body_as("metric")
+            out = [Metric(k, v["value"], t, m["step"]) for k, v in m["values"].items()]
+            out += [Metric(k, v, t, m["step"]) for k, v in m.get("timing", {}).items()]
             return out
         if r.kind != "eval" or log is None:
             return []
@@ -302,7 +303,7 @@ class _Syncer:
         return [Metric(k, v, t, 0, **link) for k, v in eval_metrics(r).items()]  # measurements; the rest are params
 
     def _output(self, mlflow_id: str, log: RunLog, r: Record) -> None:
-        b = r.body
+        b = r.body_as("output")
         path = self.root / b["path"]
         if b["name"].endswith("manifest") and path.is_file():
             self.client.log_artifact(mlflow_id, str(path), "manifests")

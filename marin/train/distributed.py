@@ -32,12 +32,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from marin.config import RuntimeParams
 from marin.errors import StageError
+
+if TYPE_CHECKING:
+    from marin.ledger.bodies import Env
 
 COORDINATOR, PROCESS_ID, NUM_PROCESSES, CLUSTER = ("MARIN_COORDINATOR", "MARIN_PROCESS_ID",
                                                     "MARIN_NUM_PROCESSES", "MARIN_CLUSTER")
@@ -122,7 +125,7 @@ def shutdown(topo: Topology) -> None:
         jax.distributed.shutdown()
 
 
-def process_entry(fp: dict[str, Any]) -> dict[str, Any]:
+def process_entry(fp: Env) -> dict[str, Any]:
     """What one process records about itself: host, devices, thread count, environment."""
     import jax
 

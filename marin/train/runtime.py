@@ -15,10 +15,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from marin.config import RuntimeParams
 from marin.errors import StageError
+
+if TYPE_CHECKING:
+    from marin.ledger.bodies import DeterminismClass, Env
 
 _DEVICE_FLAG = "--xla_force_host_platform_device_count"
 
@@ -106,7 +109,7 @@ def single_process(rt: RuntimeParams) -> RuntimeParams:
     return dataclasses.replace(rt, devices=global_devices(rt), processes=1)
 
 
-def determinism_class(rt: RuntimeParams, fp: dict[str, Any]) -> dict[str, Any]:
+def determinism_class(rt: RuntimeParams, fp: Env) -> DeterminismClass:
     """What can change the bits of a JAX computation here. Under the portable profile the CPU enters
     only as the profile's level (any CPU at it is in the class); under native, as its features."""
     import jax
@@ -117,7 +120,7 @@ def determinism_class(rt: RuntimeParams, fp: dict[str, Any]) -> dict[str, Any]:
     if rt.processes > 1:  # the collectives cross processes (gloo on CPU): see docs/architecture.md
         mesh.update(processes=rt.processes, devices_per_process=rt.devices,
                     cpu_collectives=str(jax.config.jax_cpu_collectives_implementation))  # pyright: ignore[reportAttributeAccessIssue]
-    return {
+    return cast("DeterminismClass", {  # with the CPU's part, a jax class (a TypedDict takes no ``**`` of a dict)
         "kind": "jax",
         "backend": jax.default_backend(),
         "device_kind": devices[0].device_kind,
@@ -131,10 +134,10 @@ def determinism_class(rt: RuntimeParams, fp: dict[str, Any]) -> dict[str, Any]:
         "x64": bool(jax.config.jax_enable_x64),  # pyright: ignore[reportAttributeAccessIssue]
         "machine": fp["machine"],
         **cpu_class(rt, fp),
-    }
+    })
 
 
-def cpu_class(rt: RuntimeParams, fp: dict[str, Any]) -> dict[str, Any]:
+def cpu_class(rt: RuntimeParams, fp: Env) -> dict[str, Any]:
     """The CPU's part of the class: the profile and its level (portable), or the features the
     kernels dispatch on (native); and oneDNN's ISA cap, which decides the weight gradients' bits."""
     onednn = {"onednn_max_cpu_isa": os.environ.get(ONEDNN_ISA_VAR)}

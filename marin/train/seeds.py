@@ -8,7 +8,11 @@ The derivation and every derived key are recorded in ``run.started``.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from marin.ledger.bodies import Seeds
+
 
 STREAMS = ("init", "data_order", "step", "sampling")
 DERIVATION = "jax.random.fold_in(jax.random.key(root), int.from_bytes(sha256(name)[:4], 'big'))"
@@ -32,7 +36,7 @@ def key_bytes(root: int, name: str) -> bytes:
     return np.asarray(jax.random.key_data(key(root, name)), dtype=np.uint32).tobytes()
 
 
-def record(root: int, streams: tuple[str, ...] = STREAMS) -> dict[str, Any]:
+def record(root: int, streams: tuple[str, ...] = STREAMS) -> Seeds:
     """What run.started records about the seeds (of ``streams``)."""
     import jax
     import numpy as np

@@ -7,10 +7,12 @@ floats compare by their ``float.hex()``; timings and times never compare.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 from marin.config import flatten
+from marin.ledger.bodies import ClassDifference, CpuDifference, Exact
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
 
@@ -68,7 +70,7 @@ def comparable(log: RunLog) -> tuple[dict[tuple[Any, ...], Record], list[Diverge
     """Records by key, and a divergence for each second record under one key (a duplicate
     would otherwise go uncompared)."""
     out: dict[tuple[Any, ...], Record] = {}
-    dups = []
+    dups: list[Divergence] = []
     for r in log.records:
         key = key_of(r)
         if key is None:
@@ -84,10 +86,11 @@ def comparable(log: RunLog) -> tuple[dict[tuple[Any, ...], Record], list[Diverge
 
 def inexact(r: Record) -> list[Divergence]:
     """Exact floats whose decimal and ``float.hex()`` disagree (one of them was edited)."""
-    out = []
+    out: list[Divergence] = []
 
     def walk(x: Any, path: str) -> None:
         if isinstance(x, dict):
+            x = cast(dict[str, Any], x)
             if set(x) == {"value", "hex"} and isinstance(x["value"], int | float):
                 if float(x["value"]).hex() != x["hex"] and x["hex"] not in ("nan", "inf", "-inf"):
                     out.append(Divergence(r.seq, r.kind, f"{path}: decimal {x['value']!r} is not hex {x['hex']}",
@@ -96,7 +99,7 @@ def inexact(r: Record) -> list[Divergence]:
             for k, v in x.items():
                 walk(v, f"{path}/{k}")
         elif isinstance(x, list):
-            for i, v in enumerate(x):
+            for i, v in enumerate(cast(list[Any], x)):
                 walk(v, f"{path}/{i}")
 
     walk(r.body, "")
@@ -120,9 +123,14 @@ def _describe(rec: Record, replayed: Record | None) -> Divergence:
                       replayed={k: b.get(k) for k in bad})
 
 
+def values_of(rec: Record) -> Mapping[str, Exact | int | str]:
+    """The values of a metric or an eval record (a LedgerError for any other kind)."""
+    return rec.body_as("metric")["values"] if rec.kind == "metric" else rec.body_as("eval")["values"]
+
+
 def values_divergence(rec: Record, replayed: dict[str, Any]) -> Divergence:
     """A metric or eval record whose values differ from ``replayed``: which values, both ways."""
-    va = rec.body["values"]
+    va = values_of(rec)
     bad = [k for k in sorted(set(va) | set(replayed)) if va.get(k) != replayed.get(k)]
     what = ", ".join(f"{k} recorded {_f(va.get(k))} replayed {_f(replayed.get(k))}" for k in bad)
     return Divergence(rec.seq, rec.kind, what, step=rec.body.get("step"), name=bad[0] if bad else None,
@@ -149,24 +157,24 @@ def compare(recorded: RunLog, replay: RunLog) -> tuple[dict[str, int], list[Dive
     return counts, sorted(out, key=lambda d: d.seq)
 
 
-def class_differences(recorded: dict[str, Any], replayed: dict[str, Any]) -> list[dict[str, Any]]:
+def class_differences(recorded: Mapping[str, Any], replayed: Mapping[str, Any]) -> list[ClassDifference]:
     a, b = flatten(recorded), flatten(replayed)
-    return [{"key": k, "recorded": a.get(k), "verifier": b.get(k)} for k in sorted(set(a) | set(b))
+    return [ClassDifference(key=k, recorded=a.get(k), verifier=b.get(k)) for k in sorted(set(a) | set(b))
             if a.get(k) != b.get(k)]
 
 
-def cpu_differences(recorded: dict[str, Any], verifier: dict[str, Any]) -> dict[str, Any] | None:
+def cpu_differences(recorded: Mapping[str, Any], verifier: Mapping[str, Any]) -> CpuDifference | None:
     """How the verifier's CPU differs from the recorder's (model, level, kernel-deciding features,
     from the two environment fingerprints), or None when it is the same CPU as far as they say."""
     keys = ("cpu_model", "isa_level")
     mine, theirs = set(recorded.get("isa_flags") or []), set(verifier.get("isa_flags") or [])
     if all(recorded.get(k) == verifier.get(k) for k in keys) and mine == theirs:
         return None
-    return {"recorded": {k: recorded.get(k) for k in keys}, "verifier": {k: verifier.get(k) for k in keys},
-            "only_recorded": sorted(mine - theirs), "only_verifier": sorted(theirs - mine)}
+    return CpuDifference(recorded={k: recorded.get(k) for k in keys}, verifier={k: verifier.get(k) for k in keys},
+                         only_recorded=sorted(mine - theirs), only_verifier=sorted(theirs - mine))
 
 
-def describe_cpu(d: dict[str, Any]) -> str:
+def describe_cpu(d: CpuDifference) -> str:
     """``cpu_differences`` in a few words: the two models, then the features one has and not the other."""
     a, b = d["recorded"], d["verifier"]
     parts = [f"recorded on {a.get('cpu_model')} ({a.get('isa_level')}), verified on {b.get('cpu_model')} "
@@ -192,8 +200,8 @@ def metric_distances(recorded: RunLog, replay: RunLog) -> dict[str, Any]:
         other = theirs.get(key)
         if key[0] not in ("metric", "eval") or other is None:
             continue
-        for k, v in rec.body["values"].items():
-            w = other.body["values"].get(k)
+        for k, v in values_of(rec).items():
+            w = values_of(other).get(k)
             if not (isinstance(v, dict) and isinstance(w, dict)):
                 continue
             name = k if key[0] == "metric" else "/".join(str(p) for p in (*key[1:], k) if p is not None)
@@ -201,13 +209,13 @@ def metric_distances(recorded: RunLog, replay: RunLog) -> dict[str, Any]:
             cur = out.setdefault(name, {"max_abs": 0.0, "max_rel": 0.0, "compared": 0})
             cur["compared"] += 1
             if d["abs"] > cur["max_abs"]:
-                cur.update(max_abs=d["abs"], at=rec.body["step"] if key[0] == "metric" else None)
+                cur.update(max_abs=d["abs"], at=rec.body_as("metric")["step"] if key[0] == "metric" else None)
             cur["max_rel"] = max(cur["max_rel"], d["rel"])
     return {k: {kk: vv for kk, vv in v.items() if vv is not None} for k, v in sorted(out.items())}
 
 
 def _f(v: Any) -> str:
-    return f"{v['value']!r} ({v['hex']})" if isinstance(v, dict) and "hex" in v else repr(v)
+    return f"{v['value']!r} ({v['hex']})" if isinstance(v, dict) and "hex" in v else repr(cast(object, v))
 
 
 def _short(v: Any) -> str:

@@ -7,13 +7,15 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from marin import readers
+from marin.ledger.bodies import ClassDifference, CpuDifference, Segments, VerificationBody, VerifiedRun
 from marin.verify.compare import Divergence, describe_cpu
 from marin.verify.workspace import CannotVerify, Workspace
 
-EXIT = {"bit-exact": 0, "mismatch": 1, "class-differs": 3}
+Result = Literal["bit-exact", "mismatch", "class-differs"]
+EXIT: dict[Result, Literal[0, 1, 3]] = {"bit-exact": 0, "mismatch": 1, "class-differs": 3}
 
 
 @dataclass
@@ -22,21 +24,21 @@ class Outcome:
 
     run_id: str
     stage: str
-    mode: str = "full"
+    mode: Literal["full", "segments"] = "full"
     divergences: list[Divergence] = field(default_factory=list)
-    class_diffs: list[dict[str, Any]] = field(default_factory=list)
+    class_diffs: list[ClassDifference] = field(default_factory=list)
     compared: dict[str, int] = field(default_factory=dict)
     distances: dict[str, Any] | None = None
-    segments: dict[str, Any] | None = None
+    segments: Segments | None = None
     verifier: dict[str, Any] = field(default_factory=dict)
     replay_run_id: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     record_seq: int | None = None
-    cpu: dict[str, Any] | None = None  # how the verifier's CPU differs from the recorder's (None: the same)
+    cpu: CpuDifference | None = None  # how the verifier's CPU differs from the recorder's (None: the same)
     signer: str | None = None  # the key id that will sign the record (marin verify --sign), recorded in it
 
     @property
-    def result(self) -> str:
+    def result(self) -> Result:
         """Bit-exact when every compared value agrees, whatever else differs between the machines
         (the record says how). A divergence that no class difference explains (an edited, missing or
         extra record, a checkpoint changed on disk, any divergence in the same class) is a mismatch."""
@@ -47,12 +49,30 @@ class Outcome:
         return "class-differs" if self.class_diffs else "mismatch"
 
     @property
-    def exit_code(self) -> int:
+    def exit_code(self) -> Literal[0, 1, 3]:
         return EXIT[self.result]
 
     @property
     def first(self) -> Divergence | None:
         return min(self.divergences, key=lambda d: d.seq) if self.divergences else None
+
+    def body(self, verified: VerifiedRun) -> VerificationBody:
+        """Step 8: the verification record's body, of the run ``verified`` names."""
+        body = VerificationBody(
+            verified=verified, mode=self.mode, result=self.result, exit_code=self.exit_code, verifier=self.verifier,
+            compared=self.compared, first_divergence=self.first.to_dict() if self.first else None, time=self.seconds)
+        if self.cpu:
+            body["cpu"] = self.cpu
+        if self.class_diffs:
+            body["class_differences"] = self.class_diffs
+            body["distances"] = self.distances or {}
+        if self.segments:
+            body["segments"] = self.segments
+        if self.replay_run_id:
+            body["replay_run_id"] = self.replay_run_id
+        if self.signer:
+            body["signer"] = {"keyid": self.signer}
+        return body
 
 
 Say = Callable[[str], None]
@@ -81,7 +101,7 @@ def counts(c: dict[str, int]) -> str:
 
 def render(out: Outcome) -> list[str]:
     """The verdict in a few lines: class differences and distances, or the first divergence."""
-    lines = []
+    lines: list[str] = []
     if out.cpu:
         lines.append(f"  different CPU: {describe_cpu(out.cpu)}")
     if out.class_diffs:
@@ -90,7 +110,7 @@ def render(out: Outcome) -> list[str]:
     if out.class_diffs and out.result != "bit-exact":
         for kind, table in (out.distances or {}).items():
             if isinstance(table, dict):
-                for name, d in list(table.items())[:12]:
+                for name, d in list(cast(dict[str, Any], table).items())[:12]:
                     lines.append(f"    distance {kind} {name}: max abs {d['max_abs']:.3g}, max rel {d['max_rel']:.3g}")
     elif out.divergences:
         lines.append(f"  first divergence: {out.first}")

@@ -26,18 +26,21 @@ def check(root: Path, replay_root: Path, log: RunLog, found: list[Divergence]) -
     """Divergences for the recorded per-sample outputs: the project's file changed since the run
     (named sample: the project's copy against the replay's), and the named sample added to an
     output divergence of ``found`` (the replay's digest is not the recorded one)."""
-    out = []
-    for rec in (r for r in log.of_kind("output") if r.body["name"] in NAMES):
-        path = rec.body["path"]
+    out: list[Divergence] = []
+    for rec in log.of_kind("output"):
+        body = rec.body_as("output")
+        if body["name"] not in NAMES:
+            continue
+        path = body["path"]
         here, there = root / path, replay_root / path
         if not here.is_file():
             continue  # not on this machine: the replay's digest was compared with the record's
-        recorded, now = rec.body["digest"], hashing.file_digest(here)
+        recorded, now = body["digest"], hashing.file_digest(here)
         if now != recorded:
             which = first_difference(_lines(here), _lines(there)) or "every sample as replayed"
             out.append(Divergence(rec.seq, "output", f"{path} in the project hashes to {now}, not the recorded "
                                   f"{recorded} (changed on disk); first differing sample against the replay: {which}",
-                                  name=rec.body["name"], recorded=recorded, replayed=now, independent=True))
+                                  name=body["name"], recorded=recorded, replayed=now, independent=True))
             continue
         for d in found:
             if d.seq == rec.seq and d.kind == "output":

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from marin import hashing
+from marin.ledger.bodies import RunStarted, Segments
 from marin.ledger.index import Index
+from marin.ledger.records import Record
 from marin.ledger.store import RunLog
 from marin.remote import checkpoints_dir
 from marin.stages import TRAINING
@@ -37,7 +39,7 @@ class Verifier(Protocol):
     replay_env: dict[str, str]
 
     @property
-    def started(self) -> dict[str, Any]: ...
+    def started(self) -> RunStarted: ...
 
 
 def check_segments(root: Path, log: RunLog, k: int, index: Index | None = None) -> None:
@@ -73,13 +75,13 @@ def draw(seed: int, n: int, k: int) -> list[int]:
 def replay_segments(v: Verifier, k: int, seed: int | None) -> None:
     """Steps 6-7 with --segments: draw, replay in ``v``'s workspace, compare (see the module docstring)."""
     log, out, say, started = v.log, v.out, v.say, v.started
-    ckpts = sorted(log.of_kind("checkpoint"), key=lambda r: r.body["step"])
+    ckpts = sorted(log.of_kind("checkpoint"), key=_step)
     n = len(ckpts)
     source = "random" if seed is None else "chosen by the verifier"
     seed = secrets.randbits(32) if seed is None else seed
-    bounds = [(ckpts[i - 1].body["step"] if i else 0, ckpts[i].body["step"]) for i in draw(seed, n, k)]
-    out.segments = {"seed": seed, "seed_source": source, "k": k, "n": n, "drawn": [list(b) for b in bounds],
-                    "detection_probability": round(k / n, 6)}
+    bounds = [(_step(ckpts[i - 1]) if i else 0, _step(ckpts[i])) for i in draw(seed, n, k)]
+    out.segments = Segments(seed=seed, seed_source=source, k=k, n=n, drawn=[list(b) for b in bounds],
+                            detection_probability=round(k / n, 6))
     say(f"  6. replay: {k} of {n} checkpoint intervals, seed {seed} ({source}): {bounds}")
     ckpt_dir = checkpoints_dir(v.root, log, v.index)
     res_all = json_run(v.ws, v.replay_env, ["segments", "--checkpoints", str(ckpt_dir), "--intervals",
@@ -88,8 +90,8 @@ def replay_segments(v: Verifier, k: int, seed: int | None) -> None:
     if res_all["code_digest"] != started["code"]["code_digest"] or res_all["params"] != started["params"]:
         raise CannotVerify("step 6: the segment replay did not run the recorded code and params "
                            f"(code {res_all['code_digest']}, recorded {started['code']['code_digest']})")
-    metrics = {r.body["step"]: r for r in log.of_kind("metric")}
-    at = {r.body["step"]: r for r in ckpts}
+    metrics = {r.body_as("metric")["step"]: r for r in log.of_kind("metric")}
+    at = {_step(r): r for r in ckpts}
     for res in res_all["intervals"]:
         before = len(out.divergences)
         _compare_interval(res, at, metrics, out)
@@ -102,30 +104,36 @@ def replay_segments(v: Verifier, k: int, seed: int | None) -> None:
     say(f"  7. compared {sum(out.compared.values())} records ({counts(out.compared)})")
 
 
-def _end_files(ckpt_dir: Path, r: Any, out: Outcome) -> None:
+def _step(r: Record) -> int:
+    return r.body_as("checkpoint")["step"]
+
+
+def _end_files(ckpt_dir: Path, r: Record, out: Outcome) -> None:
     """The interval's end checkpoint on disk against its record's files digest (the replay compared its state with
     the record, not with these files, which a resume or a later interval restores from)."""
-    where = ckpt_dir / Path(r.body["path"]).name
-    if "files_digest" not in r.body or not where.is_dir():
+    b = r.body_as("checkpoint")
+    where = ckpt_dir / Path(b["path"]).name
+    if "files_digest" not in b or not where.is_dir():
         return
     now = hashing.path_digest(where)
-    if now != r.body["files_digest"]:
-        out.divergences.append(Divergence(r.seq, "checkpoint", f"the checkpoint files at {r.body['path']} hash to "
-                                          f"{now}, not the recorded {r.body['files_digest']} (changed on disk)",
-                                          step=r.body["step"], recorded=r.body["files_digest"], replayed=now,
+    if now != b["files_digest"]:
+        out.divergences.append(Divergence(r.seq, "checkpoint", f"the checkpoint files at {b['path']} hash to "
+                                          f"{now}, not the recorded {b['files_digest']} (changed on disk)",
+                                          step=b["step"], recorded=b["files_digest"], replayed=now,
                                           independent=True))
 
 
-def _compare_interval(res: dict[str, Any], at: dict[int, Any], metrics: dict[int, Any], out: Outcome) -> None:
+def _compare_interval(res: dict[str, Any], at: dict[int, Record], metrics: dict[int, Record], out: Outcome) -> None:
     start, end = res["start"], res["end"]
     if res.get("missing") is not None:
         raise CannotVerify(f"step 6: the recorded checkpoint at step {start} is not on disk "
-                           f"({at[start].body['path']}); copy the run's checkpoints here or use a full replay")
-    if start and res["start_digest"] != at[start].body["digest"]:
-        r = at[start]
-        out.divergences.append(Divergence(r.seq, "checkpoint", f"the checkpoint files at {r.body['path']} restore "
-                               f"to {res['start_digest']}, not the recorded {r.body['digest']}: the interval "
-                               "cannot start", step=start, recorded=r.body["digest"],
+                           f"({at[start].body_as('checkpoint')['path']}); copy the run's checkpoints here or use a "
+                           "full replay")
+    if start and res["start_digest"] != at[start].body_as("checkpoint")["digest"]:
+        r, b = at[start], at[start].body_as("checkpoint")
+        out.divergences.append(Divergence(r.seq, "checkpoint", f"the checkpoint files at {b['path']} restore "
+                               f"to {res['start_digest']}, not the recorded {b['digest']}: the interval "
+                               "cannot start", step=start, recorded=b["digest"],
                                replayed=res["start_digest"], independent=True))
         return
     for s, values in res["metrics"].items():
@@ -136,15 +144,16 @@ def _compare_interval(res: dict[str, Any], at: dict[int, Any], metrics: dict[int
                                               "recorded no metric for it", step=int(s), replayed=values,
                                               independent=True))
             continue
-        if r.body["values"] != values:
+        if r.body_as("metric")["values"] != values:
             out.divergences.append(values_divergence(r, values))
     r = at[end]
+    recorded = r.body_as("checkpoint")["digest"]
     out.compared["checkpoint"] = out.compared.get("checkpoint", 0) + 1
-    if res["end_digest"] != r.body["digest"]:
-        dist = res["distances"] or {}
+    if res["end_digest"] != recorded:
+        dist: dict[str, Any] = res["distances"] or {}
         first = next(iter(sorted(dist)), None)
-        what = f"replaying steps {start}..{end} gives {res['end_digest']}, recorded {r.body['digest']}"
+        what = f"replaying steps {start}..{end} gives {res['end_digest']}, recorded {recorded}"
         if first is not None:
             what += f"; first tensor differing from the files on disk: {first}"
         out.divergences.append(Divergence(r.seq, "checkpoint", what, step=end, tensor=first,
-                                          recorded=r.body["digest"], replayed=res["end_digest"]))
+                                          recorded=recorded, replayed=res["end_digest"]))

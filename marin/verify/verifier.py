@@ -32,9 +32,11 @@ from typing import Any
 
 from marin import env, hashing
 from marin.errors import IntegrityError
+from marin.ledger.bodies import RunStarted, VerifiedRun
 from marin.ledger.check import check_run
 from marin.ledger.index import Index, seed, with_index
 from marin.ledger.query import Ledger
+from marin.ledger.records import Record
 from marin.ledger.run import recipe_code, recipe_digest
 from marin.ledger.store import NoSuchRun, RunFile, RunLog, load_run, read_all
 from marin.paths import ledger_dir
@@ -96,8 +98,8 @@ class Verifier:
     replay_env: dict[str, str] = field(init=False)
 
     @property
-    def started(self) -> dict[str, Any]:
-        return self.log.start.body
+    def started(self) -> RunStarted:
+        return self.log.start_body
 
     def run(self, segments: int | None, seed: int | None, xla_flags: tuple[str, ...], keep: bool) -> Outcome:
         """Steps 2-8 (step 1 loaded the run)."""
@@ -123,24 +125,25 @@ class Verifier:
     def check_recipe(self) -> list[Divergence]:
         """Step 2: the recorded recipe digest is the digest of the recorded recipe fields."""
         log = self.log
-        s, seq = log.start.body, log.start.seq
+        s, seq = log.start_body, log.start.seq
         again = recipe_digest(s["stage"], s["command"], s["params"], recipe_code(s["code"]), s["inputs"],
                               s["determinism_class"])
         if again != s["recipe_digest"]:
             return [Divergence(seq, "run.started", f"recipe digest {s['recipe_digest']} is not the digest of the "
                                f"recorded stage, command, params, code, inputs and class ({again}): run.started was "
                                "edited", recorded=s["recipe_digest"], replayed=again, independent=True)]
-        if "closure" in s["code"] and hashing.files_map_digest(s["code"]["closure"]) != s["code"]["closure_digest"]:
+        code = s["code"]  # closure and closure_digest are recorded together (env.code_state)
+        if "closure" in code and hashing.files_map_digest(code["closure"]) != code["closure_digest"]:  # pyright: ignore[reportTypedDictNotRequiredAccess]
             return [Divergence(seq, "run.started", "code.closure_digest is not the digest of the recorded closure's "
                                "files: run.started was edited", independent=True)]
         if env.class_digest(s["determinism_class"]) != s["determinism_digest"]:
             return [Divergence(seq, "run.started", "determinism_digest is not the digest of the recorded class: "
                                "run.started was edited", recorded=s["determinism_digest"], independent=True)]
-        by_name = {r.body["name"]: r for r in log.of_kind("input")}
-        found = []
+        by_name = {r.body_as("input")["name"]: r for r in log.of_kind("input")}
+        found: list[Divergence] = []
         for i in s["inputs"]:
             r = by_name.get(i["name"])
-            if r is None or r.body["digest"] != i["digest"]:
+            if r is None or r.body_as("input")["digest"] != i["digest"]:
                 found.append(Divergence(r.seq if r else seq, "input", f"the input record does not match the recipe's "
                                         f"input {i['digest']}", name=i["name"], recorded=i["digest"], independent=True))
         return found
@@ -152,10 +155,11 @@ class Verifier:
         det = self.started["determinism_class"]
         if det.get("profile") != "portable":
             return
-        missing = cpu.missing_for(det["isa_level"])
+        level = det["isa_level"]  # pyright: ignore[reportTypedDictNotRequiredAccess]  # the portable profile records it
+        missing = cpu.missing_for(level)
         if missing:
             raise CannotVerify(f"step 5: run {self.out.run_id} was recorded under the portable profile at "
-                               f"{det['isa_level']}; this CPU ({cpu.model()}) lacks {', '.join(missing)}: "
+                               f"{level}; this CPU ({cpu.model()}) lacks {', '.join(missing)}: "
                                "verify it on a CPU that has them")
 
     def replay(self, segments: int | None, seed: int | None, xla_flags: tuple[str, ...]) -> bool:
@@ -181,15 +185,16 @@ class Verifier:
     def restore_inputs(self, ledger: Ledger) -> bool:
         """Step 4: every input put in the workspace by digest. False (the divergence in ``out``) when an
         input's recorded content is nowhere and the project's copy is one no run recorded."""
-        by_name = {r.body["name"]: r for r in self.log.of_kind("input")}
+        by_name = {r.body_as("input")["name"]: r for r in self.log.of_kind("input")}
         producers = ledger.producers_of  # digest -> the runs that output it
         for i in self.started["inputs"]:
             rec = by_name[i["name"]]
+            body = rec.body_as("input")
             try:
-                source = self.ws.restore_input(rec.body, _entries(producers, rec.body["digest"]))
+                source = self.ws.restore_input(body, _entries(producers, body["digest"]))
                 self.say(f"  4. input {i['name']}: restored from {source}")
             except InputUnavailable as e:
-                here = ledger.root / rec.body["path"]
+                here = ledger.root / body["path"]
                 if not here.exists():
                     raise CannotVerify(f"step 4: {e}; restore it (dvc pull / dvc checkout) and retry") from None
                 later = producers(hashing.path_digest(here))
@@ -198,7 +203,7 @@ class Verifier:
                                        "produced: restore the recorded one (dvc checkout, or keep a DVC cache) "
                                        "and retry") from None
                 self.out.divergences = [Divergence(rec.seq, "input", f"{e}; no run recorded that content",
-                                                   name=i["name"], recorded=rec.body["digest"], independent=True)]
+                                                   name=i["name"], recorded=body["digest"], independent=True)]
                 self.say(f"  4. input {i['name']}: MISMATCH {e}")
                 return False
         return True
@@ -211,7 +216,7 @@ class Verifier:
         ws.run(["-m", module, *started["command"][1:]], self.replay_env, f"step 6: the replay of {log.run_id}",
                progress=True)
         replay = self.replayed_run()
-        rs = replay.start.body
+        rs = replay.start_body
         out.class_diffs = class_differences(started["determinism_class"], rs["determinism_class"])
         out.compared, out.divergences = compare(log, replay)
         out.divergences = sorted(_started_fields(log, rs) + out.divergences
@@ -225,12 +230,12 @@ class Verifier:
     def replayed_run(self) -> RunLog:
         """Step 6: the one run the replay left in the workspace's ledger, of the recorded code and params."""
         started, out, ws = self.started, self.out, self.ws
-        replays = [r for r in read_all(ledger_dir(ws.root)) if r.started and r.started.body["stage"] == out.stage]
+        replays = [r for r in read_all(ledger_dir(ws.root)) if r.started and r.start_body["stage"] == out.stage]
         if len(replays) != 1 or replays[0].status != "succeeded":
             raise CannotVerify(f"step 6: the replay left {len(replays)} {out.stage} run(s) in {ledger_dir(ws.root)}, "
                                "expected one that succeeded")
         replay = replays[0]
-        rs = replay.start.body
+        rs = replay.start_body
         out.replay_run_id = replay.run_id
         out.verifier.update(env=rs["env"], code=rs["code"], determinism_class=rs["determinism_class"])
         if rs["code"]["code_digest"] != started["code"]["code_digest"]:
@@ -238,7 +243,7 @@ class Verifier:
                                f"{started['code']['code_digest']}")
         if rs["params"] != started["params"]:
             raise CannotVerify("step 6: the replay did not read the recorded params; params.yaml at commit "
-                               f"{started['code']['git_commit'][:12]} lacks a recorded section")
+                               f"{(started['code']['git_commit'] or '')[:12]} lacks a recorded section")
         return replay
 
     def checkpoint_tensors(self, replay: RunLog) -> None:
@@ -249,18 +254,19 @@ class Verifier:
         if not recs or not replayed:
             return
         on_disk = checkpoints_dir(self.root, self.log, self.index)  # the project's, else the published ones
-        replay_dir = self.ws.root / Path(replayed[0].body["path"]).parent
+        replay_dir = self.ws.root / Path(replayed[0].body_as("checkpoint")["path"]).parent
         if not on_disk.is_dir():
             out.verifier["tensor_pass"] = f"skipped: the recorded checkpoints ({on_disk}) are not on this machine"
             return
         result = self.tensor_pass(on_disk, replay_dir, recs, replayed)
         by_step = {d.step: d for d in out.divergences if d.kind == "checkpoint"}
         tensor_max: dict[str, dict[str, float]] = {}
-        missing = []
+        missing: list[int] = []
         for r in recs:
-            s, rec_digest = r.body["step"], r.body["digest"]
+            b = r.body_as("checkpoint")
+            s, rec_digest = b["step"], b["digest"]
             res = result[str(s)]
-            dist = res["distances"] or {}
+            dist: dict[str, Any] = res["distances"] or {}
             _widen(tensor_max, dist)
             if res["a_digest"] is None:
                 missing.append(s)
@@ -268,7 +274,7 @@ class Verifier:
             first = next(iter(sorted(dist)), None)
             if res["a_digest"] != rec_digest:
                 out.divergences.append(Divergence(
-                    r.seq, "checkpoint", f"the checkpoint files at {r.body['path']} restore to {res['a_digest']}, "
+                    r.seq, "checkpoint", f"the checkpoint files at {b['path']} restore to {res['a_digest']}, "
                     f"not the recorded {rec_digest} (changed on disk)", step=s, tensor=first,
                     recorded=rec_digest, replayed=res["a_digest"], independent=True))
             elif s in by_step and first is not None:
@@ -279,13 +285,15 @@ class Verifier:
             out.distances = {"tensors": tensor_max,
                              "note": f"recorded checkpoints missing on disk at steps {missing}" if missing else ""}
 
-    def tensor_pass(self, on_disk: Path, replay_dir: Path, recs: list[Any], replayed: list[Any]) -> dict[str, Any]:
+    def tensor_pass(self, on_disk: Path, replay_dir: Path, recs: list[Record],
+                    replayed: list[Record]) -> dict[str, Any]:
         """The replay tool's tensor comparison of the recorded checkpoints with the replay's, by step;
         the tool must see the replay's checkpoints as the replay recorded them."""
+        steps = ",".join(str(r.body_as("checkpoint")["step"]) for r in recs)
         result = json_run(self.ws, self.replay_env, ["compare", "--a", str(on_disk), "--b", str(replay_dir),
-                                                     "--steps", ",".join(str(r.body["step"]) for r in recs),
+                                                     "--steps", steps,
                                                      *stage_args(self.out.stage)], self.out)
-        own = {r.body["step"]: r.body["digest"] for r in replayed}
+        own = {b["step"]: b["digest"] for b in (r.body_as("checkpoint") for r in replayed)}
         for s, res in result.items():
             if own.get(int(s)) is not None and res["b_digest"] != own[int(s)]:
                 raise CannotVerify(f"step 7: the tensor pass restores the replay's checkpoint {s} as "
@@ -304,39 +312,18 @@ class Verifier:
         out.verifier.setdefault("determinism_class", {})
         out.cpu = cpu_differences(log.start_body["env"], out.verifier["env"])
         file = RunFile(log.path, log.run_id, functools.partial(seed, log.path, log.run_id, self.index))
-        rec = file.append("verification", json.loads(json.dumps(self.record(), default=str)))
+        verified = VerifiedRun(run_id=log.run_id, recipe_digest=log.start_body["recipe_digest"],
+                               finished_digest=log.end.digest)
+        rec = file.append("verification", json.loads(json.dumps(out.body(verified), default=str)))
         out.record_seq = rec.seq
         for line in render(out):
             self.say(line)
         return out
 
-    def record(self) -> dict[str, Any]:
-        """Step 8: the verification record's body."""
-        log, out = self.log, self.out
-        body: dict[str, Any] = {
-            "verified": {"run_id": log.run_id, "recipe_digest": log.start_body["recipe_digest"],
-                         "finished_digest": log.end.digest},
-            "mode": out.mode, "result": out.result, "exit_code": out.exit_code, "verifier": out.verifier,
-            "compared": out.compared, "first_divergence": out.first.to_dict() if out.first else None,
-            "time": out.seconds,
-        }
-        if out.cpu:
-            body["cpu"] = out.cpu
-        if out.class_diffs:
-            body["class_differences"] = out.class_diffs
-            body["distances"] = out.distances or {}
-        if out.segments:
-            body["segments"] = out.segments
-        if out.replay_run_id:
-            body["replay_run_id"] = out.replay_run_id
-        if out.signer:
-            body["signer"] = {"keyid": out.signer}
-        return body
-
 
 def _entries(producers: Callable[[str], list[Any]], digest: str) -> list[dict[str, Any]] | None:
     """The file list a producing run recorded for a directory with this digest."""
-    return next((body["entries"] for _, body in producers(digest) if "entries" in body), None)
+    return next((found for _, body in producers(digest) if (found := body.get("entries")) is not None), None)
 
 
 def _module(command: list[str]) -> str:
@@ -354,10 +341,10 @@ def _widen(tensor_max: dict[str, dict[str, float]], dist: dict[str, Any]) -> Non
             cur["max_abs"], cur["max_rel"] = max(cur["max_abs"], d["max_abs"]), max(cur["max_rel"], d["max_rel"])
 
 
-def _started_fields(log: RunLog, replayed: dict[str, Any]) -> list[Divergence]:
+def _started_fields(log: RunLog, replayed: RunStarted) -> list[Divergence]:
     """What run.started claims beyond the recipe digest, against what the replay recorded: the
     derived seeds and the code state (commit, tree, lock file)."""
-    s, out = log.start.body, []
+    s, out = log.start_body, list[Divergence]()
     if replayed["seeds"] != s["seeds"]:
         out.append(Divergence(log.start.seq, "run.started", "the recorded seeds are not those the recorded "
                               "params derive", name="seeds", independent=True))

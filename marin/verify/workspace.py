@@ -16,13 +16,14 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
 from marin import hashing, readers
 from marin.env import GitError, git, recorded_env_vars
 from marin.errors import MarinError
+from marin.ledger.bodies import InputBody, RunStarted
 from marin.ledger.check import entry_changes
 from marin.paths import ledger_dir
 
@@ -38,7 +39,8 @@ class CannotVerify(MarinError):
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        both = isinstance(v, dict) and isinstance(out.get(k), dict)
+        out[k] = deep_merge(out[k], cast(dict[str, Any], v)) if both else v
     return out
 
 
@@ -53,9 +55,10 @@ class Workspace:
     restored: list[dict[str, str]] = field(default_factory=list)  # input name, digest, where it came from
 
     @classmethod
-    def open(cls, project: Path, run_id: str, started: dict[str, Any], keep: bool = False) -> Workspace:
+    def open(cls, project: Path, run_id: str, started: RunStarted, keep: bool = False) -> Workspace:
         code = started["code"]
-        if not code.get("git_commit"):
+        commit = code.get("git_commit")
+        if not commit:
             raise CannotVerify(f"run {run_id} was recorded outside a git repository: its code cannot be restored")
         if code.get("dirty"):
             names = ", ".join(code.get("changed") or []) or f"diff digest {code['diff_digest']}"
@@ -63,7 +66,6 @@ class Workspace:
                 f"run {run_id} was recorded with uncommitted changes to {names}; "
                 "their content is not in the ledger, so its code cannot be restored. Commit changes before "
                 "recording runs that others should verify")
-        commit = code["git_commit"]
         if git(project, "cat-file", "-e", f"{commit}^{{commit}}") is None:
             raise CannotVerify(f"run {run_id} was recorded at commit {commit[:12]}, which this repository does "
                                "not have; fetch it (git fetch) and retry")
@@ -85,15 +87,16 @@ class Workspace:
     def _restore_params(self, recorded: dict[str, Any]) -> None:
         """params.yaml at the commit, with every section the run recorded put back as recorded."""
         path = self.root / "params.yaml"
-        base = yaml.safe_load(readers.read_text(path, "params", CannotVerify)) if path.is_file() else {}
+        base: dict[str, Any] | None = yaml.safe_load(  # a mapping, as params.yaml is
+            readers.read_text(path, "params", CannotVerify)) if path.is_file() else {}
         path.write_text(yaml.safe_dump(deep_merge(base or {}, recorded), sort_keys=False))
 
-    def restore_input(self, rec: dict[str, Any], entries: list[dict[str, Any]] | None = None) -> str:
+    def restore_input(self, rec: InputBody, entries: list[dict[str, Any]] | None = None) -> str:
         """Put the input recorded by ``rec`` (an input record body) at its path in the workspace,
         from the DVC cache or the project's copy, whichever has the recorded digest. ``entries``:
         the producing run's file list of a directory input, to name the files that differ."""
         dest, want = self.root / rec["path"], rec["digest"]
-        tried = []
+        tried: list[str] = []
         md5 = rec.get("dvc_md5")
         if md5:
             if self._from_dvc_cache(md5, dest) and hashing.path_digest(dest) == want:
@@ -111,7 +114,7 @@ class Workspace:
             tried.append(f"{rec['path']} is not in the project")
         raise InputUnavailable(rec, "; ".join(tried))
 
-    def _restored(self, rec: dict[str, Any], source: str) -> str:
+    def _restored(self, rec: InputBody, source: str) -> str:
         self.restored.append({"name": rec["name"], "digest": rec["digest"], "source": source})
         return source
 
@@ -135,7 +138,7 @@ class Workspace:
             shutil.copyfile(f, dest / entry["relpath"])
         return True
 
-    def env(self, started: dict[str, Any], forced_flags: list[str]) -> dict[str, str]:
+    def env(self, started: RunStarted, forced_flags: list[str]) -> dict[str, str]:
         """The replay's environment: the verifier's, with the recorded determinism settings put back."""
         mine = recorded_env_vars()  # the verifier's own allow-listed variables: none of them carry over
         env = {k: v for k, v in os.environ.items() if k not in mine}
@@ -143,8 +146,8 @@ class Workspace:
         env.update({k: v for k, v in recorded.items() if not k.startswith("MARIN_")})
         det = started["determinism_class"]
         if det.get("kind") == "jax":
-            env["XLA_FLAGS"] = " ".join([*det["xla_flags"], *forced_flags])
-            env["NPROC"] = str(det["xla_cpu_threads"])
+            env["XLA_FLAGS"] = " ".join([*det["xla_flags"], *forced_flags])  # pyright: ignore[reportTypedDictNotRequiredAccess]  # a jax class has them
+            env["NPROC"] = str(det["xla_cpu_threads"])  # pyright: ignore[reportTypedDictNotRequiredAccess]
         elif forced_flags:
             env["XLA_FLAGS"] = " ".join(forced_flags)
         env["MARIN_ROOT"] = str(self.root)
@@ -207,13 +210,13 @@ def _tail(f: Any) -> str:
 class InputUnavailable(MarinError):
     """No copy of a recorded input with its recorded digest could be found."""
 
-    def __init__(self, rec: dict[str, Any], tried: str):
+    def __init__(self, rec: InputBody, tried: str):
         self.rec = rec
         super().__init__(f"input {rec['name']} ({rec['path']}): no copy with the recorded digest "
                          f"{rec['digest']}: {tried}")
 
 
-def _changed_files(project: Path, rec: dict[str, Any], entries: list[dict[str, Any]] | None) -> str:
+def _changed_files(project: Path, rec: InputBody, entries: list[dict[str, Any]] | None) -> str:
     """For a directory input, name the files that differ from the producing run's entries, and the
     remote objects they came from when `marin publish` recorded them."""
     from marin.remote import remote_objects
@@ -230,10 +233,10 @@ def _changed_files(project: Path, rec: dict[str, Any], entries: list[dict[str, A
 def _dvc_cache(project: Path) -> Path | None:
     """The md5 object directory of the project's DVC cache (DVC 3 layout), if any."""
     try:
-        from dvc.repo import Repo
+        from dvc.repo import Repo  # pyright: ignore[reportMissingTypeStubs]
 
         with Repo(str(project)) as repo:
-            path = Path(repo.cache.local.path)
+            path = Path(repo.cache.local.path)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
     except Exception:  # not a DVC project, or DVC cannot open it: no cache to use
         return None
     return path if path.is_dir() else None
