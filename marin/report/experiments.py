@@ -7,50 +7,60 @@ what worked. Every value is a fact citing the sweep's ``trial`` or ``selection``
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
 from typing import Any
 
-from marin.ledger.query import Ledger
-from marin.report.facts import Facts, _esc
+from marin.ledger import typed
+from marin.ledger.records import Record
+from marin.ledger.store import RunLog
+from marin.report.facts import Context, Facts, esc
+from marin.report.page import Page, V
 
 FIGURE = "sweep"
 RUNS_LINK = "../../ledger/runs/{}.jsonl"  # from reports/<model_name>/ to the run file in the project
 METRICS = (("loss", "train loss"), ("val_loss", "validation loss"), ("bits_per_byte", "bits per byte"))
 
 
-def section(f: Facts, ledger: Ledger, released_train: str | None) -> dict[str, Any]:
-    """The sweeps, oldest first, as fact ids; ``released_train``: the train run of the report's model."""
-    sweeps = []
-    for row in ledger.index.runs(stage="sweep"):
-        log = ledger.runs[row.run_id]
-        started, trials = log.start, log.of_kind("trial")
-        base = started.body["params"].get("baseline", {})
-        out: dict[str, Any] = {"run_id": log.run_id, "status": log.status, "method": started.body["params"]["sweep"]
-                               ["method"], "trials": [], "selection": None,
-                               "baseline": {k: f.cite(f"sweep {log.run_id} baseline {k}", log, started,
-                                                      f"/body/params/baseline/{_esc(k)}").id for k in base}}
-        for rec in trials:
-            b, name = rec.body, f"sweep {log.run_id} trial {rec.body['index']}"
-            run_ids = [x["run_id"] for x in b["runs"]]
-            out["trials"].append({
-                "index": b["index"], "status": f.cite(f"{name} status", log, rec, "/body/status").id,
-                "params": {k: f.cite(f"{name} {k}", log, rec, f"/body/params/{_esc(k)}").id for k in b["params"]},
-                "metrics": {k: f.cite(f"{name} {label}", log, rec, f"/body/metrics/{k}").id
-                            for k, label in (("step", "last step"), *METRICS) if k in b["metrics"]},
-                "runs": run_ids, "released": released_train in run_ids,
-                "plot": {"x": next(iter(b["params"].values()), None), "y": b["metrics"].get("val_loss"),
-                         "failed": b["status"] != "succeeded"}})
-        for rec in log.of_kind("selection"):
-            out["selection"] = {"trial": rec.body["trial"], "reason": rec.body["reason"],
-                                "value": f.cite(f"sweep {log.run_id} selected value", log, rec, "/body/value").id
-                                if "value" in rec.body else None}
-        out["param"] = next(iter(trials[0].body["params"]), None) if trials else None
-        sweeps.append(out)
-    return {"sweeps": sweeps}
+def facts(f: Facts, c: Context) -> dict[str, Any]:
+    """The sweeps, oldest first, as fact ids; a trial is ``released`` when it ran the report's train run."""
+    released = next((r["run_id"] for r in c.doc["lineage"] if r["stage"] == "train"), None)
+    return {"sweeps": [_sweep(f, c.ledger.runs[row.run_id], released)
+                       for row in c.ledger.index.runs(stage="sweep")]}
 
 
-def lines(v: Callable[[str | None], str], doc: dict[str, Any]) -> list[str]:
+def _sweep(f: Facts, log: RunLog, released_train: str | None) -> dict[str, Any]:
+    start, trials = log.start, log.of_kind("trial")
+    params = log.start_body["params"]
+    out: dict[str, Any] = {"run_id": log.run_id, "status": log.status, "method": params["sweep"]["method"],
+                           "trials": [], "selection": None,
+                           "baseline": {k: f.cite(f"sweep {log.run_id} baseline {k}", log, start,
+                                                  f"/body/params/baseline/{esc(k)}").id
+                                        for k in params.get("baseline", {})}}
+    out["trials"] = [_trial(f, log, rec, released_train) for rec in trials]
+    for rec in log.of_kind("selection"):
+        sel = typed.body(rec, "selection")
+        out["selection"] = {"trial": sel["trial"], "reason": sel["reason"],
+                            "value": f.cite(f"sweep {log.run_id} selected value", log, rec, "/body/value").id
+                            if "value" in sel else None}
+    out["param"] = next(iter(typed.body(trials[0], "trial")["params"]), None) if trials else None
+    return out
+
+
+def _trial(f: Facts, log: RunLog, rec: Record, released_train: str | None) -> dict[str, Any]:
+    b = typed.body(rec, "trial")
+    name = f"sweep {log.run_id} trial {b['index']}"
+    run_ids = [x["run_id"] for x in b["runs"]]
+    return {"index": b["index"], "status": f.cite(f"{name} status", log, rec, "/body/status").id,
+            "params": {k: f.cite(f"{name} {k}", log, rec, f"/body/params/{esc(k)}").id for k in b["params"]},
+            "metrics": {k: f.cite(f"{name} {label}", log, rec, f"/body/metrics/{k}").id
+                        for k, label in (("step", "last step"), *METRICS) if k in b["metrics"]},
+            "runs": run_ids, "released": released_train in run_ids,
+            "plot": {"x": next(iter(b["params"].values()), None), "y": b["metrics"].get("val_loss"),
+                     "failed": b["status"] != "succeeded"}}
+
+
+def lines(p: Page) -> list[str]:
     """The section's Markdown."""
+    v, doc = p.v, p.doc
     sweeps = (doc.get("experiments") or {}).get("sweeps") or []
     out = ["## Experiments", ""]
     if not sweeps:
@@ -76,7 +86,7 @@ def lines(v: Callable[[str | None], str], doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def _table(v: Callable[[str | None], str], s: dict[str, Any]) -> list[str]:
+def _table(v: V, s: dict[str, Any]) -> list[str]:
     head = ["trial", "status", "changed from baseline", "last step", *(label for _, label in METRICS), "runs"]
     rows = []
     for t in s["trials"]:

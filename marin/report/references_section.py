@@ -13,18 +13,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from marin.ledger import typed
+from marin.ledger.store import RunLog
 from marin.report import harness_section
+from marin.report.facts import Context, Facts
+from marin.report.page import Page, V
 
 STAGE = "reference_"
 
 
-def facts(f: Any, ledger: Any, root: Path) -> list[dict[str, Any]]:
+def facts(f: Facts, c: Context) -> list[dict[str, Any]]:
     """One entry per listed reference with a succeeded run, in params.yaml's order."""
     from marin import config
 
-    path = Path(root) / "params.yaml"
+    ledger, path = c.ledger, Path(c.root) / "params.yaml"
     refs = config.load(path).evaluate.references if path.is_file() else ()
-    out = []
+    out: list[dict[str, Any]] = []
     for ref in refs:
         done = [r for r in ledger.index.runs(f"{STAGE}{ref.name}") if r.status == "succeeded"]
         if done:
@@ -32,14 +36,14 @@ def facts(f: Any, ledger: Any, root: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _one(f: Any, log: Any) -> dict[str, Any]:
-    s = log.started
-    name = s.body["params"]["reference"]["name"]
+def _one(f: Facts, log: RunLog) -> dict[str, Any]:
+    s = log.start
+    name = log.start_body["params"]["reference"]["name"]
     row: dict[str, Any] = {"run_id": log.run_id, "name": name,
                            "license": f.cite(f"{name} licence", log, s, "/body/params/reference/license").id,
                            "results": {}}
     for r in log.of_kind("eval"):
-        b = r.body
+        b = typed.body(r, "eval")
         if b["name"] == "card":
             for k in ("parameters", "training_tokens"):
                 row[k] = f.cite(f"{name} {k} (its card)", log, r, f"/body/values/{k}").id
@@ -55,7 +59,12 @@ def _one(f: Any, log: Any) -> dict[str, Any]:
     return row
 
 
-def lines(v: Any, doc: dict[str, Any]) -> list[str]:
+def lines(p: Page) -> list[str]:
+    """The report's table of reference models (:func:`compared`)."""
+    return compared(p.v, p.doc)
+
+
+def compared(v: V, doc: dict[str, Any]) -> list[str]:
     """The table (Markdown lines): our model, then each reference, one column per harness result."""
     refs, hz = doc.get("reference_models") or [], doc.get("harness") or {}
     if not refs:
@@ -80,7 +89,7 @@ def lines(v: Any, doc: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
-def _row(v: Any, head: list[str], cols: list[str], results: dict[str, dict[str, str | None]]) -> str:
+def _row(v: V, head: list[str], cols: list[str], results: dict[str, dict[str, str | None]]) -> str:
     cells = []
     for c in cols:
         got = results.get(c) or {}

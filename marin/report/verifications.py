@@ -24,7 +24,8 @@ from typing import Any
 from marin import hashing, readers
 from marin.attest import dsse, verifiers, vsa
 from marin.ledger.store import RunLog
-from marin.report.facts import Fact, Facts, ReportError, md_escape, resolve
+from marin.report.facts import Context, Fact, Facts, ReportError, md_escape, resolve
+from marin.report.page import Page
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,16 @@ class Found:
 
 
 Files = dict[str, Found]
+
+
+@dataclass(frozen=True)
+class Vouching:
+    """What the section is judged against: the files under verifications/ the report reads, the key id
+    of the lab's report key (None: unsigned), and the build time."""
+
+    files: Files
+    lab_key: str | None
+    as_of: str
 
 
 def current(root: Path) -> Files:
@@ -119,6 +130,14 @@ def judge(files: Files, runs: dict[str, RunLog], lab_key: str | None, as_of: str
                                         f"{verifiers.FILE}: sign the report (`marin keygen`)")
         out.append(Judged(p, found, c, status, why, role))
     return out
+
+
+def facts(f: Facts, c: Context) -> dict[str, Any] | None:
+    """The section's facts (ids), judged against ``c.vouching``; None without one (the cards alone)."""
+    if c.vouching is None:
+        return None
+    return section(f, c.vouching.files, {log.run_id: log for log in c.lineage()}, c.vouching.lab_key,
+                   c.vouching.as_of)
 
 
 def section(f: Facts, files: Files, runs: dict[str, RunLog], lab_key: str | None, as_of: str) -> dict[str, Any]:
@@ -283,9 +302,9 @@ WHAT_IT_PROVES = (
     "that starts before the one before it ended, beyond `ledger.clock_skew_s`, or lies in the future).")
 
 
-def lines(v: Callable[[str | None], str], doc: dict[str, Any], items: dict[str, Fact]) -> list[str]:
-    """The Independent verification section of report.md (``items``: the facts by id)."""
-    sec = doc["independent_verification"]
+def lines(p: Page) -> list[str]:
+    """The Independent verification section of report.md."""
+    v, items, sec = p.v, p.facts, p.doc["independent_verification"]
     out = ["## Independent verification", "",
            "Signed verification summaries (SLSA VSA v1 in-toto statements in DSSE envelopes, written by "
            "`marin verify --sign`) filed under `verifications/<run id>/` for the runs of this report. One counts "
