@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from marin.ledger import typed
 from marin.ledger.records import Record
@@ -98,7 +98,7 @@ def lines(p: Page) -> list[str]:
     out += table(["source", "locator", "license", "archive digest", "bytes"],
                  [[s["name"], v(s["locator"]), v(s["license"]), v(s["digest"]), v(s["bytes"])]
                   for s in data["sources"]])
-    notes = data.get("license_notes") or {}
+    notes: dict[str, str] = data.get("license_notes") or {}
     if notes:  # the attribution a licence asks for (CC BY), as params.yaml's license_note states it
         out += ["Licence notes and attribution (`fetch.sources[].license_note` in the curate run's parameters):", "",
                 *(f"- `{name}`: {md_escape(note)}" for name, note in notes.items()), ""]
@@ -117,7 +117,7 @@ def lines(p: Page) -> list[str]:
 
 
 def _funnel_rows(p: Page) -> list[list[str]]:
-    v, rows = p.v, []
+    v, rows = p.v, cast(list[list[str]], [])
     for c in p.doc["data"]["funnel"]:
         rows.append([c["corpus"], "in", v(c["in_docs"]), v(c["in_bytes"])])
         rows += [[c["corpus"], f"removed by {step}", v(r["docs"]), v(r["bytes"])] for step, r in c["removed"].items()]

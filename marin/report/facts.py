@@ -5,6 +5,10 @@ pointer into the record, or into a recorded output file (a manifest) whose diges
 record holds. Derived numbers (tokens seen, FLOPs) name their formula (one of ``FORMULAS``)
 and the facts they are computed from. Renderers only print facts; ``marin report verify``
 reads each one again at exactly its source (``marin.report.check``).
+
+This module holds what every section shares: :class:`Facts` (how a fact is cited or derived) and
+:class:`Context` (what a section's ``facts`` read). Each section's facts are in its own module
+(``model``, ``data``, ``training``, ...), gathered in order by :mod:`marin.report.gather`.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from marin import hashing, readers
 from marin.errors import MarinError
@@ -36,7 +40,8 @@ def resolve(doc: Any, pointer: str) -> Any:
     """RFC 6901 JSON pointer."""
     for part in pointer.split("/")[1:]:
         part = part.replace("~1", "/").replace("~0", "~")
-        doc = doc[int(part)] if isinstance(doc, list) else doc[part]
+        seq: Any = doc
+        doc = seq[int(part) if isinstance(doc, list) else part]
     return doc
 
 
@@ -67,7 +72,8 @@ def _share(xs: list[Any]) -> float:
 
 def _hours(xs: list[Any]) -> float:
     """Σ wall × n / 3600 over pairs (wall seconds, n): n a count, or a list of core ids (its length)."""
-    return sum(w * (len(n) if isinstance(n, list) else n) for w, n in zip(xs[::2], xs[1::2], strict=True)) / 3600
+    pairs = zip(xs[::2], xs[1::2], strict=True)
+    return sum(w * (len(cast(list[Any], n)) if isinstance(n, list) else n) for w, n in pairs) / 3600
 
 MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|&~])")
 
@@ -86,7 +92,7 @@ def fmt(value: Any) -> str:
         return str(value)
     if isinstance(value, int):
         return f"{value:,}"
-    if value != 0 and abs(value) < 0.01:
+    if value and abs(value) < 0.01:
         return f"{value:.6g}"
     return f"{value:,.4f}"
 

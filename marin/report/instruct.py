@@ -141,7 +141,7 @@ def task_lines(v: V, tasks: list[dict[str, Any]]) -> list[str]:
            "| task | examples | metric | constant answer | its score | base | instruct |", "|" + "---|" * 7]
     for t in tasks:
         for key in [k for k in KEYS if f"constant_{k}" in t]:
-            cells = []
+            cells: list[str] = []
             for m in MODELS:
                 shown = v(t[f"{m}_{key}_mark"])
                 mark = f" **{shown}**" if BETTER not in shown else ""

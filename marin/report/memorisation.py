@@ -57,7 +57,8 @@ def facts(f: Facts, c: Context) -> dict[str, Any] | None:
     """The section's facts (ids), or None when no run traced this model's outputs."""
     ledger, doc = c.ledger, c.doc
     train = ledger.runs[next(r["run_id"] for r in doc["lineage"] if r["stage"] == "train")]
-    runs = [(doc.get("evaluation") or {}).get("run_id"), (doc.get("instruct") or {}).get("run_id")]
+    shown: list[dict[str, Any]] = [doc.get("evaluation") or {}, doc.get("instruct") or {}]
+    runs: list[str | None] = [s.get("run_id") for s in shown]
     sets: dict[str, int | None] = {"greedy_samples": None, "base_instructions": SHOWN, "instruct_instructions": SHOWN}
     out: dict[str, Any] = {"rows": [], "tokens": [], "covered": []}
     for log in (ledger.runs[r] for r in runs if r):

@@ -15,10 +15,11 @@ def authors(meta: dict[str, Any]) -> str:
 
 def bibtex(meta: dict[str, Any]) -> str:
     """A BibTeX entry for the model and its report."""
+    names: list[str] = meta.get("authors") or []
     key = re.sub(r"[^A-Za-z0-9]", "", meta["model_name"]) + meta.get("date", "")[:4]
     fields = [("title", f"{meta['model_name']} {meta['version']}: a reproducible language model and its "
                         "transparency report"),
-              ("author", " and ".join("{" + a + "}" for a in meta.get("authors") or []) or "{not recorded}"),
+              ("author", " and ".join("{" + a + "}" for a in names) or "{not recorded}"),
               ("year", meta.get("date", "")[:4]), ("version", meta["version"]),
               ("note", f"Model tensor digest {meta['model_tensor_digest']}" if meta.get("model_tensor_digest")
                else "Transparency report built by marin"),

@@ -6,7 +6,7 @@ same bits), its process × device layout and its XLA CPU threads, each a fact ci
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from marin.report.facts import Context, Facts
 from marin.report.page import Page, V
@@ -78,7 +78,7 @@ def _layout(v: V, r: dict[str, Any]) -> str:
 
 def lines(p: Page) -> list[str]:
     """The section of report.md: the checks table, then the bit-for-bit conditions of each JAX run."""
-    v = p.v
+    v, rows = p.v, cast(list[dict[str, Any]], p.doc.get("proves") or [])
     out = ["## What verification proves", "",
            "Each check a reader can run, what it proves and what it cannot (the same table as the guide's "
            "\"What each check proves\").", "", "| check | proves | cannot prove |", "|---|---|---|"]
@@ -89,7 +89,7 @@ def lines(p: Page) -> list[str]:
             "| stage | run | profile | CPUs that give the same bits | processes × devices | XLA CPU threads |",
             "|---|---|---|---|---|---|"]
     out += [f"| {r['stage']} | `{r['run_id']}` | {v(r['profile'])} | {_cpus(v, r)} | {_layout(v, r)} | "
-            f"{v(r['threads'])} |" for r in p.doc.get("proves") or []]
+            f"{v(r['threads'])} |" for r in rows]
     out += ["", "The data stages (fetch, curate, tokenize and the others without a profile) run pure Python, Arrow "
             "and Rust code: their bits depend on the library versions (pinned by `uv.lock`, its digest in each run's "
             "code record) and the platform, not on the CPU's features.", ""]

@@ -4,12 +4,12 @@ final loss."""
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 from marin import hashing
 from marin.ledger import typed
 from marin.report.facts import Context, Facts, esc
+from marin.report.figures import figure_svg
 from marin.report.page import Page, table
 
 CURVES = (("loss", "Loss"), ("lr", "Learning rate"), ("grad_norm", "Gradient norm (before clipping)"))
@@ -59,7 +59,7 @@ def lines(p: Page) -> list[str]:
     rows = [[*(arch[i] if i < len(arch) else ("", None)), *(hp[i] if i < len(hp) else ("", None))]
             for i in range(max(len(arch), len(hp)))]
     out += table(["model", "value", "train", "value"],
-                 [[a, v(fa) if a else "", h, v(fh) if h else ""] for a, fa, h, fh in rows])
+                 [[str(a), v(fa) if a else "", str(h), v(fh) if h else ""] for a, fa, h, fh in rows])
     s = tr["seeds"]
     out += [f"Seeds: root {v(s['root'])}; derivation {v(s['derivation'])}; streams "
             + ", ".join(f"`{n}` {v(fid)}" for n, fid in s["streams"].items()) + ".", "", "### Training curves", ""]
@@ -83,28 +83,3 @@ def figure_source(curve: dict[str, Any]) -> str:
 def figures(doc: dict[str, Any]) -> dict[str, str]:
     """The training curves, by key: SVG text, the same for the same values."""
     return {key: figure_svg(doc["training"]["curve"], key, title) for key, title in CURVES}
-
-
-def figure_svg(curve: dict[str, Any], key: str, title: str) -> str:
-    """One training curve as SVG text, deterministic for the same values; the loss figure
-    shows the validation loss beside the training loss."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    with matplotlib.rc_context({"svg.hashsalt": "marin-report", "svg.fonttype": "path", "font.size": 9}):
-        fig, ax = plt.subplots(figsize=(6.0, 2.6), dpi=100)
-        ax.plot(curve["step"], curve[key], color="#d62728", linewidth=1.6, label="training")
-        val = [(s, v) for s, v in zip(curve["step"], curve.get("val_loss") or [], strict=False) if v is not None]
-        if key == "loss" and val:
-            ax.plot([s for s, _ in val], [v for _, v in val], color="#1f77b4", linewidth=1.6, label="validation")
-            ax.legend(frameon=False)
-        ax.set_xlabel("step")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": "marin report"})
-        plt.close(fig)
-    return buf.getvalue()

@@ -77,7 +77,8 @@ def uses(v: V, doc: dict[str, Any], level: str = "##") -> list[str]:
 def _evaluation_limits(doc: dict[str, Any]) -> str:
     """What was evaluated, from the sections the report holds: all of it on held-out data of the same sources."""
     done = ["bits per byte on the validation split"]
-    if (doc.get("harness") or {}).get("rows"):  # no count here: every number of a card is a cited fact
+    harness: dict[str, Any] = doc.get("harness") or {}
+    if harness.get("rows"):  # no count here: every number of a card is a cited fact
         done.append("lm-evaluation-harness tasks whose data is cut from that split")
     if doc.get("instruct"):
         done.append("the instruct model's answers to held-out instructions from it")
