@@ -6,13 +6,13 @@ what worked. Every value is a fact citing the sweep's ``trial`` or ``selection``
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 from marin.ledger import typed
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
 from marin.report.facts import Context, Facts, esc
+from marin.report.figures import sweep_svg
 from marin.report.page import Page, V
 
 FIGURE = "sweep"
@@ -61,7 +61,7 @@ def _trial(f: Facts, log: RunLog, rec: Record, released_train: str | None) -> di
 def lines(p: Page) -> list[str]:
     """The section's Markdown."""
     v, doc = p.v, p.doc
-    sweeps = (doc.get("experiments") or {}).get("sweeps") or []
+    sweeps = _sweeps(doc)
     out = ["## Experiments", ""]
     if not sweeps:
         return [*out, "No sweep is recorded in the ledger (`marin sweep` records one, with every trial).", ""]
@@ -88,7 +88,7 @@ def lines(p: Page) -> list[str]:
 
 def _table(v: V, s: dict[str, Any]) -> list[str]:
     head = ["trial", "status", "changed from baseline", "last step", *(label for _, label in METRICS), "runs"]
-    rows = []
+    rows: list[list[str]] = []
     for t in s["trials"]:
         note = " (selected)" if s["selection"] and s["selection"]["trial"] == t["index"] else ""
         note += " (released model)" if t["released"] else ""
@@ -110,31 +110,10 @@ def _plotted(sweeps: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def figures(doc: dict[str, Any]) -> dict[str, str]:
     """``{"sweep": svg}`` for the plotted sweep, else nothing; deterministic like the training curves."""
-    s = _plotted((doc.get("experiments") or {}).get("sweeps") or [])
-    if s is None:
-        return {}
-    import matplotlib
+    s = _plotted(_sweeps(doc))
+    return {} if s is None else {FIGURE: sweep_svg(s)}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    pts = [t["plot"] for t in s["trials"] if isinstance(t["plot"]["x"], int | float) and t["plot"]["y"] is not None]
-    with matplotlib.rc_context({"svg.hashsalt": "marin-report", "svg.fonttype": "path", "font.size": 9}):
-        fig, ax = plt.subplots(figsize=(4.2, 2.6), dpi=100)
-        for failed, marker, color, label in ((False, "o", "#1f77b4", "succeeded"), (True, "x", "#d62728", "failed")):
-            xy = sorted((p["x"], p["y"]) for p in pts if p["failed"] is failed)
-            if xy:
-                ax.plot([x for x, _ in xy], [y for _, y in xy], marker=marker, linestyle="-" if not failed else "",
-                        color=color, label=label)
-        xs = [p["x"] for p in pts]
-        if min(xs) > 0 and max(xs) / min(xs) >= 10:
-            ax.set_xscale("log")
-        ax.set_xlabel(s["param"])
-        ax.set_ylabel("validation loss")
-        ax.legend(frameon=False)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": "marin report"})
-        plt.close(fig)
-    return {FIGURE: buf.getvalue()}
+def _sweeps(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    section: dict[str, Any] = doc.get("experiments") or {}
+    return section.get("sweeps") or []

@@ -157,14 +157,15 @@ def _result(task: str, metric: str, value: float, shots: int, run_id: str, note:
 def eval_results(doc: dict[str, Any], facts_by_id: dict[str, Any]) -> list[Any]:
     """The report's harness rows as huggingface_hub ``EvalResult`` entries (the card's ``model-index``),
     each named with its stderr, samples of items (and limit) and its mark."""
-    hz = doc.get("harness") or {}
+    hz: dict[str, Any] = doc.get("harness") or {}
+    rows: list[dict[str, Any]] = hz.get("rows", [])
 
     def val(fid: str | None) -> Any:
         return facts_by_id[fid]["value"] if fid else None
 
     return [_result(r["task"], r["metric"], val(r["value"]), val(r["num_fewshot"]), hz["run_id"],
                     bl.note(val(r["stderr"]), val(r.get("samples")), val(r.get("items")), val(r.get("limit")),
-                            val(r.get("mark")))) for r in hz.get("rows", [])]
+                            val(r.get("mark")))) for r in rows]
 
 
 def _clean(v: V, r: dict[str, Any]) -> str:

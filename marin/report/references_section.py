@@ -66,13 +66,16 @@ def lines(p: Page) -> list[str]:
 
 def compared(v: V, doc: dict[str, Any]) -> list[str]:
     """The table (Markdown lines): our model, then each reference, one column per harness result."""
-    refs, hz = doc.get("reference_models") or [], doc.get("harness") or {}
+    refs: list[dict[str, Any]] = doc.get("reference_models") or []
+    hz: dict[str, Any] = doc.get("harness") or {}
     if not refs:
         return []
-    cols = [f"{r['task']} {r['metric']}" for r in hz.get("rows", [])]
-    ours = {f"{r['task']} {r['metric']}": {"": r["value"], "_stderr": r.get("stderr")} for r in hz.get("rows", [])}
-    bpb = next((r["bits_per_byte"] for r in (doc.get("evaluation") or {}).get("rows", [])
-                if r["name"] == "model" and r["corpus"] == "all"), None)
+    rows: list[dict[str, Any]] = hz.get("rows", [])
+    evaluation: dict[str, Any] = doc.get("evaluation") or {}
+    evaluated: list[dict[str, Any]] = evaluation.get("rows", [])
+    cols = [f"{r['task']} {r['metric']}" for r in rows]
+    ours = {f"{r['task']} {r['metric']}": {"": r["value"], "_stderr": r.get("stderr")} for r in rows}
+    bpb = next((r["bits_per_byte"] for r in evaluated if r["name"] == "model" and r["corpus"] == "all"), None)
     out = ["### Reference models on the same requests", "",
            "Other models on exactly the requests above (the same tasks, items, shots and seeds), each scored by "
            "lm-evaluation-harness's own `hf` model (transformers on CPU, float32) in a run of its own stage "
@@ -90,7 +93,7 @@ def compared(v: V, doc: dict[str, Any]) -> list[str]:
 
 
 def _row(v: V, head: list[str], cols: list[str], results: dict[str, dict[str, str | None]]) -> str:
-    cells = []
+    cells: list[str] = []
     for c in cols:
         got = results.get(c) or {}
         cells.append((v(got[""]) if got.get("") else "–") + (f" ± {v(got['_stderr'])}" if got.get("_stderr") else ""))

@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from marin import hashing, readers
 from marin.attest import dsse, verifiers, vsa
@@ -77,8 +77,10 @@ def inputs(files: Files) -> list[dict[str, Any]]:
 
 def recorded(root: Path, section: dict[str, Any] | None) -> tuple[Files, list[str]]:
     """The files a report's section read, reread: a missing or changed one is a problem."""
-    files, problems = {}, []
-    for p, rec in sorted(((section or {}).get("files") or {}).items()):
+    files: Files = {}
+    problems: list[str] = []
+    listed: dict[str, dict[str, Any]] = (section or {}).get("files") or {}
+    for p, rec in sorted(listed.items()):
         path = Path(root) / p
         if not path.is_file():
             problems.append(f"{p}: listed by the report's Independent verification but missing; restore it "
@@ -115,7 +117,7 @@ def judge(files: Files, runs: dict[str, RunLog], lab_key: str | None, as_of: str
     verifiers.json. An unsigned report vouches for nobody: it has no key to answer for the list."""
     keys = {p: x.data for p, x in files.items() if Path(p).parent.name == vsa.KEYS}
     trust, _ = _trust_list(files)
-    out = []
+    out: list[Judged] = []
     for p, found in sorted(files.items()):
         parts = Path(p).parts
         if len(parts) != 3 or parts[1] == vsa.KEYS or parts[1] not in runs:
@@ -145,7 +147,8 @@ def section(f: Facts, files: Files, runs: dict[str, RunLog], lab_key: str | None
     ``lab_key``: the key id of the report's signing key (the lab's own, listed or not); ``as_of``: when
     the report was built (a VSA of a later verification does not count)."""
     trust, used = _trust_list(files)
-    counted, not_counted = [], []
+    counted: list[dict[str, Any]] = []
+    not_counted: list[dict[str, Any]] = []
     for j in judge(files, runs, lab_key, as_of):
         used[j.path] = j.found.to_dict()
         if j.checked.keyid and (kp := f"{vsa.DIR}/{vsa.KEYS}/{j.checked.keyid}.pub") in files:
@@ -277,7 +280,7 @@ def recheck(section: dict[str, Any], files: Files, runs: dict[str, RunLog], lab_
     said = {r["file"]: "valid" for r in section.get("counted", [])}
     said.update({r["file"]: r["status"] for r in section.get("not_counted", [])})
     now = {j.path: j for j in judge(files, runs, lab_key, as_of)}
-    problems = []
+    problems: list[str] = []
     for p, status in sorted(said.items()):
         if p not in files:
             continue  # named by ``recorded``
@@ -346,7 +349,8 @@ def lines(p: Page) -> list[str]:
 
 def _features(fact: Fact) -> str:
     """The CPU features as their count, linked to the fact that lists them."""
-    n = len(fact.value) if isinstance(fact.value, list) else md_escape(fact.text)
+    value: Any = fact.value
+    n = len(cast(list[Any], value)) if isinstance(value, list) else md_escape(fact.text)
     return f"[{n} features](#{fact.id})"
 
 
