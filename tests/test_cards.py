@@ -21,7 +21,8 @@ from huggingface_hub.repocard_data import model_index_to_eval_results
 from markdown_it import MarkdownIt
 
 from marin.report import cards, fmti, mof
-from marin.report.facts import ReportError, gather
+from marin.report.facts import ReportError
+from marin.report.gather import gather
 from tests.conftest import reference
 
 pytestmark = pytest.mark.slow

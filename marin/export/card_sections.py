@@ -1,7 +1,7 @@
 """The prose sections of an export's card that the Hub's model-card template asks for (intended uses,
 limitations, risks, training details, environmental impact), from values the export run reads: the
 model's config.json, the training run behind it (:mod:`marin.export.training`) and ``params.yaml:
-report.energy``. The report's own card (``marin.report.render.uses``) says the same with cited facts."""
+report.energy``. The report's own card (``marin.report.usage.uses``) says the same with cited facts."""
 
 from __future__ import annotations
 

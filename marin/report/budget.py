@@ -4,16 +4,10 @@ and the card that state them (Compute, and the memorisation risk)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
-
-class Facts(Protocol):
-    """What the budget reads of :class:`marin.report.facts.Facts`: its facts by id, and ``derive``."""
-
-    items: dict[str, Any]
-
-    def derive(self, label: str, formula: str, inputs: list[Any]) -> Any: ...
+from marin.report.facts import Context, Facts
+from marin.report.page import V
 
 EPOCHS = "tokens seen / training tokens"
 # What the hours above leave out: the ledger times each run from its plan (inputs digested) to its last record
@@ -26,9 +20,10 @@ WALL_TIME_SCOPE = (
 PER_PARAM = "tokens seen / parameters"
 
 
-def section(f: Facts, doc: dict[str, Any]) -> dict[str, Any]:
+def facts(f: Facts, c: Context) -> dict[str, Any]:
     """Fact ids of the training tokens, the epochs and the tokens per parameter; whether the epochs
     exceed one (the wording of the memorisation risk follows it)."""
+    doc = c.doc
     items = f.items
     seen, train = items[doc["training"]["tokens_seen"]], items[doc["data"]["splits"]["train"]["tokens"]]
     epochs = f.derive("epochs (times the training tokens were read)", EPOCHS, [seen, train])
@@ -37,13 +32,13 @@ def section(f: Facts, doc: dict[str, Any]) -> dict[str, Any]:
                                          [seen, items[doc["model"]["n_params"]]]).id}
 
 
-def compute_line(v: Callable[[str | None], str], doc: dict[str, Any]) -> str:
+def compute_line(v: V, doc: dict[str, Any]) -> str:
     b = doc["budget"]
     return (f"Training read {v(b['epochs'])} epochs of its {v(b['train_tokens'])} training tokens (tokens seen over "
             f"unique training tokens) and saw {v(b['tokens_per_param'])} tokens per parameter.")
 
 
-def memorisation_risk(v: Callable[[str | None], str], doc: dict[str, Any]) -> str:
+def memorisation_risk(v: V, doc: dict[str, Any]) -> str:
     """The memorisation risk, stated with the run's own number of epochs."""
     b = doc.get("budget")
     if b is None:

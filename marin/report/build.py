@@ -35,21 +35,11 @@ from marin.ledger.query import Ledger
 from marin.ledger.run import Plan, Run, recipe_code, recipe_digest
 from marin.ledger.store import run_files
 from marin.paths import ledger_dir, relpath
-from marin.report import (
-    cards,
-    experiments,
-    fmti,
-    instruct,
-    memorisation,
-    mof,
-    proves,
-    reference,
-    render,
-    toc,
-    verifications,
-)
-from marin.report.facts import ReportError, gather
+from marin.report import cards, experiments, fmti, mof, reference, render, toc, training, verifications
+from marin.report.facts import ReportError
+from marin.report.gather import gather
 from marin.report.reference import References
+from marin.report.verifications import Vouching
 
 ENVELOPE = "provenance.intoto.json"
 HEAD_FILE = "ledger_head.json"
@@ -66,35 +56,15 @@ def meta_for(p: ReportParams, model_digest: str) -> dict[str, Any]:
             "energy": dataclasses.asdict(p.energy) if p.energy else None}
 
 
-@dataclass(frozen=True)
-class Vouching:
-    """What the Independent verification section is judged against: the files under verifications/
-    the report reads, the key id of the lab's report key (None: unsigned), and the build time."""
-
-    files: verifications.Files
-    lab_key: str | None
-    as_of: str
-
-
 def render_files(ledger: Ledger, meta: dict[str, Any], refs: References,
                  vouching: Vouching) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Every re-derivable report file, as bytes, and the gathered document."""
     root = ledger.root
-    facts, doc = gather(root, meta["model"], ledger)
-    doc["independent_verification"] = verifications.section(
-        facts, vouching.files, {r["run_id"]: ledger.runs[r["run_id"]] for r in doc["lineage"]},
-        vouching.lab_key, vouching.as_of)
-    doc["instruct"] = instruct.section(facts, ledger, doc)
-    doc["memorisation"] = memorisation.section(facts, ledger, doc)  # the outputs shown above, traced
-    doc["experiments"] = experiments.section(facts, ledger, next(
-        (r["run_id"] for r in doc["lineage"] if r["stage"] == "train"), None))
+    facts, doc = gather(root, meta["model"], ledger, vouching)
     meta = {**meta, "date": (doc["lineage"][-1]["finished"] or doc["lineage"][-1]["started"])[:10],
             "model_tensor_digest": facts.items[doc["model"]["tensor_digest"]].value}  # the BibTeX note (CITATION.cff)
-    doc["proves"] = proves.section(facts, [ledger.runs[r["run_id"]] for r in doc["lineage"]])
     md = toc.with_toc(render.markdown(facts.items, doc, meta))  # heading ids and a contents list
-    curve = doc["training"]["curve"]
-    figures = {key: render.figure_svg(curve, key, title) for key, title in render.CURVES}
-    figures.update(experiments.figures(doc))
+    figures = {**training.figures(doc), **experiments.figures(doc)}
     fd = facts.to_dict()
     report_json = {"schema": "marin.report@1", "meta": meta, "facts": fd, "doc": doc,
                    "references": {k: r.to_dict() for k, r in sorted(refs.items())}}

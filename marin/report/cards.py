@@ -17,7 +17,7 @@ from typing import Any
 from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
 
 from marin.export.card import METRICS, Measure, hf_license, metadata, model_index
-from marin.report import budget, harness_section, references_section, render
+from marin.report import budget, harness_section, people, references_section, usage
 from marin.report.facts import md_escape
 
 NR = "not recorded"
@@ -123,7 +123,7 @@ def _card_body(c: Ctx) -> str:
            f"{name} is a decoder-only transformer language model (Llama architecture) trained from scratch by the "
            "marin pipeline. Every value below links to the ledger record it was read from, listed in the "
            "[technical report](report.md); the training data is described in the [datasheet](datasheet.md).", ""]
-    out += render.how_to_use(md, doc)
+    out += usage.how_to_use(md, doc)
     out += ["## Model details", "",
             f"- Authors: {', '.join(meta.get('authors') or []) or NR}; contact: {meta.get('contact') or NR}",
             f"- Funding: {meta.get('funding') or NR}",
@@ -137,7 +137,7 @@ def _card_body(c: Ctx) -> str:
             "- Frameworks: " + ", ".join(f"{n} {md(f)}" for n, f in c.packages(("jax", "flax", "optax"))),
             f"- Licence: {meta['license']}", "", "Architecture (the train run's model configuration):", ""]
     out += _table(["setting", "value"], ([f"`{k}`", md(f)] for k, f in m["architecture"].items()))
-    out += render.uses(md, doc)
+    out += usage.uses(md, doc)
     out += ["## Training data", ""]
     out += _sources_table(c)
     out += _splits_table(c)
@@ -158,7 +158,7 @@ def _card_body(c: Ctx) -> str:
         out += [f"Final training loss {md(tr['final_loss'])} at step {md(tr['final_step'])}.", ""]
     out += _evaluation(c)
     out += _reproducibility(c)
-    out += ["## Citation and licence", "", "```bibtex", render.bibtex(meta), "```", "",
+    out += ["## Citation and licence", "", "```bibtex", people.bibtex(meta), "```", "",
             f"Weights and this card: {meta['license']}; code: {meta.get('code_license', NR)}. The technical report "
             f"is `{meta['report_dir']}/report.md`.", ""]
     return "\n".join(out)
@@ -186,7 +186,7 @@ def _evaluation(c: Ctx) -> list[str]:
         out += ["Greedy completions of the prompts " + ", ".join(md(x["prompt"]) for x in ev["samples"])
                 + " are listed in the [technical report](report.md).", ""]
     # the benchmarks, marked against their baselines, then the reference models on the same requests
-    return out + harness_section.lines(md, c.doc) + references_section.lines(md, c.doc)
+    return out + harness_section.benchmarks(md, c.doc) + references_section.compared(md, c.doc)
 
 
 def _reproducibility(c: Ctx) -> list[str]:

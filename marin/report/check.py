@@ -29,7 +29,7 @@ from typing import Any
 from marin import hashing, readers
 from marin.attest import dsse, keyring
 from marin.errors import LedgerError, MarinError
-from marin.ledger import clock
+from marin.ledger import clock, typed
 from marin.ledger.asof import ledger_as_of
 from marin.ledger.check import check_run
 from marin.ledger.head import Head, load_snapshot, locate, since
@@ -151,7 +151,7 @@ def _rederive(root: Path, directory: Path, stmt: dict[str, Any], signed: dict[st
     v.problems.extend(fact_problems)
     v.checked["facts"] = len(old["facts"])
     if not ref_problems and not vsa_problems:  # 6
-        _rerender(ledger, directory, old, refs, build.Vouching(vsas, v.signer, as_of), v)
+        _rerender(ledger, directory, old, refs, verifications.Vouching(vsas, v.signer, as_of), v)
     model_subject = next((d for n, d in signed.items() if n.startswith("model:")), None)
     tensor = values.get(old["doc"]["model"]["tensor_digest"])
     if tensor is not None and model_subject != tensor:
@@ -258,7 +258,7 @@ def _staleness(ledger: Ledger, snap: Head, found: dict[str, tuple[int | None, st
     v.extended = sorted(rid for rid, (last, _) in found.items() if last is not None and last > held[rid])
 
 
-def _rerender(ledger: Ledger, directory: Path, old: dict[str, Any], refs: References, vouching: build.Vouching,
+def _rerender(ledger: Ledger, directory: Path, old: dict[str, Any], refs: References, vouching: verifications.Vouching,
               v: Verdict) -> None:
     """Step 6: every re-derivable file rebuilt from the ledger and compared byte for byte."""
     try:
@@ -351,23 +351,25 @@ def _at_source(root: Path, runs: dict[str, dict[int, Record] | None], src: dict[
 
 def _recorded_file(root: Path, rec: Record, src: dict[str, Any], where: str) -> Any:
     """The recorded output file a fact points into, checked against the digest its record holds."""
-    body = rec.body
-    if rec.kind != "output" or body.get("path") != src["file"] or body.get("digest") != src["file_digest"]:
+    if rec.kind != "output":
         raise _Gone(f"{where} no longer records {src['file']} as {src['file_digest']}")
-    path = Path(root) / body["path"]
+    out = typed.body(rec, "output")
+    if out["path"] != src["file"] or out["digest"] != src["file_digest"]:
+        raise _Gone(f"{where} no longer records {src['file']} as {src['file_digest']}")
+    path = Path(root) / out["path"]
     if not path.is_file():
-        raise _Gone(f"its source file {body['path']} (recorded by {rec.run_id} seq {rec.seq}) is missing; "
+        raise _Gone(f"its source file {out['path']} (recorded by {rec.run_id} seq {rec.seq}) is missing; "
                     "run `dvc checkout`")
     got = hashing.file_digest(path)
-    if got != body["digest"]:
-        raise _Gone(f"its source file {body['path']} hashes to {got}, {rec.run_id} seq {rec.seq} recorded "
-                    f"{body['digest']}")
+    if got != out["digest"]:
+        raise _Gone(f"its source file {out['path']} hashes to {got}, {rec.run_id} seq {rec.seq} recorded "
+                    f"{out['digest']}")
     try:
         return json.loads(readers.read_bytes(path, "manifest", ReportError))
     except ReportError as e:
         raise _Gone(f"its source file {e}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise _Gone(f"its source file {body['path']} is not JSON ({e})") from None
+        raise _Gone(f"its source file {out['path']} is not JSON ({e})") from None
 
 
 def _derived(values: dict[str, Any], src: dict[str, Any]) -> tuple[Any, None]:

@@ -26,7 +26,7 @@ def readers(ledger: Ledger, digests: set[str]) -> dict[str, RunLog]:
     the instruct model that the evaluate_instruct run read."""
     found = {stage: log for stage, name in READERS if (log := latest_reader(ledger, digests, name, stage))}
     ev = found.get("evaluate_instruct")
-    instruct = {r.body["digest"] for r in ev.of_kind("input") if r.body["name"] == "instruct_model"} if ev else set()
+    instruct: set[str] = {i["digest"] for i in ev.bodies("input") if i["name"] == "instruct_model"} if ev else set()
     if instruct and (export := latest_reader(ledger, instruct, "model", "export_instruct")) is not None:
         found["export_instruct"] = export
     return found

@@ -6,52 +6,62 @@ what worked. Every value is a fact citing the sweep's ``trial`` or ``selection``
 
 from __future__ import annotations
 
-import io
-from collections.abc import Callable
 from typing import Any
 
-from marin.ledger.query import Ledger
-from marin.report.facts import Facts, _esc
+from marin.ledger import typed
+from marin.ledger.records import Record
+from marin.ledger.store import RunLog
+from marin.report.facts import Context, Facts, esc
+from marin.report.figures import sweep_svg
+from marin.report.page import Page, V
 
 FIGURE = "sweep"
 RUNS_LINK = "../../ledger/runs/{}.jsonl"  # from reports/<model_name>/ to the run file in the project
 METRICS = (("loss", "train loss"), ("val_loss", "validation loss"), ("bits_per_byte", "bits per byte"))
 
 
-def section(f: Facts, ledger: Ledger, released_train: str | None) -> dict[str, Any]:
-    """The sweeps, oldest first, as fact ids; ``released_train``: the train run of the report's model."""
-    sweeps = []
-    for row in ledger.index.runs(stage="sweep"):
-        log = ledger.runs[row.run_id]
-        started, trials = log.start, log.of_kind("trial")
-        base = started.body["params"].get("baseline", {})
-        out: dict[str, Any] = {"run_id": log.run_id, "status": log.status, "method": started.body["params"]["sweep"]
-                               ["method"], "trials": [], "selection": None,
-                               "baseline": {k: f.cite(f"sweep {log.run_id} baseline {k}", log, started,
-                                                      f"/body/params/baseline/{_esc(k)}").id for k in base}}
-        for rec in trials:
-            b, name = rec.body, f"sweep {log.run_id} trial {rec.body['index']}"
-            run_ids = [x["run_id"] for x in b["runs"]]
-            out["trials"].append({
-                "index": b["index"], "status": f.cite(f"{name} status", log, rec, "/body/status").id,
-                "params": {k: f.cite(f"{name} {k}", log, rec, f"/body/params/{_esc(k)}").id for k in b["params"]},
-                "metrics": {k: f.cite(f"{name} {label}", log, rec, f"/body/metrics/{k}").id
-                            for k, label in (("step", "last step"), *METRICS) if k in b["metrics"]},
-                "runs": run_ids, "released": released_train in run_ids,
-                "plot": {"x": next(iter(b["params"].values()), None), "y": b["metrics"].get("val_loss"),
-                         "failed": b["status"] != "succeeded"}})
-        for rec in log.of_kind("selection"):
-            out["selection"] = {"trial": rec.body["trial"], "reason": rec.body["reason"],
-                                "value": f.cite(f"sweep {log.run_id} selected value", log, rec, "/body/value").id
-                                if "value" in rec.body else None}
-        out["param"] = next(iter(trials[0].body["params"]), None) if trials else None
-        sweeps.append(out)
-    return {"sweeps": sweeps}
+def facts(f: Facts, c: Context) -> dict[str, Any]:
+    """The sweeps, oldest first, as fact ids; a trial is ``released`` when it ran the report's train run."""
+    released = next((r["run_id"] for r in c.doc["lineage"] if r["stage"] == "train"), None)
+    return {"sweeps": [_sweep(f, c.ledger.runs[row.run_id], released)
+                       for row in c.ledger.index.runs(stage="sweep")]}
 
 
-def lines(v: Callable[[str | None], str], doc: dict[str, Any]) -> list[str]:
+def _sweep(f: Facts, log: RunLog, released_train: str | None) -> dict[str, Any]:
+    start, trials = log.start, log.of_kind("trial")
+    params = log.start_body["params"]
+    out: dict[str, Any] = {"run_id": log.run_id, "status": log.status, "method": params["sweep"]["method"],
+                           "trials": [], "selection": None,
+                           "baseline": {k: f.cite(f"sweep {log.run_id} baseline {k}", log, start,
+                                                  f"/body/params/baseline/{esc(k)}").id
+                                        for k in params.get("baseline", {})}}
+    out["trials"] = [_trial(f, log, rec, released_train) for rec in trials]
+    for rec in log.of_kind("selection"):
+        sel = typed.body(rec, "selection")
+        out["selection"] = {"trial": sel["trial"], "reason": sel["reason"],
+                            "value": f.cite(f"sweep {log.run_id} selected value", log, rec, "/body/value").id
+                            if "value" in sel else None}
+    out["param"] = next(iter(typed.body(trials[0], "trial")["params"]), None) if trials else None
+    return out
+
+
+def _trial(f: Facts, log: RunLog, rec: Record, released_train: str | None) -> dict[str, Any]:
+    b = typed.body(rec, "trial")
+    name = f"sweep {log.run_id} trial {b['index']}"
+    run_ids = [x["run_id"] for x in b["runs"]]
+    return {"index": b["index"], "status": f.cite(f"{name} status", log, rec, "/body/status").id,
+            "params": {k: f.cite(f"{name} {k}", log, rec, f"/body/params/{esc(k)}").id for k in b["params"]},
+            "metrics": {k: f.cite(f"{name} {label}", log, rec, f"/body/metrics/{k}").id
+                        for k, label in (("step", "last step"), *METRICS) if k in b["metrics"]},
+            "runs": run_ids, "released": released_train in run_ids,
+            "plot": {"x": next(iter(b["params"].values()), None), "y": b["metrics"].get("val_loss"),
+                     "failed": b["status"] != "succeeded"}}
+
+
+def lines(p: Page) -> list[str]:
     """The section's Markdown."""
-    sweeps = (doc.get("experiments") or {}).get("sweeps") or []
+    v, doc = p.v, p.doc
+    sweeps = _sweeps(doc)
     out = ["## Experiments", ""]
     if not sweeps:
         return [*out, "No sweep is recorded in the ledger (`marin sweep` records one, with every trial).", ""]
@@ -76,9 +86,9 @@ def lines(v: Callable[[str | None], str], doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def _table(v: Callable[[str | None], str], s: dict[str, Any]) -> list[str]:
+def _table(v: V, s: dict[str, Any]) -> list[str]:
     head = ["trial", "status", "changed from baseline", "last step", *(label for _, label in METRICS), "runs"]
-    rows = []
+    rows: list[list[str]] = []
     for t in s["trials"]:
         note = " (selected)" if s["selection"] and s["selection"]["trial"] == t["index"] else ""
         note += " (released model)" if t["released"] else ""
@@ -100,31 +110,10 @@ def _plotted(sweeps: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def figures(doc: dict[str, Any]) -> dict[str, str]:
     """``{"sweep": svg}`` for the plotted sweep, else nothing; deterministic like the training curves."""
-    s = _plotted((doc.get("experiments") or {}).get("sweeps") or [])
-    if s is None:
-        return {}
-    import matplotlib
+    s = _plotted(_sweeps(doc))
+    return {} if s is None else {FIGURE: sweep_svg(s)}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    pts = [t["plot"] for t in s["trials"] if isinstance(t["plot"]["x"], int | float) and t["plot"]["y"] is not None]
-    with matplotlib.rc_context({"svg.hashsalt": "marin-report", "svg.fonttype": "path", "font.size": 9}):
-        fig, ax = plt.subplots(figsize=(4.2, 2.6), dpi=100)
-        for failed, marker, color, label in ((False, "o", "#1f77b4", "succeeded"), (True, "x", "#d62728", "failed")):
-            xy = sorted((p["x"], p["y"]) for p in pts if p["failed"] is failed)
-            if xy:
-                ax.plot([x for x, _ in xy], [y for _, y in xy], marker=marker, linestyle="-" if not failed else "",
-                        color=color, label=label)
-        xs = [p["x"] for p in pts]
-        if min(xs) > 0 and max(xs) / min(xs) >= 10:
-            ax.set_xscale("log")
-        ax.set_xlabel(s["param"])
-        ax.set_ylabel("validation loss")
-        ax.legend(frameon=False)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": "marin report"})
-        plt.close(fig)
-    return {FIGURE: buf.getvalue()}
+def _sweeps(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    section: dict[str, Any] = doc.get("experiments") or {}
+    return section.get("sweeps") or []

@@ -11,9 +11,15 @@ Every number is a fact cited from the evaluate run's ``eval`` records named ``ha
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from marin.evaluate import baselines as bl
+from marin.ledger import typed
+from marin.ledger.records import Record
+from marin.ledger.store import RunLog
+from marin.report.facts import Context, Facts, esc
+from marin.report.page import Page, V
 
 PREFIX, BASELINE = "harness:", "unigram:"  # the model's records; the unigram baseline's, on the same requests
 FACTS = ("samples", "items", "limit", "num_fewshot", "fewshot_seed", "harness_version", "task_config_digest",
@@ -23,30 +29,37 @@ CLEAN = (" Clean items: the score on the items that share no n-gram (decontamina
          "contaminated; under exclude only the clean items were scored.")
 
 
-def is_harness(body: dict[str, Any]) -> bool:
-    """An eval record of the model on a harness task."""
-    return str(body.get("name", "")).startswith(PREFIX)
+def is_harness(values: Mapping[str, object]) -> bool:
+    """An eval record's body: the model's on a harness task."""
+    return str(values.get("name", "")).startswith(PREFIX)
 
 
-def from_harness(body: dict[str, Any]) -> bool:
-    """An eval record the harness made: the model's, or the unigram baseline's."""
-    return str(body.get("name", "")).startswith((PREFIX, BASELINE))
+def from_harness(values: Mapping[str, object]) -> bool:
+    """An eval record's body the harness made: the model's, or the unigram baseline's."""
+    return str(values.get("name", "")).startswith((PREFIX, BASELINE))
 
 
-def metrics(values: dict[str, Any]) -> list[str]:
+def metrics(values: Mapping[str, object]) -> list[str]:
     """The metric names of a task's recorded values (not stderrs, chance levels or facts), sorted."""
     return sorted(k for k, v in values.items() if isinstance(v, dict) and not k.endswith("_stderr") and "/" not in k)
 
 
-def facts(f: Any, log: Any) -> dict[str, Any]:
-    """The harness rows of the evaluate run ``log``, each value cited as a fact of ``f``."""
-    rows, failed = [], []
-    base = {r.body["name"].removeprefix(BASELINE): r for r in log.of_kind("eval")
-            if r.body["name"].startswith(BASELINE) and "error" not in r.body["values"]}
-    for r in log.of_kind("eval"):
-        if not is_harness(r.body):
+def facts(f: Facts, c: Context) -> dict[str, Any] | None:
+    """The harness rows of the evaluate run, each value cited as a fact of ``f``; None without the run."""
+    log = c.logs.get("evaluate")
+    return _rows(f, log) if log is not None else None
+
+
+def _rows(f: Facts, log: RunLog) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    evals = [(r, typed.body(r, "eval")) for r in log.of_kind("eval")]
+    base = {b["name"].removeprefix(BASELINE): r for r, b in evals
+            if b["name"].startswith(BASELINE) and "error" not in b["values"]}
+    for r, b in evals:
+        if not is_harness(b):
             continue
-        task, v = r.body["name"].removeprefix(PREFIX), r.body["values"]
+        task, v = b["name"].removeprefix(PREFIX), b["values"]
         if "error" in v:
             failed.append({"task": task, "error": f.cite(f"{task} error", log, r, "/body/values/error").id})
             continue
@@ -58,7 +71,7 @@ def facts(f: Any, log: Any) -> dict[str, Any]:
                    "unigram": _cite(f, log, base[task], m, f"{m} unigram baseline") if task in base else None,
                    "constant": _cite(f, log, r, f"constant/{m}", f"{m} constant-answer baseline"),
                    "clean": _cite(f, log, r, f"clean/{m}", f"{m} on the clean items"),
-                   **{k: f.cite(f"{task} {m} {k}", log, r, f"/body/values/{_esc(f'{k}/{m}')}").id
+                   **{k: f.cite(f"{task} {m} {k}", log, r, f"/body/values/{esc(f'{k}/{m}')}").id
                       for k in ("better", "stderr_method") if f"{k}/{m}" in v}, **about}
             row["mark"] = _mark(f, row)
             rows.append(row)
@@ -72,7 +85,7 @@ def package(section: dict[str, Any] | None) -> dict[str, str]:
     return {"lm-eval (evaluate run)": row["harness_version"]} if row else {}
 
 
-def _mark(f: Any, row: dict[str, Any]) -> str | None:
+def _mark(f: Facts, row: dict[str, Any]) -> str | None:
     """The derived fact (id) of a row's mark against its best baseline, or None (no stderr or baseline)."""
     base = [row[k] for k in ("chance", "unigram", "constant") if row.get(k)]
     if not (row["stderr"] and row.get("better") and base):
@@ -81,19 +94,21 @@ def _mark(f: Any, row: dict[str, Any]) -> str | None:
     return f.derive(f"{row['task']} {row['metric']} against the best baseline", bl.MARK, inputs).id
 
 
-def _cite(f: Any, log: Any, r: Any, key: str, what: str) -> str | None:
+def _cite(f: Facts, log: RunLog, r: Record, key: str, what: str) -> str | None:
     """The fact id of the exact value ``key`` of a harness record, or None where it has none."""
-    if key not in r.body["values"]:
+    b = typed.body(r, "eval")
+    if key not in b["values"]:
         return None
-    task = r.body["name"].removeprefix(PREFIX).removeprefix(BASELINE)
-    return f.cite(f"{task} {what}", log, r, f"/body/values/{_esc(key)}/value").id
+    task = b["name"].removeprefix(PREFIX).removeprefix(BASELINE)
+    return f.cite(f"{task} {what}", log, r, f"/body/values/{esc(key)}/value").id
 
 
-def _esc(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")  # RFC 6901
+def lines(p: Page) -> list[str]:
+    """The report's Benchmarks table (:func:`benchmarks`)."""
+    return benchmarks(p.v, p.doc)
 
 
-def lines(v: Any, doc: dict[str, Any]) -> list[str]:
+def benchmarks(v: V, doc: dict[str, Any]) -> list[str]:
     """The harness table (Markdown lines) of the report's Evaluation section and of the card's; ``v``
     renders a fact id."""
     hz = doc.get("harness")
@@ -142,17 +157,18 @@ def _result(task: str, metric: str, value: float, shots: int, run_id: str, note:
 def eval_results(doc: dict[str, Any], facts_by_id: dict[str, Any]) -> list[Any]:
     """The report's harness rows as huggingface_hub ``EvalResult`` entries (the card's ``model-index``),
     each named with its stderr, samples of items (and limit) and its mark."""
-    hz = doc.get("harness") or {}
+    hz: dict[str, Any] = doc.get("harness") or {}
+    rows: list[dict[str, Any]] = hz.get("rows", [])
 
     def val(fid: str | None) -> Any:
         return facts_by_id[fid]["value"] if fid else None
 
     return [_result(r["task"], r["metric"], val(r["value"]), val(r["num_fewshot"]), hz["run_id"],
                     bl.note(val(r["stderr"]), val(r.get("samples")), val(r.get("items")), val(r.get("limit")),
-                            val(r.get("mark")))) for r in hz.get("rows", [])]
+                            val(r.get("mark")))) for r in rows]
 
 
-def _clean(v: Any, r: dict[str, Any]) -> str:
+def _clean(v: V, r: dict[str, Any]) -> str:
     """The clean-items cell: the clean subset's score and how many items were contaminated, or excluded."""
     if r.get("clean"):
         return f"{v(r['clean'])} ({v(r['contaminated'])} contaminated)"

@@ -6,14 +6,17 @@ instructions run that produced the sft run's instruction set. Absent when none e
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
 from marin.evaluate.baselines import BETTER, SAME
+from marin.ledger import typed
 from marin.ledger.query import Ledger
+from marin.ledger.records import Record
 from marin.ledger.store import RunLog
 from marin.report.cited import latest_reader
-from marin.report.facts import Facts
+from marin.report.facts import Context, Facts, esc, output
+from marin.report.page import Page, V
 
 MODELS = ("base", "instruct")
 SAMPLES = 5  # held-out answers shown side by side
@@ -26,13 +29,14 @@ def _producer(ledger: Ledger, log: RunLog, name: str) -> RunLog | None:
     return found[-1] if found else None
 
 
-def section(f: Facts, ledger: Ledger, doc: dict[str, Any]) -> dict[str, Any] | None:
+def facts(f: Facts, c: Context) -> dict[str, Any] | None:
     """The section's facts (ids), or None when no evaluate_instruct run read this report's model."""
-    model_digest = f.items[doc["model"]["folder_digest"]].value
+    ledger = c.ledger
+    model_digest = f.items[c.doc["model"]["folder_digest"]].value
     ev = latest_reader(ledger, {model_digest}, "base_model", "evaluate_instruct")
     if ev is None:
         return None
-    evals = {r.body["name"]: r for r in ev.of_kind("eval")}
+    evals = {typed.body(r, "eval")["name"]: r for r in ev.of_kind("eval")}
     rows = [{"model": m, **{k: f.cite(f"{m} held-out {k}", ev, evals[f"{m}_instructions"], f"/body/values/{k}/value").id
                             for k in ("exact_match", "containment")},
              "examples": f.cite(f"{m} held-out examples", ev, evals[f"{m}_instructions"], "/body/values/examples").id}
@@ -40,11 +44,11 @@ def section(f: Facts, ledger: Ledger, doc: dict[str, Any]) -> dict[str, Any] | N
     samples = [{"prompt": f.cite("held-out prompt", ev, evals["base_instructions"], f"/body/samples/{i}/prompt").id,
                 **{m: f.cite(f"{m} answer", ev, evals[f"{m}_instructions"], f"/body/samples/{i}/completion").id
                    for m in MODELS}}
-               for i in range(min(SAMPLES, len(evals["base_instructions"].body["samples"])))]
+               for i in range(min(SAMPLES, len(typed.body(evals["base_instructions"], "eval").get("samples", []))))]
     out: dict[str, Any] = {"run_id": ev.run_id, "rows": rows, "samples": samples, "tasks": _tasks(f, ev, evals)}
     sft = _producer(ledger, ev, "instruct_model")
     if sft is not None:
-        model = next(r for r in sft.of_kind("output") if r.body["name"] == "model")
+        model = output(sft, "model")
         out["sft"] = {"run_id": sft.run_id,
                       "recipe_digest": f.cite("sft recipe digest", sft, sft.start, "/body/recipe_digest").id,
                       "tensor_digest": f.cite("instruct tensor digest", sft, model, "/body/tensor_digest").id,
@@ -56,49 +60,49 @@ def section(f: Facts, ledger: Ledger, doc: dict[str, Any]) -> dict[str, Any] | N
     return out
 
 
-def _tasks(f: Facts, ev: RunLog, evals: dict[str, Any]) -> list[dict[str, Any]]:
+def _tasks(f: Facts, ev: RunLog, evals: dict[str, Record]) -> list[dict[str, Any]]:
     """By held-out task: each model's exact match and containment with stderr, the constant answer's,
     and each model's mark against it (derived facts); none for a run that recorded no tasks."""
     from marin.evaluate.baselines import MARK_HIGHER
-    from marin.report.harness_section import _esc
 
     const = evals.get("constant_answer_instructions")
     if const is None:
         return []
-    out = []
-    for task in sorted({k.split("/")[0] for k in const.body["values"]}):
+    out: list[dict[str, Any]] = []
+    values = typed.body(const, "eval")["values"]
+    for task in sorted({k.split("/")[0] for k in values}):
         row: dict[str, Any] = {"task": task}
-        for key in _keys(const.body["values"], task):
-            c = f.cite(f"{task} constant answer {key}", ev, const, f"/body/values/{_esc(f'{task}/{key}')}/value")
+        for key in _keys(values, task):
+            c = f.cite(f"{task} constant answer {key}", ev, const, f"/body/values/{esc(f'{task}/{key}')}/value")
             row[f"constant_{key}"] = c.id
             base = [c]
             if key == "choice_acc":  # marked against chance too: the share of 1 / choices
                 chance = f.cite(f"{task} choice chance", ev, const,
-                                f"/body/values/{_esc(f'{task}/choice_chance')}/value")
+                                f"/body/values/{esc(f'{task}/choice_chance')}/value")
                 row["choice_chance"], base = chance.id, [c, chance]
             row[f"constant_{key}_answer"] = f.cite(f"{task} constant answer for {key}", ev, const,
-                                                   f"/body/values/{_esc(f'{task}/{key}_answer')}").id
+                                                   f"/body/values/{esc(f'{task}/{key}_answer')}").id
             for m in MODELS:
                 r = evals[f"{m}_instructions"]
-                val = f.cite(f"{m} {task} {key}", ev, r, f"/body/values/{_esc(f'{task}/{key}')}/value")
-                se = f.cite(f"{m} {task} {key} stderr", ev, r, f"/body/values/{_esc(f'{task}/{key}_stderr')}/value")
+                val = f.cite(f"{m} {task} {key}", ev, r, f"/body/values/{esc(f'{task}/{key}')}/value")
+                se = f.cite(f"{m} {task} {key} stderr", ev, r, f"/body/values/{esc(f'{task}/{key}_stderr')}/value")
                 row[f"{m}_{key}"], row[f"{m}_{key}_stderr"] = val.id, se.id
                 row[f"{m}_{key}_mark"] = f.derive(f"{m} {task} {key} against the constant answer",
                                                   MARK_HIGHER, [val, se, *base]).id
         row["examples"] = f.cite(f"{task} held-out examples", ev, evals["base_instructions"],
-                                 f"/body/values/{_esc(f'{task}/examples')}").id
+                                 f"/body/values/{esc(f'{task}/examples')}").id
         out.append(row)
     return out
 
 
-def _keys(values: dict[str, Any], task: str) -> list[str]:
+def _keys(values: Mapping[str, object], task: str) -> list[str]:
     """The scores a run recorded for ``task`` (choice accuracy since it was added)."""
     return [k for k in KEYS if f"{task}/{k}" in values]
 
 
-def lines(v: Callable[[str | None], str], doc: dict[str, Any]) -> list[str]:
+def lines(p: Page) -> list[str]:
     """The section of report.md (nothing when there is no instruct model)."""
-    sec = doc.get("instruct")
+    v, sec = p.v, p.doc.get("instruct")
     if not sec:
         return []
     out = ["## Base and instruct", ""]
@@ -122,7 +126,7 @@ def lines(v: Callable[[str | None], str], doc: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
-def task_lines(v: Callable[[str | None], str], tasks: list[dict[str, Any]]) -> list[str]:
+def task_lines(v: V, tasks: list[dict[str, Any]]) -> list[str]:
     """The held-out results by task: the constant-answer baseline (one reference of the task given to
     every example) beside each model's score ± stderr and its mark."""
     if not tasks:
@@ -137,7 +141,7 @@ def task_lines(v: Callable[[str | None], str], tasks: list[dict[str, Any]]) -> l
            "| task | examples | metric | constant answer | its score | base | instruct |", "|" + "---|" * 7]
     for t in tasks:
         for key in [k for k in KEYS if f"constant_{k}" in t]:
-            cells = []
+            cells: list[str] = []
             for m in MODELS:
                 shown = v(t[f"{m}_{key}_mark"])
                 mark = f" **{shown}**" if BETTER not in shown else ""

@@ -8,12 +8,14 @@ training data: the index run's ``tokens`` input must be the train run's."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
+from marin.ledger import typed
 from marin.ledger.query import Ledger
+from marin.ledger.records import Record
 from marin.ledger.store import RunLog
-from marin.report.facts import Facts, read_output_file
+from marin.report.facts import Context, Facts, read_output_file
+from marin.report.page import Page
 
 SHARE = "Σ tokens inside spans / Σ output tokens"  # a formula of marin.report.facts.FORMULAS
 DOCUMENTS = 1  # documents named per longest span (its count covers them all): the report stays a page to read
@@ -24,8 +26,8 @@ def _inputs(log: RunLog) -> dict[str, str]:
     return {i["name"]: i["digest"] for i in log.bodies("input")}
 
 
-def _trace_file(log: RunLog) -> Any:
-    return next((r for r in log.of_kind("output") if r.body["name"] == "trace_samples"), None)
+def _trace_file(log: RunLog) -> Record | None:
+    return next((r for r in log.of_kind("output") if typed.body(r, "output")["name"] == "trace_samples"), None)
 
 
 def _indexes_training(ledger: Ledger, log: RunLog, train_tokens: str) -> bool:
@@ -34,8 +36,9 @@ def _indexes_training(ledger: Ledger, log: RunLog, train_tokens: str) -> bool:
     return bool(producers) and _inputs(producers[-1][0]).get("tokens") == train_tokens
 
 
-def _rows(f: Facts, log: RunLog, rec: Any, data: dict[str, Any], name: str, limit: int | None) -> list[dict]:
-    rows = []
+def _rows(f: Facts, log: RunLog, rec: Record, data: dict[str, Any], name: str,
+          limit: int | None) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     for i, t in enumerate(data["sets"].get(name, [])[:limit]):
         at = f"/sets/{name}/{i}"
         row: dict[str, Any] = {k: f.cite_file(f"{name} {k}", log, rec, data, f"{at}/{k}").id
@@ -50,11 +53,13 @@ def _rows(f: Facts, log: RunLog, rec: Any, data: dict[str, Any], name: str, limi
     return rows
 
 
-def section(f: Facts, ledger: Ledger, doc: dict[str, Any]) -> dict[str, Any] | None:
+def facts(f: Facts, c: Context) -> dict[str, Any] | None:
     """The section's facts (ids), or None when no run traced this model's outputs."""
+    ledger, doc = c.ledger, c.doc
     train = ledger.runs[next(r["run_id"] for r in doc["lineage"] if r["stage"] == "train")]
-    runs = [(doc.get("evaluation") or {}).get("run_id"), (doc.get("instruct") or {}).get("run_id")]
-    sets = {"greedy_samples": None, "base_instructions": SHOWN, "instruct_instructions": SHOWN}
+    shown: list[dict[str, Any]] = [doc.get("evaluation") or {}, doc.get("instruct") or {}]
+    runs: list[str | None] = [s.get("run_id") for s in shown]
+    sets: dict[str, int | None] = {"greedy_samples": None, "base_instructions": SHOWN, "instruct_instructions": SHOWN}
     out: dict[str, Any] = {"rows": [], "tokens": [], "covered": []}
     for log in (ledger.runs[r] for r in runs if r):
         rec = _trace_file(log)
@@ -77,9 +82,9 @@ KIND = {"greedy_samples": "greedy sample", "base_instructions": "base answer",
         "instruct_instructions": "instruct answer"}
 
 
-def lines(v: Callable[[str | None], str], doc: dict[str, Any]) -> list[str]:
+def lines(p: Page) -> list[str]:
     """The section's Markdown lines."""
-    m = doc.get("memorisation")
+    v, m = p.v, p.doc.get("memorisation")
     out = ["## Memorisation", ""]
     if m is None:
         return [*out, "Not measured: no evaluate run traced this model's outputs against an index of its training "

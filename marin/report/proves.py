@@ -6,11 +6,10 @@ same bits), its process × device layout and its XLA CPU threads, each a fact ci
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
-from marin.ledger.store import RunLog
-from marin.report.facts import Facts
+from marin.report.facts import Context, Facts
+from marin.report.page import Page, V
 
 DC = "/body/determinism_class"
 
@@ -39,15 +38,15 @@ CHECKS = (
 )
 
 
-def section(f: Facts, logs: list[RunLog]) -> list[dict[str, Any]]:
-    """For each JAX run of ``logs`` (the lineage), the facts (ids) that state its bit-for-bit conditions."""
-    rows = []
-    for log in logs:
-        s = log.start
-        det = s.body["determinism_class"]
+def facts(f: Facts, c: Context) -> list[dict[str, Any]]:
+    """For each JAX run of the lineage, the facts (ids) that state its bit-for-bit conditions."""
+    rows: list[dict[str, Any]] = []
+    for log in c.lineage():
+        s, started = log.start, log.start_body
+        det = started["determinism_class"]
         if det.get("kind") != "jax":
             continue
-        stage = s.body["stage"]
+        stage = started["stage"]
         row: dict[str, Any] = {"stage": stage, "run_id": log.run_id,
                                "profile": f.cite(f"{stage} determinism profile", log, s, f"{DC}/profile").id,
                                "native": det.get("profile") == "native",
@@ -65,20 +64,21 @@ def section(f: Facts, logs: list[RunLog]) -> list[dict[str, Any]]:
     return rows
 
 
-def _cpus(v: Callable[[str | None], str], r: dict[str, Any]) -> str:
+def _cpus(v: V, r: dict[str, Any]) -> str:
     if "isa_level" in r:
         return f"any {v(r['isa_level'])} CPU (the portable profile pins the kernels to that level)"
     return f"this CPU only ({v(r.get('cpu'))}, the native profile's kernels use its own features)"
 
 
-def _layout(v: Callable[[str | None], str], r: dict[str, Any]) -> str:
+def _layout(v: V, r: dict[str, Any]) -> str:
     if "processes" in r:
         return f"{v(r['processes'])} processes × {v(r['per_process'])} devices ({v(r['backend'])})"
     return f"1 × {v(r['devices'])} ({v(r['backend'])}; one process: a class names processes only above one)"
 
 
-def lines(v: Callable[[str | None], str], doc: dict[str, Any]) -> list[str]:
+def lines(p: Page) -> list[str]:
     """The section of report.md: the checks table, then the bit-for-bit conditions of each JAX run."""
+    v, rows = p.v, cast(list[dict[str, Any]], p.doc.get("proves") or [])
     out = ["## What verification proves", "",
            "Each check a reader can run, what it proves and what it cannot (the same table as the guide's "
            "\"What each check proves\").", "", "| check | proves | cannot prove |", "|---|---|---|"]
@@ -89,7 +89,7 @@ def lines(v: Callable[[str | None], str], doc: dict[str, Any]) -> list[str]:
             "| stage | run | profile | CPUs that give the same bits | processes × devices | XLA CPU threads |",
             "|---|---|---|---|---|---|"]
     out += [f"| {r['stage']} | `{r['run_id']}` | {v(r['profile'])} | {_cpus(v, r)} | {_layout(v, r)} | "
-            f"{v(r['threads'])} |" for r in doc.get("proves") or []]
+            f"{v(r['threads'])} |" for r in rows]
     out += ["", "The data stages (fetch, curate, tokenize and the others without a profile) run pure Python, Arrow "
             "and Rust code: their bits depend on the library versions (pinned by `uv.lock`, its digest in each run's "
             "code record) and the platform, not on the CPU's features.", ""]

@@ -13,18 +13,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from marin.ledger import typed
+from marin.ledger.store import RunLog
 from marin.report import harness_section
+from marin.report.facts import Context, Facts
+from marin.report.page import Page, V
 
 STAGE = "reference_"
 
 
-def facts(f: Any, ledger: Any, root: Path) -> list[dict[str, Any]]:
+def facts(f: Facts, c: Context) -> list[dict[str, Any]]:
     """One entry per listed reference with a succeeded run, in params.yaml's order."""
     from marin import config
 
-    path = Path(root) / "params.yaml"
+    ledger, path = c.ledger, Path(c.root) / "params.yaml"
     refs = config.load(path).evaluate.references if path.is_file() else ()
-    out = []
+    out: list[dict[str, Any]] = []
     for ref in refs:
         done = [r for r in ledger.index.runs(f"{STAGE}{ref.name}") if r.status == "succeeded"]
         if done:
@@ -32,14 +36,14 @@ def facts(f: Any, ledger: Any, root: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _one(f: Any, log: Any) -> dict[str, Any]:
-    s = log.started
-    name = s.body["params"]["reference"]["name"]
+def _one(f: Facts, log: RunLog) -> dict[str, Any]:
+    s = log.start
+    name = log.start_body["params"]["reference"]["name"]
     row: dict[str, Any] = {"run_id": log.run_id, "name": name,
                            "license": f.cite(f"{name} licence", log, s, "/body/params/reference/license").id,
                            "results": {}}
     for r in log.of_kind("eval"):
-        b = r.body
+        b = typed.body(r, "eval")
         if b["name"] == "card":
             for k in ("parameters", "training_tokens"):
                 row[k] = f.cite(f"{name} {k} (its card)", log, r, f"/body/values/{k}").id
@@ -55,15 +59,23 @@ def _one(f: Any, log: Any) -> dict[str, Any]:
     return row
 
 
-def lines(v: Any, doc: dict[str, Any]) -> list[str]:
+def lines(p: Page) -> list[str]:
+    """The report's table of reference models (:func:`compared`)."""
+    return compared(p.v, p.doc)
+
+
+def compared(v: V, doc: dict[str, Any]) -> list[str]:
     """The table (Markdown lines): our model, then each reference, one column per harness result."""
-    refs, hz = doc.get("reference_models") or [], doc.get("harness") or {}
+    refs: list[dict[str, Any]] = doc.get("reference_models") or []
+    hz: dict[str, Any] = doc.get("harness") or {}
     if not refs:
         return []
-    cols = [f"{r['task']} {r['metric']}" for r in hz.get("rows", [])]
-    ours = {f"{r['task']} {r['metric']}": {"": r["value"], "_stderr": r.get("stderr")} for r in hz.get("rows", [])}
-    bpb = next((r["bits_per_byte"] for r in (doc.get("evaluation") or {}).get("rows", [])
-                if r["name"] == "model" and r["corpus"] == "all"), None)
+    rows: list[dict[str, Any]] = hz.get("rows", [])
+    evaluation: dict[str, Any] = doc.get("evaluation") or {}
+    evaluated: list[dict[str, Any]] = evaluation.get("rows", [])
+    cols = [f"{r['task']} {r['metric']}" for r in rows]
+    ours = {f"{r['task']} {r['metric']}": {"": r["value"], "_stderr": r.get("stderr")} for r in rows}
+    bpb = next((r["bits_per_byte"] for r in evaluated if r["name"] == "model" and r["corpus"] == "all"), None)
     out = ["### Reference models on the same requests", "",
            "Other models on exactly the requests above (the same tasks, items, shots and seeds), each scored by "
            "lm-evaluation-harness's own `hf` model (transformers on CPU, float32) in a run of its own stage "
@@ -80,8 +92,8 @@ def lines(v: Any, doc: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
-def _row(v: Any, head: list[str], cols: list[str], results: dict[str, dict[str, str | None]]) -> str:
-    cells = []
+def _row(v: V, head: list[str], cols: list[str], results: dict[str, dict[str, str | None]]) -> str:
+    cells: list[str] = []
     for c in cols:
         got = results.get(c) or {}
         cells.append((v(got[""]) if got.get("") else "–") + (f" ± {v(got['_stderr'])}" if got.get("_stderr") else ""))

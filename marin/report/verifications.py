@@ -19,12 +19,13 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from marin import hashing, readers
 from marin.attest import dsse, verifiers, vsa
 from marin.ledger.store import RunLog
-from marin.report.facts import Fact, Facts, ReportError, md_escape, resolve
+from marin.report.facts import Context, Fact, Facts, ReportError, md_escape, resolve
+from marin.report.page import Page
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,16 @@ class Found:
 
 
 Files = dict[str, Found]
+
+
+@dataclass(frozen=True)
+class Vouching:
+    """What the section is judged against: the files under verifications/ the report reads, the key id
+    of the lab's report key (None: unsigned), and the build time."""
+
+    files: Files
+    lab_key: str | None
+    as_of: str
 
 
 def current(root: Path) -> Files:
@@ -66,8 +77,10 @@ def inputs(files: Files) -> list[dict[str, Any]]:
 
 def recorded(root: Path, section: dict[str, Any] | None) -> tuple[Files, list[str]]:
     """The files a report's section read, reread: a missing or changed one is a problem."""
-    files, problems = {}, []
-    for p, rec in sorted(((section or {}).get("files") or {}).items()):
+    files: Files = {}
+    problems: list[str] = []
+    listed: dict[str, dict[str, Any]] = (section or {}).get("files") or {}
+    for p, rec in sorted(listed.items()):
         path = Path(root) / p
         if not path.is_file():
             problems.append(f"{p}: listed by the report's Independent verification but missing; restore it "
@@ -104,7 +117,7 @@ def judge(files: Files, runs: dict[str, RunLog], lab_key: str | None, as_of: str
     verifiers.json. An unsigned report vouches for nobody: it has no key to answer for the list."""
     keys = {p: x.data for p, x in files.items() if Path(p).parent.name == vsa.KEYS}
     trust, _ = _trust_list(files)
-    out = []
+    out: list[Judged] = []
     for p, found in sorted(files.items()):
         parts = Path(p).parts
         if len(parts) != 3 or parts[1] == vsa.KEYS or parts[1] not in runs:
@@ -121,12 +134,21 @@ def judge(files: Files, runs: dict[str, RunLog], lab_key: str | None, as_of: str
     return out
 
 
+def facts(f: Facts, c: Context) -> dict[str, Any] | None:
+    """The section's facts (ids), judged against ``c.vouching``; None without one (the cards alone)."""
+    if c.vouching is None:
+        return None
+    return section(f, c.vouching.files, {log.run_id: log for log in c.lineage()}, c.vouching.lab_key,
+                   c.vouching.as_of)
+
+
 def section(f: Facts, files: Files, runs: dict[str, RunLog], lab_key: str | None, as_of: str) -> dict[str, Any]:
     """The VSAs filed under the ``runs`` (the lineage's, by run id), judged; counted ones cited as facts.
     ``lab_key``: the key id of the report's signing key (the lab's own, listed or not); ``as_of``: when
     the report was built (a VSA of a later verification does not count)."""
     trust, used = _trust_list(files)
-    counted, not_counted = [], []
+    counted: list[dict[str, Any]] = []
+    not_counted: list[dict[str, Any]] = []
     for j in judge(files, runs, lab_key, as_of):
         used[j.path] = j.found.to_dict()
         if j.checked.keyid and (kp := f"{vsa.DIR}/{vsa.KEYS}/{j.checked.keyid}.pub") in files:
@@ -258,7 +280,7 @@ def recheck(section: dict[str, Any], files: Files, runs: dict[str, RunLog], lab_
     said = {r["file"]: "valid" for r in section.get("counted", [])}
     said.update({r["file"]: r["status"] for r in section.get("not_counted", [])})
     now = {j.path: j for j in judge(files, runs, lab_key, as_of)}
-    problems = []
+    problems: list[str] = []
     for p, status in sorted(said.items()):
         if p not in files:
             continue  # named by ``recorded``
@@ -283,9 +305,9 @@ WHAT_IT_PROVES = (
     "that starts before the one before it ended, beyond `ledger.clock_skew_s`, or lies in the future).")
 
 
-def lines(v: Callable[[str | None], str], doc: dict[str, Any], items: dict[str, Fact]) -> list[str]:
-    """The Independent verification section of report.md (``items``: the facts by id)."""
-    sec = doc["independent_verification"]
+def lines(p: Page) -> list[str]:
+    """The Independent verification section of report.md."""
+    v, items, sec = p.v, p.facts, p.doc["independent_verification"]
     out = ["## Independent verification", "",
            "Signed verification summaries (SLSA VSA v1 in-toto statements in DSSE envelopes, written by "
            "`marin verify --sign`) filed under `verifications/<run id>/` for the runs of this report. One counts "
@@ -327,7 +349,8 @@ def lines(v: Callable[[str | None], str], doc: dict[str, Any], items: dict[str, 
 
 def _features(fact: Fact) -> str:
     """The CPU features as their count, linked to the fact that lists them."""
-    n = len(fact.value) if isinstance(fact.value, list) else md_escape(fact.text)
+    value: Any = fact.value
+    n = len(cast(list[Any], value)) if isinstance(value, list) else md_escape(fact.text)
     return f"[{n} features](#{fact.id})"
 
 
