@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from marin import dvcfiles, hashing, model_folder
+from marin import hashing, model_folder
+from marin.stages import dvcfiles
 from marin.data import manifest
 from marin.errors import IntegrityError, LedgerError, MarinError, StageError
 from marin.evaluate import harness_run

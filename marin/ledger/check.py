@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marin import dvcfiles, fsutil, hashing, schemas
+from marin import fsutil, hashing, schemas
+from marin.stages import dvcfiles
 from marin.errors import IntegrityError, LedgerError, SchemaError
 from marin.ledger import clock, head, listing, merkle
 from marin.ledger.hash_cache import hash_cache

@@ -39,7 +39,9 @@ def refuse_too_little(root: Path, params: Params) -> None:
     from marin.data import manifest
     from marin.errors import StageError
 
-    path = root / "data/tokens/manifest.json"
+    from marin import stages
+
+    path = root / stages.current().input("tokens") / "manifest.json"
     if not path.is_file():
         return  # the loop names the missing input
     splits = manifest.read(path, "tokenize")["splits"]
