@@ -270,7 +270,8 @@ def _stages(sub: Sub) -> None:
     how = p.add_mutually_exclusive_group()
     how.add_argument("--check", action="store_true", help="exit 1, naming each difference, when dvc.yaml does not "
                                                          "match the declared stages and their code")
-    how.add_argument("--write", action="store_true", help="write dvc.yaml from the declarations (marin/stages/table.py)")
+    how.add_argument("--write", action="store_true", help="write dvc.yaml from the declarations "
+                     "(marin/stages/table.py)")
     p.set_defaults(fn=cmd.stages)
 
 

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from marin import config, hashing, stages
-from marin.stages import dvcfiles
 from marin.ledger.hash_cache import hash_cache
 from marin.ledger.index import Index
 from marin.ledger.store import read_started
+from marin.stages import dvcfiles
 
 SHOWN = 3  # changed files named per stage in the one-line summary
 

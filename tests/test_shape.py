@@ -1,7 +1,8 @@
 """The code's shape, read from its imports (``marin.stages.closure``): every pipeline/ script is a thin
-entry point into its stage's declaration, whose function is ``run_stage`` of its stage's module, packages' ``__init__.py`` stay small, and the command
-modules (lineage, publish) are imported by the CLI alone, and report and verify never import each other
-(what both need, keys, envelopes and verification summaries, is ``marin.attest``)."""
+entry point into its stage's declaration, whose function is ``run_stage`` of its stage's module;
+packages' ``__init__.py`` stay small; the command modules (lineage, publish) are imported by the CLI
+alone; report and verify never import each other (what both need, keys, envelopes and verification
+summaries, is ``marin.attest``)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from marin import stages
-from marin.stages import closure
 from marin.paths import PACKAGE_ROOT
+from marin.stages import closure
 
 ROOT = PACKAGE_ROOT.parent
 INIT_LINES = 40

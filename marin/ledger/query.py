@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from marin import hashing
-from marin.stages import SOURCE_STAGES  # their inputs come from outside the ledger
 from marin.errors import MarinError
 from marin.fsutil import not_regular
 from marin.ledger import listing
@@ -26,6 +25,7 @@ from marin.ledger.hash_cache import hash_cache
 from marin.ledger.index import Index, RunRow
 from marin.ledger.store import RunLog, load_run
 from marin.paths import relpath
+from marin.stages import SOURCE_STAGES  # their inputs come from outside the ledger
 
 MIN_PREFIX = 8  # shortest hex prefix accepted as a digest target
 Found = tuple[RunLog, dict[str, Any]]  # a run and one of its input or output record bodies

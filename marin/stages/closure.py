@@ -14,8 +14,8 @@ model, not in the stage. Every stage also reads the JSON Schemas its records are
 against and runs on the locked environment, so ``schemas/`` and ``uv.lock`` belong to every
 closure.
 
-The closure is what ``dvc.yaml`` lists as a stage's code (``marin stages``, :mod:`marin.stages.dvcyaml`), what the recipe
-digest covers, and what ``marin status`` compares with the code a run recorded.
+The closure is what ``dvc.yaml`` lists as a stage's code (``marin stages``, :mod:`marin.stages.dvcyaml`),
+what the recipe digest covers, and what ``marin status`` compares with the code a run recorded.
 """
 
 from __future__ import annotations
