@@ -148,7 +148,8 @@ def _trace(sub: Sub) -> None:
     p.add_argument("--json", action="store_true", help="print the trace as JSON")
     p.add_argument("--model", type=Path, default=Path(stages.MODEL),
                    help="the model whose training data the index must be (default models/final; --run: the run's)")
-    p.add_argument("--index", type=Path, default=Path("data/trace_index"), help="the index (default data/trace_index)")
+    p.add_argument("--index", type=Path, default=stages.declaration("trace_index").out("trace_index"),
+                   help="the index (default data/trace_index)")
     p.set_defaults(fn=cmd.trace)
 
 
