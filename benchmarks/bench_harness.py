@@ -50,9 +50,7 @@ def synthetic(tmp: Path, params: Any) -> tuple[Path, list[tuple[str, str]]]:
     (tmp / "data/tokens").mkdir(parents=True)
     tok.save(str(tmp / "data/tokens/tokenizer.json"))
     m = params.model
-    cfg = ModelConfig(vocab_size=tok.get_vocab_size(), d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads,
-                      n_kv_heads=m.n_kv_heads, d_ff=m.d_ff, max_seq_len=m.seq_len, tie_embeddings=m.tie_embeddings,
-                      rope_theta=m.rope_theta, dtype=m.dtype)
+    cfg = ModelConfig.from_params(m, tok.get_vocab_size())
     state = nnx.to_pure_dict(nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))[1])  # as the train stage saves it
     eos = tok.token_to_id(tk.EOS)
     weights.save(tmp / "models/final", state, cfg, {"tokenizer": {"eos_id": eos}})

@@ -35,8 +35,7 @@ def main(rows: int) -> None:
     from marin.train.step import loss_fn
 
     m = p.model
-    cfg = ModelConfig(vocab_size=p.tokenize.vocab_size, d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads,
-                      n_kv_heads=m.n_kv_heads, d_ff=m.d_ff, max_seq_len=m.seq_len)
+    cfg = ModelConfig.from_params(m, p.tokenize.vocab_size)
     gd, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(params=jax.random.key(0))))
     params = nnx.to_pure_dict(params)
     toks = np.random.default_rng(0).integers(0, cfg.vocab_size, (rows, m.seq_len + 1)).astype(np.int32)

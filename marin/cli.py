@@ -14,7 +14,8 @@ from marin import cli_commands as cmd
 from marin import stages
 from marin.errors import NotAProjectError
 from marin.paths import NOT_A_PROJECT, is_project, project_root
-from marin.stage import STAGES, guarded
+from marin.stages import NAMES as STAGES
+from marin.stages.runner import guarded
 
 DESCRIPTION = """\
 Inspect, check, replay and publish what the marin pipeline recorded. The pipeline itself
@@ -145,9 +146,10 @@ def _trace(sub: Sub) -> None:
     src.add_argument("--file", type=Path, metavar="FILE", help="trace the UTF-8 text in FILE")
     src.add_argument("--run", metavar="RUN", help="trace the samples an evaluate or evaluate_instruct run recorded")
     p.add_argument("--json", action="store_true", help="print the trace as JSON")
-    p.add_argument("--model", type=Path, default=Path("models/final"),
+    p.add_argument("--model", type=Path, default=Path(stages.MODEL),
                    help="the model whose training data the index must be (default models/final; --run: the run's)")
-    p.add_argument("--index", type=Path, default=Path("data/trace_index"), help="the index (default data/trace_index)")
+    p.add_argument("--index", type=Path, default=stages.declaration("trace_index").out("trace_index"),
+                   help="the index (default data/trace_index)")
     p.set_defaults(fn=cmd.trace)
 
 
@@ -269,7 +271,8 @@ def _stages(sub: Sub) -> None:
     how = p.add_mutually_exclusive_group()
     how.add_argument("--check", action="store_true", help="exit 1, naming each difference, when dvc.yaml does not "
                                                          "match the declared stages and their code")
-    how.add_argument("--write", action="store_true", help="write dvc.yaml from the declarations (marin/stages.py)")
+    how.add_argument("--write", action="store_true", help="write dvc.yaml from the declarations "
+                     "(marin/stages/table.py)")
     p.set_defaults(fn=cmd.stages)
 
 

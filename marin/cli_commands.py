@@ -218,12 +218,13 @@ def _signer(args: argparse.Namespace) -> str | None:
 
 
 def report(args: argparse.Namespace) -> int:
-    from functools import partial
+    from dataclasses import replace
 
-    from marin.report import report_stage
-    from marin.stage import execute
+    from marin import stages
+    from marin.stages.runner import execute
 
-    return execute(partial(report_stage.run_stage, model=args.model), args.root)  # the report stage's runtime
+    declared = stages.declaration("report")  # the report stage's runtime, leftovers removed first
+    return execute(replace(declared, inputs={**declared.inputs, "model": str(args.model)}), args.root)
 
 
 def report_verify(args: argparse.Namespace) -> int:
@@ -334,8 +335,8 @@ def sweep(args: argparse.Namespace) -> int:
 
 
 def stages(args: argparse.Namespace) -> int:
-    from marin import dvcyaml
     from marin import stages as st
+    from marin.stages import dvcyaml
 
     if args.write:
         from marin.fsutil import write_bytes

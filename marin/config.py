@@ -23,6 +23,7 @@ from marin.config_data import (
     Extract,
     FetchParams,
     Filters,
+    ModelParams,
     NearDedup,
     PretrainedTokenizer,
     Source,
@@ -31,19 +32,6 @@ from marin.config_data import (
 )
 from marin.errors import ParamsError
 from marin.params_file import read_yaml, value_problem
-
-
-@dataclass(frozen=True)
-class ModelParams:
-    d_model: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    d_ff: int
-    seq_len: int
-    tie_embeddings: bool
-    rope_theta: float
-    dtype: str
 
 
 @dataclass(frozen=True)
@@ -364,14 +352,7 @@ def _cross_checks(p: Params) -> list[str]:
             f"curate.filters.min_mean_word_length: {f.min_mean_word_length} is above "
             f"max_mean_word_length ({f.max_mean_word_length}); allowed: min <= max"
         )
-    m = p.model
-    if m.d_model % m.n_heads:
-        problems.append(f"model.n_heads: {m.n_heads} does not divide d_model ({m.d_model})")
-    elif (m.d_model // m.n_heads) % 2:
-        problems.append(f"model.n_heads: head size d_model/n_heads = {m.d_model // m.n_heads} is odd; "
-                        "rotary embeddings need an even head size")
-    if m.n_heads % m.n_kv_heads:
-        problems.append(f"model.n_kv_heads: {m.n_kv_heads} does not divide n_heads ({m.n_heads})")
+    problems += p.model.shape_problems()
     for name, tp in (("train", p.train), ("sft", p.sft)):
         problems += [] if tp is None else _training_checks(name, tp, p.runtime)
     problems += [x for x in [sweep_problem(p.sweep)] if x]

@@ -1,5 +1,5 @@
-"""The params of the data stages (fetch, curate, tokenize) as frozen dataclasses, built by
-:func:`marin.config.parse` after params.yaml is validated; ``marin.config`` holds the rest."""
+"""The params of the data stages (fetch, curate, tokenize) and the model's shape as frozen dataclasses,
+built by :func:`marin.config.parse` after params.yaml is validated; ``marin.config`` holds the rest."""
 
 from __future__ import annotations
 
@@ -112,3 +112,30 @@ class TokenizeParams:
     shard_max_tokens: int
     train_sample_bytes: int = 16 << 20  # above the shipped train split (9.3 MB): its tokenizer is the full-split one
     pretrained: PretrainedTokenizer | None = None
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """The model section: the one declaration of the model's shape (``marin.model.ModelConfig.from_params``)."""
+
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_ff: int
+    seq_len: int
+    tie_embeddings: bool
+    rope_theta: float
+    dtype: str
+
+    def shape_problems(self) -> list[str]:
+        """Why this shape cannot be built (the head size, grouped-query attention), one line each."""
+        problems = []
+        if self.d_model % self.n_heads:
+            problems.append(f"model.n_heads: {self.n_heads} does not divide d_model ({self.d_model})")
+        elif (self.d_model // self.n_heads) % 2:
+            problems.append(f"model.n_heads: head size d_model/n_heads = {self.d_model // self.n_heads} is odd; "
+                            "rotary embeddings need an even head size")
+        if self.n_heads % self.n_kv_heads:
+            problems.append(f"model.n_kv_heads: {self.n_kv_heads} does not divide n_heads ({self.n_heads})")
+        return problems

@@ -106,7 +106,7 @@ def code_paths(root: Path) -> list[str]:
 def code_state(root: Path, inputs: tuple[str, ...] | list[str] = (),
                closure: list[str] | None = None) -> CodeState:
     """Git commit, tree digest, uncommitted-diff digest, the digest of the code files, and (given
-    ``closure``, the files of a stage's code: :mod:`marin.closure`) each closure file's sha256
+    ``closure``, the files of a stage's code: :mod:`marin.stages.closure`) each closure file's sha256
     and the digest over them, which is what the recipe digest covers.
 
     A run is ``dirty`` only when something that can change its result differs from the

@@ -23,7 +23,7 @@ from marin.fsutil import shown
 
 FILE = "published-digests.json"
 MODELS = (stages.MODEL, stages.INSTRUCT)
-METRICS = "metrics/eval.json"
+METRICS = stages.declaration("evaluate").out("eval_metrics").as_posix()
 
 
 class ReferenceError(MarinError):

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from marin import hashing
+from marin import hashing, stages
 from marin.errors import MarinError
 from marin.evaluate.trace_index import Index
 from marin.evaluate.tracing import encode, trace_ids
@@ -23,8 +23,8 @@ from marin.ledger.query import Ledger
 from marin.ledger.store import RunLog
 from marin.paths import relpath
 
-INDEX, MODEL = Path("data/trace_index"), Path("models/final")
-TOKENIZER = Path("data/tokens/tokenizer.json")
+INDEX, MODEL = stages.declaration("trace_index").out("trace_index"), Path(stages.MODEL)  # marin/stages/table.py
+TOKENIZER = stages.declaration("evaluate_instruct").input("tokenizer")
 
 
 class TraceRefused(MarinError):

@@ -2,8 +2,7 @@
 (metrics/instruct_eval.json). The stage's code is :mod:`marin.evaluate.evaluate_instruct_stage`
 (``dvc repro`` runs ``python -m pipeline.evaluate_instruct``)."""
 
-from marin.evaluate import evaluate_instruct_stage
-from marin.stage import stage_main
+from marin.stages.runner import stage_main
 
 if __name__ == "__main__":
-    stage_main(evaluate_instruct_stage.run_stage, fast_allocator=True)
+    stage_main("evaluate_instruct")

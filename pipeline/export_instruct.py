@@ -2,8 +2,7 @@
 (models/hf-instruct). The stage's code is :mod:`marin.export.export_instruct_stage`
 (``dvc repro`` runs ``python -m pipeline.export_instruct``)."""
 
-from marin.export import export_instruct_stage
-from marin.stage import stage_main
+from marin.stages.runner import stage_main
 
 if __name__ == "__main__":
-    stage_main(export_instruct_stage.run_stage)
+    stage_main("export_instruct")

@@ -1,8 +1,7 @@
 """Stage fetch: every pinned raw source into data/raw/, verified by sha256.
-The stage's code is :mod:`marin.data.fetch_stage` (``dvc repro`` runs ``python -m pipeline.fetch``)."""
+The stage's code is :mod:`marin.data.fetch_stage`."""
 
-from marin.data import fetch_stage
-from marin.stage import stage_main
+from marin.stages.runner import stage_main
 
 if __name__ == "__main__":
-    stage_main(fetch_stage.run_stage)
+    stage_main("fetch")

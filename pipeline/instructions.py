@@ -2,8 +2,7 @@
 (data/instructions). The stage's code is :mod:`marin.instruct.instructions_stage`
 (``dvc repro`` runs ``python -m pipeline.instructions``)."""
 
-from marin.instruct import instructions_stage
-from marin.stage import stage_main
+from marin.stages.runner import stage_main
 
 if __name__ == "__main__":
-    stage_main(instructions_stage.run_stage)
+    stage_main("instructions")

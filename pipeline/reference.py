@@ -4,9 +4,9 @@ evaluate's requests (metrics/reference/<name>.json). The stage's code is
 
 import sys
 
-from marin.evaluate import reference_stage
-from marin.stage import stage_main
+from marin.stages import REFERENCE
+from marin.stages.runner import stage_main
 
 if __name__ == "__main__":
     name = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
-    stage_main(lambda root, params: reference_stage.run_stage(root, params, name))
+    stage_main(f"{REFERENCE}{name}")

@@ -1,8 +1,7 @@
 """Stage report: the transparency report of the model (reports/<report.model_name>).
-The stage's code is :mod:`marin.report.report_stage` (``dvc repro`` runs ``python -m pipeline.report``)."""
+The stage's code is :mod:`marin.report.report_stage`."""
 
-from marin.report import report_stage
-from marin.stage import stage_main
+from marin.stages.runner import stage_main
 
 if __name__ == "__main__":
-    stage_main(report_stage.run_stage)
+    stage_main("report")

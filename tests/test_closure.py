@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from marin import closure, dvcyaml, stages
+from marin import stages
+from marin.stages import closure, dvcyaml
 from tests.conftest import REPO
 
 
@@ -70,7 +71,7 @@ def test_a_sibling_file_a_module_names_by_path_is_code_but_its_imports_are_not_f
     assert "marin/gen.py" in got and "marin/save.py" in got
     assert "marin/heavy.py" not in got and "marin/not_this.py" not in got
     # the project's own case: MLflow runs the generator file when a stage mirrors a model into it
-    assert "marin/tracking/generator_model.py" in closure.files(REPO, "pipeline.train")
+    assert "marin/tracking/generator_model.py" in stages.code_files(REPO, "train")
 
 
 def test_package_data_takes_data_files_and_data_folders_not_subpackages(tmp_path: Path) -> None:
@@ -92,10 +93,12 @@ def test_compact_then_expand_gives_back_the_same_files(tmp_path: Path) -> None:
 
 
 def independent_closure(stage: str) -> set[str]:
-    """The project files ``python -m pipeline.<stage>`` may import, by the standard library's
-    modulefinder (bytecode scanning, function bodies included), searching the repository only."""
+    """The project files ``python -m pipeline.<stage>`` and the function it runs (the declaration's
+    ``fn``) may import, by the standard library's modulefinder (bytecode scanning, function bodies
+    included), searching the repository only."""
     finder = modulefinder.ModuleFinder(path=[str(REPO)])
     finder.run_script(str(REPO / "pipeline" / f"{stage}.py"))
+    finder.import_hook(stages.declaration(stage).fn_module)
     files = {Path(m.__file__).resolve() for m in finder.modules.values() if m.__file__}
     # a package's __init__ runs whenever a module below it is imported
     inits = {p.parent / "__init__.py" for f in files for p in [f, *f.parents] if REPO in p.parents}

@@ -141,7 +141,7 @@ def test_full_data_disk_leaves_the_previous_outputs(data_project: Project, stage
 
 
 def test_a_disk_error_no_writer_converted_is_still_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    from marin.stage import guarded
+    from marin.stages.runner import guarded
 
     def fail(e: OSError) -> Callable[[], int]:
         def fn() -> int:

@@ -385,7 +385,7 @@ def test_dvc_plots_draw_the_sft_curve_against_its_step_column(_sft_project: Proj
     loss among them, and no curve file a second time against its row index."""
     import csv
 
-    from marin.dvcyaml import PLOTS
+    from marin.stages.dvcyaml import PLOTS
 
     shown = json.loads(_sft_project.dvc("plots", "show", "--json").stdout)["data"]
     assert set(shown) == {name for name, _, _ in PLOTS}  # no plot named after a file: none by row index

@@ -260,3 +260,34 @@ def test_default_run_verifies_bit_exact_upstream_from_the_final_model(repro) -> 
     train = proj.runs("train")[0][0]["run_id"]
     assert tags[train]["marin.verification.result"] == "bit-exact"
     assert tags[evaluate]["marin.verification.result"] == "bit-exact"
+
+
+def _under(path: str, declared: list[str]) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in declared)
+
+
+def test_each_recorded_run_reads_writes_and_records_what_its_stage_declares(_shipped) -> None:
+    """The data half of tests/test_closure.py's code half: every run of the shipped repro records the
+    params its declaration names (marin/stages/table.py), reads inputs inside its declared inputs and
+    writes outputs inside its declared outputs, and each declared output is recorded."""
+    from marin.config import flatten
+    from marin.stages import declaration, dvcfiles
+
+    shipped, _ = _shipped
+    runs = {run[0]["body"]["stage"]: run for run in shipped.runs()}
+    assert set(runs) == set(STAGES), sorted(set(STAGES) ^ set(runs))
+    for name, run in runs.items():
+        stage = declaration(name)
+        recorded = flatten(run[0]["body"]["params"])
+        assert all(any(k == p or k.startswith(p + ".") for p in stage.params) for k in recorded), \
+            (name, sorted(recorded), stage.params)
+        assert {p.split(".")[0] for p in stage.params} == {k.split(".")[0] for k in recorded}, name
+        inputs = [r["body"]["path"] for r in run if r["kind"] == "input" and not r["body"]["name"].startswith("task:")]
+        if not stage.fetches:  # fetch's inputs come from outside the project; export reads the train run's file
+            assert all(_under(p, list(stage.deps)) or p.startswith("ledger/") for p in inputs), (name, inputs)
+        if name != "report":  # the report reads the ledger: its declared inputs order it after them in dvc.yaml
+            assert all(_under(d, inputs) or any(_under(p, [d]) for p in inputs) for d in stage.deps), (name, inputs)
+        outs = [dvcfiles.interpolate(shipped.root, o.path) or o.path for o in stage.outs]
+        written = [r["body"]["path"] for r in run if r["kind"] == "output"]
+        assert all(_under(p, outs) for p in written), (name, written, outs)
+        assert all(any(_under(p, [o]) for p in written) for o in outs), (name, written, outs)

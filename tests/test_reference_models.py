@@ -165,7 +165,7 @@ def test_a_reference_is_a_stage_of_its_own_and_evaluate_no_longer_tracks_the_lis
     got = {s.name: s for s in stages.declared(tmp_path)}
     ref = got["reference_pythia-160m"]
     assert ref.cmd == "python -m pipeline.reference pythia-160m" and "refs/pythia-160m" in ref.deps
-    assert stages.entry_module(ref.name) == "pipeline.reference"
+    assert stages.entry_modules(ref.name) == ("pipeline.reference", "marin.evaluate.reference_stage")
     for name in ("evaluate", "export"):
         assert "evaluate" not in got[name].params and "evaluate.harness" in got[name].params
         assert not any("references" in p for p in got[name].params)

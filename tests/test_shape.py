@@ -1,7 +1,8 @@
-"""The code's shape, read from its imports (``marin.closure``): every pipeline/ script is a thin
-entry point into its stage's module, packages' ``__init__.py`` stay small, the command modules
-(``marin.commands``: lineage, publish, diff, sweep, status) are imported by the CLI alone, and report
-and verify never import each other (what both need, keys, envelopes and verification summaries, is ``marin.attest``)."""
+"""The code's shape, read from its imports (``marin.stages.closure``): every pipeline/ script is a thin
+entry point into its stage's declaration, whose function is ``run_stage`` of its stage's module;
+packages' ``__init__.py`` stay small; the command modules (``marin.commands``) are imported by the
+CLI alone; report and verify never import each other (what both need, keys, envelopes and verification
+summaries, is ``marin.attest``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from marin import closure, stages
+from marin import stages
 from marin.paths import PACKAGE_ROOT
+from marin.stages import closure
 
 ROOT = PACKAGE_ROOT.parent
 INIT_LINES = 40
@@ -32,16 +34,15 @@ def _imports(path: Path) -> set[str]:
 @pytest.mark.parametrize("stage", stages.NAMES)
 def test_pipeline_script_is_a_thin_entry_point(stage: str) -> None:
     script = ROOT / "pipeline" / f"{stage}.py"
-    assert len(script.read_text(encoding="utf-8").splitlines()) < ENTRY_LINES
-    bodies = [n for n in _imports(script) if n.endswith(f".{stage}_stage")]
-    assert len(bodies) == 1, f"{script.name} imports no marin.<package>.{stage}_stage"
-    body = closure.module_file(ROOT, bodies[0])
-    assert body is not None and "\ndef run_stage(root: Path, params: Params" in body.read_text(encoding="utf-8")
     text = script.read_text(encoding="utf-8")
+    assert len(text.splitlines()) < ENTRY_LINES
+    assert f'stage_main("{stage}")' in text, f"{script.name}: expected stage_main(\"{stage}\")"
+    declared = stages.declaration(stage)
+    assert declared.fn_module.endswith(f".{stage}_stage") and declared.fn.endswith(":run_stage"), declared.fn
+    body = closure.module_file(ROOT, declared.fn_module)
+    assert body is not None and "\ndef run_stage(root: Path, params: Params" in body.read_text(encoding="utf-8")
     runs_jax = "runtime.configure(" in body.read_text(encoding="utf-8")  # the stages that run a JAX model
-    call = f"stage_main({stage}_stage.run_stage, fast_allocator=True)" if runs_jax else \
-        f"stage_main({stage}_stage.run_stage)"
-    assert call in text, f"{script.name}: expected {call}"
+    assert declared.uses_jax == runs_jax, f"{stage}: uses_jax={declared.uses_jax}, its code says {runs_jax}"
 
 
 def test_package_inits_are_small() -> None:

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from marin import dvcfiles, hashing, model_folder
+from marin import hashing, model_folder
 from marin.data import manifest
 from marin.errors import IntegrityError, LedgerError, MarinError, StageError
 from marin.evaluate import harness_run
 from marin.report import check
 from marin.report.facts import ReportError
+from marin.stages import dvcfiles
 
 GiB = 1 << 30
 

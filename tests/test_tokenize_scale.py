@@ -23,8 +23,7 @@ from tests.ray_cluster import ray_head
 # The stage with one document per engine task, so that 2 and 4 workers really run tasks
 # out of order (the mini corpus is one default-sized batch).
 SMALL_TASKS = ("import sys; import marin.data.tokenize as tk; tk.ENCODE_BATCH_BYTES = 1; tk.READ_ROWS = 1; "
-               "from marin.data.tokenize_stage import run_stage; from marin.stage import stage_main; "
-               "stage_main(run_stage)")
+               "from marin.stages.runner import stage_main; stage_main('tokenize')")
 
 
 def _small_tasks(proj: Project, check: bool = True):

@@ -3,7 +3,7 @@
 For each declared stage (:mod:`marin.stages`), the run that produced the output now recorded
 in ``dvc.lock`` (its md5 matched against the runs' output records; else the stage's latest
 succeeded run) recorded its code closure file by file (``run.started.code.closure``). The
-stage's closure now is computed from the imports (:mod:`marin.closure`); a file whose digest
+stage's closure now is computed from the imports (:mod:`marin.stages.closure`); a file whose digest
 differs, a module the stage imports now and did not then, or one it no longer imports makes
 the output **stale**, even where ``dvc.yaml`` and so DVC would not notice.
 
@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marin import config, dvcfiles, hashing, stages
+from marin import config, hashing, stages
 from marin.ledger.hash_cache import hash_cache
 from marin.ledger.index import Index
 from marin.ledger.store import read_started
+from marin.stages import dvcfiles
 
 SHOWN = 3  # changed files named per stage in the one-line summary
 

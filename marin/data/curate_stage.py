@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from marin import fsutil, hashing
+from marin import fsutil, hashing, stages
 from marin.config import Params
 from marin.data import manifest, sources
 from marin.data.curate import curate
@@ -18,7 +18,8 @@ from marin.data.engine import Engine
 from marin.errors import StageError
 from marin.ledger import Input, Run
 
-RAW, OUT = Path("data/raw"), Path("data/curated")
+_DECLARED = stages.declaration("curate")  # the paths below: marin/stages/table.py
+RAW, OUT = _DECLARED.input("raw"), _DECLARED.out("curated")
 
 
 def run_stage(root: Path, params: Params) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from marin import hashing
+from marin import hashing, stages
 from marin.config import Params
 from marin.data import evalsets as es
 from marin.data import manifest
@@ -14,7 +14,8 @@ from marin.data.parquet import read
 from marin.fsutil import atomic_dir
 from marin.ledger import Input, Run
 
-CURATED, OUT = Path("data/curated"), Path("data/evalsets")
+_DECLARED = stages.declaration("evalsets")  # the paths below: marin/stages/table.py
+CURATED, OUT = _DECLARED.input("curated"), _DECLARED.out("evalsets")
 
 
 def run_stage(root: Path, params: Params) -> None:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from marin import fsutil, hashing
+from marin import fsutil, hashing, stages
 from marin.config import Params
 from marin.data import sources
 from marin.errors import FetchError
 from marin.ledger import Run
 from marin.ledger.bodies import InputBody
 
-RAW = Path("data/raw")
+RAW = stages.declaration("fetch").out("raw")  # marin/stages/table.py
 
 
 def run_stage(root: Path, params: Params) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
-from marin import fsutil, hashing
+from marin import fsutil, hashing, stages
 from marin.config import Params
 from marin.data import chat, manifest
 from marin.data import tokenize as tk
@@ -21,7 +21,8 @@ from marin.errors import StageError
 from marin.ledger import Input, Run
 from marin.progress import meter
 
-CURATED, OUT = Path("data/curated"), Path("data/tokens")
+_DECLARED = stages.declaration("tokenize")  # the paths below: marin/stages/table.py
+CURATED, OUT = _DECLARED.input("curated"), _DECLARED.out("tokens")
 SPLITS = ("train", "validation")
 
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marin import readers
+from marin import readers, stages
 from marin.errors import StageError
 from marin.ledger import exact
 
-OUT = Path("data/decontamination.json")
+OUT = stages.declaration("decontaminate").out("decontamination")  # marin/stages/table.py
 NOT_CHECKED = "not checked"
 
 

@@ -20,14 +20,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from marin import fsutil
+from marin import fsutil, stages
 from marin.config import HarnessParams, Params
 from marin.evaluate import harness_run, ngrams, task_files, training_data
 from marin.ledger import Input, Run, exact
 from marin.ledger.bodies import Exact
 
 CURATED_TRAIN, INSTRUCTIONS_TRAIN = training_data.CURATED_TRAIN, training_data.INSTRUCTIONS_TRAIN
-EVALSETS, OUT = Path("data/evalsets"), Path("data/decontamination.json")
+_DECLARED = stages.declaration("decontaminate")  # the paths below: marin/stages/table.py
+EVALSETS, OUT = _DECLARED.input("evalsets"), _DECLARED.out("decontamination")
 NORMALIZATION = "casefold; words are runs of Unicode letters and digits ([^\\W_]+)"
 
 

@@ -27,10 +27,11 @@ from marin.errors import StageError
 from marin.ledger.bodies import Sample
 from marin.train import runtime
 
-MODELS = {"base": Path(stages.MODEL), "instruct": Path(stages.INSTRUCT)}
-TOKENIZER, TEMPLATE = Path("data/tokens/tokenizer.json"), Path("data/tokens/chat_template.jinja")
-HELDOUT, METRICS = Path("data/instructions/heldout.jsonl"), Path("metrics/instruct_eval.json")
-TRACE = Path("evals/trace/instruct.json")  # both models' answers traced to the training documents (marin trace)
+_DECLARED = stages.declaration("evaluate_instruct")  # the paths below: marin/stages/table.py
+MODELS = {"base": _DECLARED.input("base_model"), "instruct": _DECLARED.input("instruct_model")}
+TOKENIZER, TEMPLATE = _DECLARED.input("tokenizer"), _DECLARED.input("chat_template")
+HELDOUT, METRICS = _DECLARED.input("instructions") / "heldout.jsonl", _DECLARED.out("instruct_eval_metrics")
+TRACE = _DECLARED.out("trace_instruct")  # both models' answers traced to the training documents (marin trace)
 BATCH = 32  # prompts answered at a time: (BATCH, seq_len, vocab) logits per step
 SCORES = (("exact_match", "exact"), ("containment", "contained"), ("choice_acc", "choice"))  # value key, row key
 

@@ -17,9 +17,10 @@ from marin.config import HarnessParams, Params, RuntimeParams
 from marin.evaluate import decontam
 from marin.train import runtime
 
-MODEL, TOKENS, METRICS = Path(stages.MODEL), Path("data/tokens"), Path("metrics/eval.json")
-EVALSETS = Path("data/evalsets")  # the built-in harness tasks' data (stage evalsets)
-TRACE = Path("evals/trace/samples.json")  # the greedy samples traced to the training documents (marin trace)
+_DECLARED = stages.declaration("evaluate")  # the paths below: marin/stages/table.py
+MODEL, TOKENS, METRICS = _DECLARED.input("model"), _DECLARED.input("tokens"), _DECLARED.out("eval_metrics")
+EVALSETS = _DECLARED.input("evalsets")  # the built-in harness tasks' data (stage evalsets)
+TRACE = _DECLARED.out("trace_samples")  # the greedy samples traced to the training documents (marin trace)
 
 
 def run_stage(root: Path, params: Params) -> None:

@@ -14,7 +14,10 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
-RESULTS, SAMPLES = Path("evals/harness/results.json"), Path("evals/harness/samples.jsonl")
+from marin import stages
+
+_DECLARED = stages.declaration("evaluate")  # the paths: marin/stages/table.py
+RESULTS, SAMPLES = _DECLARED.out("harness_results"), _DECLARED.out("harness_samples")
 SECTIONS = ("results", "configs", "versions", "n-shot", "higher_is_better", "n-samples")
 
 

@@ -15,22 +15,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from marin import fsutil, hashing, readers
+from marin import fsutil, hashing, readers, stages
 from marin.config import Params, Reference
 from marin.errors import StageError
 from marin.evaluate import decontam, task_files
 from marin.ledger.bodies import DeterminismClass
 
-VALIDATION = Path("data/curated/validation.parquet")  # the evaluation text: evaluate scores its tokens
-EVALSETS = Path("data/evalsets")
 NOT_STATED = "not stated"
 # Where a card states a model's size: keys of README.md's YAML metadata, then of config.json
 PARAMETER_KEYS = ("parameters", "num_parameters", "n_params", "params")
 TOKEN_KEYS = ("training_tokens", "train_tokens", "tokens_seen", "num_tokens")
-
-
-def out_path(name: str) -> Path:
-    return Path(f"metrics/reference/{name}.json")
 
 
 def find(params: Params, name: str) -> Reference:
@@ -78,20 +72,23 @@ def card_facts(folder: Path) -> dict[str, Any]:
     return out
 
 
-def run_stage(root: Path, params: Params, name: str) -> None:
-    """Score the reference ``name`` on evaluate's requests and the validation text, as a ledger run."""
+def run_stage(root: Path, params: Params) -> None:
+    """Score the reference the running stage names (``reference_<name>``) on evaluate's requests and the
+    validation text (its input ``text``: evaluate scores its tokens), as a ledger run."""
     import torch
 
     from marin import env
     from marin.evaluate import harness_run
     from marin.ledger import Input, Run
 
+    stage = stages.current()
+    name, validation, evalsets = stage.args, stage.input("text"), stage.input("evalsets")
     ref = find(params, name)
     folder = check_pin(root, ref)
     hp = params.evaluate.harness
-    inputs = [Input("model", folder, license=ref.license), Input("text", VALIDATION.as_posix())]
-    if (root / EVALSETS).is_dir():
-        inputs.append(Input("evalsets", EVALSETS.as_posix()))
+    inputs = [Input("model", folder, license=ref.license), Input("text", validation.as_posix())]
+    if (root / evalsets).is_dir():
+        inputs.append(Input("evalsets", evalsets.as_posix()))
     inputs += [Input(f"task:{p}", p) for p in task_files.listed_paths(root, hp, f"reference_{name}")]
     decon = decontam.load(root, params.evaluate.decontaminate)
     if decon is not None:
@@ -102,17 +99,17 @@ def run_stage(root: Path, params: Params, name: str) -> None:
     recorded = {"evaluate": {"harness": params.section("evaluate")["evaluate"].get("harness", {}),
                              "decontaminate": params.evaluate.decontaminate},
                 "reference": {"name": ref.name, "path": ref.path, "sha256": ref.sha256, "license": ref.license}}
-    with Run.start(root, f"reference_{name}", params=recorded, inputs=inputs, det_class=det, fingerprint=fp) as run:
+    with Run.start(root, stage.name, params=recorded, inputs=inputs, det_class=det, fingerprint=fp) as run:
         lm = hf_model(root, folder, hp.batch_size)
         harness = harness_run.run_tasks(root, hp, lm, lambda body: run.record("eval", body), decon=decon)
-        tallies = _bits_per_byte(root, lm, run)
+        tallies = _bits_per_byte(root / validation, lm, run)
         card = card_facts(root / folder)
         run.record("eval", {"name": "card", "split": "card", "values": {**card, "license": ref.license}})
         metrics = {"bits_per_byte": tallies[""].bits_per_byte, **card,
                    "per_corpus": {c: t.bits_per_byte for c, t in sorted(tallies.items()) if c},
                    "harness": {t: {k: v for k, v in vals.items() if isinstance(v, int | float)}
                                for t, vals in harness.items() if "error" not in vals}}
-        path = out_path(name)
+        path = stage.out("reference_metrics")
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         fsutil.write_bytes(root / path, (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode(),
                            before_publish=lambda tmp: run.output("reference_metrics", path, source=tmp))
@@ -136,7 +133,7 @@ def hf_model(root: Path, folder: str, batch_size: int) -> Any:
         return hflm(pretrained=str(root / folder), device="cpu", dtype="float32", batch_size=batch_size)
 
 
-def _bits_per_byte(root: Path, lm: Any, run: Any) -> dict[str, Any]:
+def _bits_per_byte(validation: Path, lm: Any, run: Any) -> dict[str, Any]:
     """Each validation document scored by the model with its own tokenizer (:func:`doc_nll`), tallied
     whole (key ``""``) and per corpus; one ``model`` eval record each."""
     import pyarrow.parquet as pq
@@ -146,7 +143,7 @@ def _bits_per_byte(root: Path, lm: Any, run: Any) -> dict[str, Any]:
 
     tallies: dict[str, Tally] = {}
     start = lm.tokenizer.bos_token_id if lm.tokenizer.bos_token_id is not None else lm.tokenizer.eos_token_id
-    for b in pq.ParquetFile(root / VALIDATION).iter_batches(batch_size=64, columns=["text", "corpus"]):
+    for b in pq.ParquetFile(validation).iter_batches(batch_size=64, columns=["text", "corpus"]):
         for text, corpus in zip(b.column("text").to_pylist(), b.column("corpus").to_pylist(), strict=True):
             ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
             nll = doc_nll(lm.model, [start, *ids], lm.max_length)

@@ -59,7 +59,7 @@ def task_paths(root: Path, hp: HarnessParams) -> list[str]:
 def listed_paths(root: Path, hp: HarnessParams, stage: str) -> list[str]:
     """:func:`task_paths`, refused unless dvc.yaml lists each as a dependency of ``stage``: an edit DVC
     cannot see would leave the stage "up to date"."""
-    from marin import dvcfiles
+    from marin.stages import dvcfiles
 
     paths = task_paths(root, hp)
     listed = set(dvcfiles.stage_deps(root, stage))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from marin import stages
 from marin.config import Params
 from marin.data import manifest
 from marin.data import tokenize as tk
@@ -24,8 +25,9 @@ from marin.evaluate.training_data import CURATED_TRAIN, INSTRUCTIONS_TRAIN
 from marin.fsutil import atomic_dir
 from marin.ledger import Input, Run
 
-TOKENS, OUT = Path("data/tokens"), Path("data/trace_index")
-INSTRUCTIONS_MANIFEST = Path("data/instructions/manifest.json")
+_DECLARED = stages.declaration("trace_index")  # the paths below: marin/stages/table.py
+TOKENS, OUT = _DECLARED.input("tokens"), _DECLARED.out("trace_index")
+INSTRUCTIONS_MANIFEST = _DECLARED.input("instructions_manifest")
 INSTRUCTION_SOURCE = "instructions"  # the source named for a built-in instruction example
 
 

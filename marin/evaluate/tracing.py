@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from marin import stages
 from marin.evaluate.trace_index import INDEX_JSON, Index, Span, TraceError, tokens_covered, unigram_rank
 
 MARK = ("\u00ab", "\u00bb")  # « and »: a span's ends in its snippet
@@ -51,8 +52,8 @@ def trace_ids(index: Index, tok: Any, ids: np.ndarray, min_tokens: int) -> dict[
             "spans": out}
 
 
-INDEX = Path("data/trace_index")
-TOKENIZER = Path("data/tokens/tokenizer.json")
+INDEX = stages.declaration("trace_index").out("trace_index")  # marin/stages/table.py
+TOKENIZER = stages.declaration("evaluate_instruct").input("tokenizer")
 
 
 def indexed(root: Path) -> bool:

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from marin import readers
+from marin import readers, stages
 from marin.errors import StageError
 
-CURATED_TRAIN = Path("data/curated/train.parquet")
-INSTRUCTIONS_TRAIN = Path("data/instructions/train.jsonl")
+_DECLARED = stages.declaration("decontaminate")  # the paths: marin/stages/table.py
+CURATED_TRAIN, INSTRUCTIONS_TRAIN = _DECLARED.input("curated_train"), _DECLARED.input("instructions_train")
 
 
 def curated_rows(root: Path, columns: list[str], batch_rows: int = 256) -> Iterator[dict[str, Any]]:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from marin import stages
 from marin.config import Params
 from marin.export import instruct_card
 from marin.export.export_stage import Target, export
 from marin.ledger import Input
 
-INSTRUCT = Target("export_instruct", Path("models/instruct"), Path("models/hf-instruct"), chat=True,
+_DECLARED = stages.declaration("export_instruct")  # the paths: marin/stages/table.py
+INSTRUCT = Target(_DECLARED.name, _DECLARED.input("model"), _DECLARED.out("hf_model"), chat=True,
                   inputs=(Input("instructions_manifest", instruct_card.MANIFEST.as_posix()),
                           Input("instruct_eval", instruct_card.EVAL.as_posix())),
                   card=instruct_card.card, recorded=instruct_card.recorded)

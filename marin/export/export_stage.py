@@ -23,9 +23,10 @@ from marin.export import card, hf, training
 from marin.export.training import Training
 from marin.ledger import Input, Run
 
-MODEL, TOKENIZER, OUT = Path(stages.MODEL), Path("data/tokens/tokenizer.json"), Path("models/hf")
-TEMPLATE = Path("data/tokens") / chat.TEMPLATE_FILE
-EVAL = Path("metrics/eval.json")
+_DECLARED = stages.declaration("export")  # the paths below: marin/stages/table.py
+MODEL, TOKENIZER, OUT = _DECLARED.input("model"), _DECLARED.input("tokenizer"), _DECLARED.out("hf_model")
+TEMPLATE = Path(stages.declaration("tokenize").out("tokens")) / chat.TEMPLATE_FILE
+EVAL = _DECLARED.input("eval")
 CARD_PARAMS = ("report", "fetch", "evaluate")  # what the base card states: recorded as the run's params
 
 

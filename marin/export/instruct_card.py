@@ -11,7 +11,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from marin import readers
+from marin import readers, stages
 from marin.config import Params
 from marin.data import chat
 from marin.errors import StageError
@@ -19,8 +19,8 @@ from marin.export import card_sections
 from marin.export.card import hf_license, repo_id, upload_lines
 from marin.export.training import Training
 
-MANIFEST = Path("data/instructions/manifest.json")
-EVAL = Path("metrics/instruct_eval.json")
+_DECLARED = stages.declaration("export_instruct")  # the paths below: marin/stages/table.py
+MANIFEST, EVAL = _DECLARED.input("instructions_manifest"), _DECLARED.input("instruct_eval")
 
 
 def recorded(params: Params) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from huggingface_hub import ModelCard, ModelCardData
 
-from marin import fsutil, hashing, model_folder, readers
+from marin import fsutil, hashing, model_folder, readers, stages
 from marin.data.tokenize import EOS
 from marin.errors import IntegrityError
 from marin.export import hf
@@ -22,7 +22,7 @@ from marin.export.hub_folder import HubFolderError, recorded_export
 from marin.ledger.query import Ledger
 from marin.ledger.store import RunLog, read_run
 
-MODEL, TOKENIZER = Path("models/final"), Path("data/tokens/tokenizer.json")
+MODEL, TOKENIZER = stages.declaration("export").input("model"), stages.declaration("export").input("tokenizer")
 
 
 def revisions_dir(out: Path) -> Path:

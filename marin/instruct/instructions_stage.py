@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from marin import fsutil, hashing, readers
+from marin import fsutil, hashing, readers, stages
 from marin.config import InstructionsParams, Params
 from marin.data import chat, manifest, sources
 from marin.data.shards import Oversize
@@ -24,7 +24,8 @@ from marin.fsutil import shown
 from marin.instruct import messages, tasks
 from marin.ledger import Input, Run
 
-CURATED, RAW, OUT = Path("data/curated"), Path("data/raw"), Path("data/instructions")
+_DECLARED = stages.declaration("instructions")  # the paths below: marin/stages/table.py
+CURATED, RAW, OUT = _DECLARED.input("curated"), _DECLARED.input("raw"), _DECLARED.out("instructions")
 SETS = {"train": "train", "heldout": "validation"}  # instruction set -> curated split
 RESERVED = (chat.EOS, *chat.CHAT_TOKENS)  # the strings counted: a pretrained tokenizer's others are not known here
 CAP = readers.CAPS["conversations"]  # what sft and evaluate read back, a file and a line

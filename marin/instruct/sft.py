@@ -36,8 +36,9 @@ from marin.model import ModelConfig, weights
 from marin.train import distributed, loop, runtime, seeds, step
 from marin.train.loader import sample_windows
 
-TOKENS, INSTRUCTIONS = Path("data/tokens"), Path("data/instructions")
-BASE, MODEL, CURVE = Path(stages.MODEL), Path(stages.INSTRUCT), Path("metrics/sft_curve.csv")
+_DECLARED = stages.declaration("sft")  # the paths below: marin/stages/table.py
+TOKENS, INSTRUCTIONS = _DECLARED.input("tokenizer").parent, _DECLARED.input("instructions")
+BASE, MODEL, CURVE = _DECLARED.input("base_model"), _DECLARED.out("model"), _DECLARED.out("curve")
 TOKENIZER, TEMPLATE = TOKENS / "tokenizer.json", TOKENS / chat.TEMPLATE_FILE
 STREAMS = ("sft_data_order", "sft_step")
 PACKING = ("one conversation per row, cut to seq_len + 1 tokens and padded with EOS; the loss is the mean over "

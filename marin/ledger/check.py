@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marin import dvcfiles, fsutil, hashing, schemas
+from marin import fsutil, hashing, schemas
 from marin.errors import IntegrityError, LedgerError, SchemaError
 from marin.ledger import clock, head, listing, merkle
 from marin.ledger.hash_cache import hash_cache
@@ -21,6 +21,7 @@ from marin.ledger.records import AFTER_FINISH, Record, content_digest
 from marin.ledger.store import RunLog, odd_files, open_run, read_run, run_files, run_lines
 from marin.paths import ledger_dir
 from marin.schemas import UnpinnedSchema
+from marin.stages import dvcfiles
 
 
 @dataclass(frozen=True)

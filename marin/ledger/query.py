@@ -25,8 +25,8 @@ from marin.ledger.hash_cache import hash_cache
 from marin.ledger.index import Index, RunRow
 from marin.ledger.store import RunLog, load_run
 from marin.paths import relpath
+from marin.stages import SOURCE_STAGES  # their inputs come from outside the ledger
 
-SOURCE_STAGES = ("fetch",)  # their inputs come from outside the ledger
 MIN_PREFIX = 8  # shortest hex prefix accepted as a digest target
 Found = tuple[RunLog, dict[str, Any]]  # a run and one of its input or output record bodies
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -47,6 +47,9 @@ import numpy as np
 from flax import nnx
 
 from marin.model.ops import after, matmul, plain_dot, swiglu_down
+
+if TYPE_CHECKING:
+    from marin.config_data import ModelParams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +72,13 @@ class ModelConfig:
             raise ValueError(f"n_heads={self.n_heads} not divisible by n_kv_heads={self.n_kv_heads}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
+
+    @classmethod
+    def from_params(cls, m: ModelParams, vocab_size: int) -> ModelConfig:
+        """The model params.yaml's ``model`` section declares, over the tokenizer's ``vocab_size``."""
+        return cls(vocab_size=vocab_size, d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads,
+                   n_kv_heads=m.n_kv_heads, d_ff=m.d_ff, max_seq_len=m.seq_len, tie_embeddings=m.tie_embeddings,
+                   rope_theta=m.rope_theta, dtype=m.dtype)
 
     @property
     def head_dim(self) -> int:

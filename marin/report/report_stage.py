@@ -1,7 +1,7 @@
 """Stage report: the transparency report of the trained model, from the ledger alone
 (reports/<report.model_name>/), as a ledger run of stage ``report``; signed when the signing
 key exists, else written unsigned and said so (see :mod:`marin.report.build`). ``marin report``
-runs the same stage, under the same runtime (:func:`marin.stage.execute`)."""
+runs the same stage, under the same runtime (:func:`marin.stages.runner.execute`)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,10 @@ from pathlib import Path
 from marin import stages
 from marin.config import Params
 
-MODEL = stages.MODEL
 
-
-def run_stage(root: Path, params: Params, model: str = MODEL) -> bool:
-    """The report of ``model``, then the MLflow view, with one ledger index for both; False: the
-    runtime has nothing left to mirror."""
+def run_stage(root: Path, params: Params) -> bool:
+    """The report of the running stage's input ``model`` (``marin report --model`` sets it), then the
+    MLflow view, with one ledger index for both; False: the runtime has nothing left to mirror."""
     import sys
 
     from marin.ledger.index import Index  # here, not above: params are checked before the report's imports
@@ -23,6 +21,7 @@ def run_stage(root: Path, params: Params, model: str = MODEL) -> bool:
     from marin.report.placeholders import placeholders
     from marin.tracking import sync_quietly
 
+    model = stages.current().input("model").as_posix()
     with Index.using(root, None, refresh=False) as idx:
         done = build.publish(root, params, model, index=idx)
         print(build.report_line(done, root))

@@ -10,7 +10,7 @@ Loading it needs the marin package (this environment).
 
 The generator itself is ``generator_model.py``, the file MLflow keeps with the model and runs to
 load it ("models from code"). No stage imports it: it is part of every stage's code as a file read by
-path (marin/closure.py), and the model code it imports when a user loads the model (marin.train,
+path (marin/stages/closure.py), and the model code it imports when a user loads the model (marin.train,
 marin.evaluate) stays out of the code of the stages that only mirror themselves into MLflow."""
 
 from __future__ import annotations

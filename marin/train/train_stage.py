@@ -36,10 +36,11 @@ def refuse_too_little(root: Path, params: Params) -> None:
     """Too little data for the params is refused in one line before anything starts: a train split
     shorter than one batch of sequences (``batch_size`` windows of ``seq_len`` + 1 tokens, the
     stream holding the documents' tokens and one EOS each), or an empty validation split."""
+    from marin import stages
     from marin.data import manifest
     from marin.errors import StageError
 
-    path = root / "data/tokens/manifest.json"
+    path = root / stages.current().input("tokens") / "manifest.json"
     if not path.is_file():
         return  # the loop names the missing input
     splits = manifest.read(path, "tokenize")["splits"]

@@ -1,5 +1,7 @@
 """The runtime around a pipeline stage: what every ``pipeline/<stage>.py`` and the ``marin``
-command share. A MarinError, or a failing disk, ends as one line on stderr and an exit code."""
+command share. A stage runs from its declaration (:mod:`marin.stages.table`), which is
+:func:`marin.stages.current` while it runs. A MarinError, or a failing disk, ends as one line
+on stderr and an exit code."""
 
 from __future__ import annotations
 
@@ -9,12 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from marin import config
-from marin.errors import MarinError, SchemaError
+from marin.errors import MarinError, SchemaError, StageError
 from marin.paths import project_root
+from marin.stages import table
+from marin.stages.declaration import Stage, running
 
-# The pipeline's stages in dvc.yaml order: the values a stage may have in the ledger.
-STAGES = ("fetch", "curate", "evalsets", "tokenize", "train", "instructions", "sft", "decontaminate", "trace_index",
-          "evaluate", "evaluate_instruct", "export", "export_instruct", "report")
 # Set by `dvc exp run` (in the workspace, a queue worker or a temporary copy) for the stages it runs.
 DVC_EXPERIMENT_VAR = "DVC_EXP_BASELINE_REV"
 
@@ -44,21 +45,20 @@ def guarded(fn: Callable[[], int], verbose: bool = False) -> int:
         return 130
 
 
-StageFn = Callable[[Path, config.Params], bool | None]
-
-
-def execute(stage: StageFn, root: Path) -> int:
-    """Validate params, check the schema pins, run the stage, mirror it into MLflow: what every
-    stage and ``marin report`` do. A stage returns False in a process that must not mirror the
-    run (a train worker other than process 0, the launcher of local workers, or a stage that
-    mirrored it itself with its own ledger index)."""
+def execute(stage: Stage, root: Path) -> int:
+    """Validate params, check the schema pins, remove what killed runs left, run the stage's function
+    with ``stage`` as :func:`marin.stages.current`, mirror it into MLflow: what every stage and
+    ``marin report`` do. A stage returns False in a process that must not mirror the run (a train
+    worker other than process 0, the launcher of local workers, or a stage that mirrored it itself
+    with its own ledger index)."""
     params = config.load(root / "params.yaml")  # before any work: exit 2, no run started
     from marin import schemas
 
     for problem in schemas.pin_problems()[:1]:  # records are written only against the pinned schemas
         raise SchemaError(problem)
     remove_leftovers(root)
-    mirrored = stage(root, params)
+    with running(stage):
+        mirrored = stage.function()(root, params)
     stage_ledger_for_experiment(root)
     if mirrored is False:
         return 0
@@ -68,12 +68,22 @@ def execute(stage: StageFn, root: Path) -> int:
     return 0
 
 
+def find(root: Path, name: str) -> Stage:
+    """The declaration of stage ``name`` in the project at ``root`` (a reference stage: from its params.yaml)."""
+    found = next((s for s in table.declared(root) if s.name == name), None)
+    if found is None:
+        raise StageError(f"params.yaml: no stage {name} is declared (evaluate.references names the reference "
+                         "stages); run `marin stages --write` and `dvc repro`")
+    return found
+
+
 def remove_leftovers(root: Path) -> None:
     """Remove what killed runs of every stage left beside the outputs dvc.yaml declares (temporary
     folders, a version set aside mid-rename), leaving any a live run holds (each under its folder's
     lock). Every stage does it as it starts, ``marin report`` too: a killed curate's folder went only
     at curate's next start, and a plain ``dvc repro`` that reruns another stage left it."""
-    from marin import dvcfiles, fsutil
+    from marin import fsutil
+    from marin.stages import dvcfiles
 
     for out in sorted(dvcfiles.declared_outs(root)):
         fsutil.remove_leftovers(root / out)
@@ -91,13 +101,14 @@ def stage_ledger_for_experiment(root: Path) -> None:
         git(root, "add", "--", "ledger", ":(exclude,glob)ledger/runs/sweep-*")  # the train launcher adds last
 
 
-def stage_main(stage: StageFn, fast_allocator: bool = False) -> None:
-    """Entry point of a pipeline/ script: :func:`execute` in the project around the working
-    directory, guarded, then exit. ``fast_allocator`` (the stages that run JAX): the process first
-    restarts itself with the allocator a training step needs (:mod:`marin.allocator`)."""
-    if fast_allocator:
+def stage_main(name: str) -> None:
+    """Entry point of a pipeline/ script: :func:`execute` of the stage declared as ``name`` in the
+    project around the working directory, guarded, then exit. A stage that uses JAX first restarts
+    its process with the allocator a training step needs (:mod:`marin.allocator`)."""
+    static = table.get(name)
+    if static is not None and static.uses_jax:
         from marin.allocator import restart_with_fast_allocator
 
         restart_with_fast_allocator()
     verbose = "-v" in sys.argv or "--verbose" in sys.argv
-    sys.exit(guarded(lambda: execute(stage, project_root()), verbose))
+    sys.exit(guarded(lambda: execute(find(project_root(), name), project_root()), verbose))

@@ -1,4 +1,5 @@
-"""The code of a stage: the project files that ``python -m pipeline.<stage>`` can import or read.
+"""The code of a stage: the project files that ``python -m pipeline.<stage>`` and the function it runs
+(its declaration's ``fn``) can import or read.
 
 Found by reading imports (``ast``), never by running them: every ``import`` and ``from ...
 import`` anywhere in a module, functions included (a lazy import is still code the stage may
@@ -13,8 +14,8 @@ model, not in the stage. Every stage also reads the JSON Schemas its records are
 against and runs on the locked environment, so ``schemas/`` and ``uv.lock`` belong to every
 closure.
 
-The closure is what ``dvc.yaml`` lists as a stage's code (``marin stages``), what the recipe
-digest covers, and what ``marin status`` compares with the code a run recorded.
+The closure is what ``dvc.yaml`` lists as a stage's code (``marin stages``, :mod:`marin.stages.dvcyaml`),
+what the recipe digest covers, and what ``marin status`` compares with the code a run recorded.
 """
 
 from __future__ import annotations
@@ -86,10 +87,10 @@ def _with_parents(name: str) -> Iterable[str]:
     return (".".join(parts[: i + 1]) for i in range(len(parts)))
 
 
-def module_closure(root: Path, entry: str) -> list[Path]:
-    """The project's Python files that importing module ``entry`` may load, sorted."""
+def module_closure(root: Path, *entries: str) -> list[Path]:
+    """The project's Python files that importing the modules ``entries`` may load, sorted."""
     seen: dict[str, Path] = {}
-    todo = [entry]
+    todo = list(entries)
     while todo:
         name = todo.pop()
         for n in _with_parents(name):
@@ -121,11 +122,11 @@ def package_data(package_dir: Path) -> list[Path]:
     return out
 
 
-def files(root: Path, entry: str) -> list[str]:
-    """Project-relative paths of every file in the code closure of ``python -m ENTRY``: its
-    modules, the sibling files they name, their packages' data files, and ``COMMON``."""
+def files(root: Path, *entries: str) -> list[str]:
+    """Project-relative paths of every file in the code closure of ``python -m ENTRY`` (of each
+    entry): its modules, the sibling files they name, their packages' data files, and ``COMMON``."""
     root = Path(root)
-    modules = module_closure(root, entry)
+    modules = module_closure(root, *entries)
     files = set(modules)
     for m in modules:
         files.update(f for f in (m.with_name(n) for n in named_siblings(m.read_text(encoding="utf-8"))) if f.is_file())
