@@ -22,9 +22,10 @@ from typing import Any
 
 from marin import fsutil, stages
 from marin.config import HarnessParams, Params
-from marin.evaluate import harness_run, ngrams, task_files, training_data
+from marin.evaluate import harness_run, ngrams, training_data
 from marin.ledger import Input, Run, exact
 from marin.ledger.bodies import Exact
+from marin.stages import task_files
 
 CURATED_TRAIN, INSTRUCTIONS_TRAIN = training_data.CURATED_TRAIN, training_data.INSTRUCTIONS_TRAIN
 _DECLARED = stages.declaration("decontaminate")  # the paths below: marin/stages/table.py

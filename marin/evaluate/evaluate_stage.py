@@ -155,6 +155,6 @@ def _harness_files(root: Path, hp: HarnessParams, run: Any, logs: dict[str, Any]
 
 
 def _task_deps(root: Path, hp: HarnessParams) -> list[str]:
-    from marin.evaluate import task_files
+    from marin.stages import task_files
 
     return task_files.listed_paths(root, hp, "evaluate")

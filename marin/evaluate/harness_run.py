@@ -25,8 +25,8 @@ from typing import Any
 from marin import hashing, readers
 from marin.config import HarnessParams
 from marin.errors import StageError
-from marin.evaluate import task_files
 from marin.ledger import exact
+from marin.stages import task_files
 
 BUILTIN = Path(__file__).parent / "tasks"
 SPLIT = "harness"

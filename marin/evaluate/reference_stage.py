@@ -18,8 +18,9 @@ from typing import Any
 from marin import fsutil, hashing, readers, stages
 from marin.config import Params, Reference
 from marin.errors import StageError
-from marin.evaluate import decontam, task_files
+from marin.evaluate import decontam
 from marin.ledger.bodies import DeterminismClass
+from marin.stages import task_files
 
 NOT_STATED = "not stated"
 # Where a card states a model's size: keys of README.md's YAML metadata, then of config.json

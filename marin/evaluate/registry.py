@@ -21,7 +21,7 @@ import yaml
 from marin import hashing
 from marin.config import HarnessParams, HubDataset
 from marin.errors import StageError
-from marin.evaluate import task_files
+from marin.stages import task_files
 
 FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 SPLITS = ("test_split", "validation_split", "training_split", "fewshot_split")  # the first two: one is needed

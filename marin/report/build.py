@@ -39,7 +39,7 @@ from marin.report import cards, experiments, fmti, mof, reference, render, toc, 
 from marin.report.facts import ReportError
 from marin.report.gather import gather
 from marin.report.reference import References
-from marin.report.verifications import Vouching
+from marin.report.vouching import Files, Vouching
 
 ENVELOPE = "provenance.intoto.json"
 HEAD_FILE = "ledger_head.json"
@@ -160,7 +160,7 @@ def _configured(root: Path, p: ReportParams) -> str:
 
 def write(ledger: Ledger, p: ReportParams, refs: References, snapshot: Head, key: Path | None,
           model: str = stages.MODEL, record: Callable[[Path], object] | None = None,
-          vsas: verifications.Files | None = None, as_of: str | None = None) -> Path:
+          vsas: Files | None = None, as_of: str | None = None) -> Path:
     """Build reports/<model_name>/ (replaced whole, only once everything is ready), signed when ``key``;
     ``record(tmp)`` runs on the finished directory before it replaces the old one."""
     root = ledger.root

@@ -40,6 +40,7 @@ from marin.paths import ledger_dir
 from marin.report import build, reference, verifications
 from marin.report.facts import FORMULAS, ReportError, fmt, resolve
 from marin.report.reference import References
+from marin.report.vouching import Vouching
 
 
 @dataclass
@@ -151,7 +152,7 @@ def _rederive(root: Path, directory: Path, stmt: dict[str, Any], signed: dict[st
     v.problems.extend(fact_problems)
     v.checked["facts"] = len(old["facts"])
     if not ref_problems and not vsa_problems:  # 6
-        _rerender(ledger, directory, old, refs, verifications.Vouching(vsas, v.signer, as_of), v)
+        _rerender(ledger, directory, old, refs, Vouching(vsas, v.signer, as_of), v)
     model_subject = next((d for n, d in signed.items() if n.startswith("model:")), None)
     tensor = values.get(old["doc"]["model"]["tensor_digest"])
     if tensor is not None and model_subject != tensor:
@@ -258,7 +259,7 @@ def _staleness(ledger: Ledger, snap: Head, found: dict[str, tuple[int | None, st
     v.extended = sorted(rid for rid, (last, _) in found.items() if last is not None and last > held[rid])
 
 
-def _rerender(ledger: Ledger, directory: Path, old: dict[str, Any], refs: References, vouching: verifications.Vouching,
+def _rerender(ledger: Ledger, directory: Path, old: dict[str, Any], refs: References, vouching: Vouching,
               v: Verdict) -> None:
     """Step 6: every re-derivable file rebuilt from the ledger and compared byte for byte."""
     try:

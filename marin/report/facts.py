@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from marin import hashing, readers
 from marin.errors import MarinError
@@ -27,9 +27,7 @@ from marin.ledger import typed
 from marin.ledger.query import Ledger
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
-
-if TYPE_CHECKING:
-    from marin.report.verifications import Vouching
+from marin.report.vouching import Vouching
 
 
 class ReportError(MarinError):

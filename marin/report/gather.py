@@ -31,7 +31,7 @@ from marin.report import (
     verifications,
 )
 from marin.report.facts import Context, Facts, ReportError
-from marin.report.verifications import Vouching
+from marin.report.vouching import Vouching
 
 # (the key of report.json's doc, the section's facts), in the order their facts are cited
 SECTIONS: tuple[tuple[str, Callable[[Facts, Context], Any]], ...] = (

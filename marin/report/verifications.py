@@ -26,34 +26,7 @@ from marin.attest import dsse, verifiers, vsa
 from marin.ledger.store import RunLog
 from marin.report.facts import Context, Fact, Facts, ReportError, md_escape, resolve
 from marin.report.page import Page
-
-
-@dataclass(frozen=True)
-class Found:
-    """One file under verifications/ as the report read it."""
-
-    path: str  # project-relative
-    data: bytes
-
-    @property
-    def digest(self) -> str:
-        return hashing.bytes_digest(self.data)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"digest": self.digest, "size": len(self.data)}
-
-
-Files = dict[str, Found]
-
-
-@dataclass(frozen=True)
-class Vouching:
-    """What the section is judged against: the files under verifications/ the report reads, the key id
-    of the lab's report key (None: unsigned), and the build time."""
-
-    files: Files
-    lab_key: str | None
-    as_of: str
+from marin.report.vouching import Files, Found
 
 
 def current(root: Path) -> Files:

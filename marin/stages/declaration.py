@@ -42,7 +42,7 @@ class Stage:
     fetches: bool = False  # its inputs come from outside the project (sources named in params.yaml)
     note: str = ""  # one line, written as a comment beside the stage in dvc.yaml
     dep_notes: Mapping[str, str] = field(default_factory=dict)
-    task_deps: bool = False  # also the lab's harness task folders and data files (marin.evaluate.task_files)
+    task_deps: bool = False  # also the lab's harness task folders and data files (marin.stages.task_files)
     entry: str = ""  # the pipeline/ module, where it is not the stage's name (the reference stages)
     args: str = ""  # after the module in the command
 

@@ -1,7 +1,7 @@
 """``dvc.yaml``, generated from the stage declarations (:mod:`marin.stages.table`) and checked against
 them: ``marin stages --write`` and ``--check``. Each stage's dependencies are its code (its import
 closure, :mod:`marin.stages.closure`), its declared data inputs and, for evaluate, the lab's harness task
-folders and data files that params.yaml names (:mod:`marin.evaluate.task_files`). Not imported by
+folders and data files that params.yaml names (:mod:`marin.stages.task_files`). Not imported by
 any stage, so that its own imports are no stage's code.
 """
 
@@ -29,7 +29,7 @@ def data_deps(root: Path, stage: Stage) -> list[str]:
 def harness_task_paths(root: Path) -> list[str]:
     """The lab's harness task folders and data files, from params.yaml (none without it)."""
     from marin import config
-    from marin.evaluate import task_files
+    from marin.stages import task_files
 
     path = Path(root) / "params.yaml"
     return task_files.task_paths(root, config.load(path).evaluate.harness) if path.is_file() else []

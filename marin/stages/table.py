@@ -30,6 +30,10 @@ TRACE_SAMPLES, TRACE_INSTRUCT = "evals/trace/samples.json", "evals/trace/instruc
 RUNTIME_TRAIN = ("runtime.xla_cpu_threads", "runtime.devices", "runtime.processes", "runtime.param_sharding",
                  "runtime.determinism")
 
+# What every stage does after its run, named as a stage names its function: mirror the ledger into the
+# MLflow view (marin.tracking, which reads the declarations: named here, not imported).
+MIRROR = "marin.tracking:sync_quietly"
+
 STAGES: tuple[Stage, ...] = (
     Stage("fetch", "marin.data.fetch_stage:run_stage", params=("fetch",), outs=(Out("raw", "data/raw"),),
           fetches=True),

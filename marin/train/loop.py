@@ -16,105 +16,36 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import jax
 import numpy as np
-import optax
 from flax import nnx
 
 from marin import stages
 from marin.config import Params, TrainParams
 from marin.data import manifest
-from marin.ledger import Input, exact
+from marin.ledger import Input
 from marin.ledger.hash_cache import hash_cache
 from marin.model import ModelConfig, count_params
 from marin.tracking.live import Live
 from marin.train import distributed, release, runtime, seeds, step
 from marin.train.budget import Budget
-from marin.train.hooks import Checkpointer, LiveMetrics, MetricRecorder, Progress, StepInfo, TrainHook, Values
-from marin.train.loader import CACHE, BatchSource, Loader, open_stream
-from marin.train.resume import Begun, begin
-from marin.train.step import Batch, ModelParams, TrainState
+from marin.train.hooks import Checkpointer, LiveMetrics, MetricRecorder, Progress, StepInfo, TrainHook
+from marin.train.job import HookContext, Job, Setup, ValLoss
+from marin.train.loader import CACHE, Loader, open_stream
+from marin.train.resume import begin
+from marin.train.step import TrainState
 
 TOKENS = Path("data/tokens")
 MODEL, CURVE = Path(stages.MODEL), Path("metrics/train_curve.csv")
-ValLoss = Callable[[ModelParams], "float | None"]  # the validation loss of the params (None: no validation data)
-
-
-class TokenizerEntry(TypedDict):
-    """The keys of a tokenizer entry (the tokenize manifest's, or a base model's config.json) read here."""
-
-    digest: str
-    eos_id: int
-
-
 def model_config(params: Params, vocab_size: int) -> ModelConfig:
     m = params.model
     return ModelConfig(vocab_size=vocab_size, d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads,
                        n_kv_heads=m.n_kv_heads, d_ff=m.d_ff, max_seq_len=m.seq_len,
                        tie_embeddings=m.tie_embeddings, rope_theta=m.rope_theta, dtype=m.dtype)
-
-
-@dataclass(frozen=True)
-class Setup:
-    """Model, optimizer, shardings, loader and compiled step: pure functions of params."""
-
-    cfg: ModelConfig
-    mesh: jax.sharding.Mesh
-    optimizer: optax.GradientTransformation
-    schedule: optax.Schedule
-    graphdef: nnx.GraphDef
-    abstract: TrainState  # of ShapeDtypeStructs (jax.eval_shape)
-    shardings: TrainState  # of NamedShardings, the state's layout over the mesh
-    loader: BatchSource  # the token windows (Loader), or a fine-tune's rows
-    train_step: step.PacedStep
-    tokenizer: TokenizerEntry  # the tokenize manifest's tokenizer entry
-    val_loss: ValLoss  # mean NLL on a fixed batch of validation windows (the validation-loss curve)
-    tp: TrainParams  # the optimization section: params.train, or params.sft for the fine-tune
-    init: Callable[[Params], TrainState] | None = None  # the state at step 0, when not a fresh init (a fine-tune's)
-    train_tokens: int = 0  # tokens of the training split (the tokenize manifest): epochs = tokens seen / these
-
-    def init_state(self, params: Params) -> TrainState:
-        if self.init is not None:
-            return self.init(params)
-        # One compiled init placed straight into its shardings: eager NNX init compiles every
-        # op separately (seconds), and uncommitted arrays would make step 2 compile again.
-        keys = seeds.key(params.seed, "init"), seeds.key(params.seed, "step")
-        return jax.jit(lambda: step.init_state(self.cfg, *keys, self.optimizer)[1], out_shardings=self.shardings)()
-
-    def step(self, state: TrainState, i: int) -> tuple[TrainState, dict[str, jax.Array]]:
-        """Optimizer step ``i`` (0-based) on batch ``i``."""
-        return self.train_step(state, self.global_batch(i))
-
-    def global_batch(self, i: int) -> Batch:
-        """Batch ``i`` as global arrays over the mesh, this process reading only the rows of its
-        own devices (the same pure (seed, step) order in every process)."""
-        sharding = step.batch_sharding(self.mesh)
-        shape = (self.loader.batch_size, self.cfg.max_seq_len)
-        rows: dict[tuple[int, int], dict[str, np.ndarray]] = {}
-
-        def part(name: str) -> jax.Array:
-            def load(index: tuple[slice, ...]) -> np.ndarray:
-                lo, hi, _ = index[0].indices(shape[0])
-                if (lo, hi) not in rows:
-                    rows[lo, hi] = self.loader.rows(i, lo, hi)
-                return rows[lo, hi][name]
-
-            return jax.make_array_from_callback(shape, sharding, load)  # pyright: ignore[reportArgumentType]
-
-        return {name: part(name) for name in self.loader.fields}
-
-    def metric_values(self, metrics: dict[str, jax.Array], i: int, params: ModelParams) -> Values:
-        """The exact metrics of step ``i`` (a host sync), and the validation loss of ``params``."""
-        m = jax.device_get(metrics)
-        values: Values = {"loss": exact(m["loss"]), "lr": exact(float(np.asarray(self.schedule(i)))),
-                          "grad_norm": exact(m["grad_norm"]), "accuracy": exact(m["accuracy"])}
-        val = self.val_loss(params)
-        return values if val is None else {**values, "val_loss": exact(val)}
 
 
 def validation_loss_fn(graphdef: nnx.GraphDef, shards: list[Path], eos: int, seq_len: int, batch: int) -> ValLoss:
@@ -156,17 +87,6 @@ def setup(root: Path, params: Params) -> Setup:
                  train_tokens=tok["splits"]["train"]["tokens"])
 
 
-@dataclass(frozen=True)
-class HookContext:
-    """What a job's hooks are made from: the run begun (marin.train.resume) and its setup."""
-
-    root: Path
-    stage: str
-    su: Setup
-    begun: Begun
-    primary: bool  # process 0: the one that writes the ledger and shows progress
-
-
 def standard_hooks(ctx: HookContext) -> list[TrainHook]:
     """Progress, the ledger's metric records (process 0), the live MLflow view, checkpoints: the
     metric record of a step comes before its checkpoint record (the ledger's order)."""
@@ -177,22 +97,6 @@ def standard_hooks(ctx: HookContext) -> list[TrainHook]:
     live = Live.start(ctx.root, b.run_id, enabled=b.run is not None)  # metrics in MLflow while training (process 0)
     return [*hooks, LiveMetrics(live), Checkpointer(ctx.root, b.run_id, su.tp.checkpoint_every, su.tp.steps,
                                                     su.loader, su.abstract, su.shardings, b.run, b.ckpts)]
-
-
-@dataclass(frozen=True)
-class Job:
-    """What a training run is: its stage, the params sections and inputs its recipe names, the
-    seed streams it records, how it is set up, and where its model and curve go."""
-
-    stage: str
-    sections: tuple[str, ...]
-    inputs: tuple[Input, ...]
-    streams: tuple[str, ...]
-    setup: Callable[[Path, Params], Setup]
-    model: Path
-    curve: Path
-    model_meta: Callable[[Path, Setup], dict[str, Any]]  # config.json's extra keys (tokenizer, packing, ...)
-    hooks: Callable[[HookContext], list[TrainHook]]  # what happens around each step: standard_hooks, or more
 
 
 def _pretrain_meta(root: Path, su: Setup) -> dict[str, Any]:

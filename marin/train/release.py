@@ -12,7 +12,7 @@ from marin.train import weights
 from marin.train.step import ModelParams
 
 if TYPE_CHECKING:
-    from marin.train.loop import Job, Setup
+    from marin.train.job import Job, Setup
 
 
 def publish(root: Path, run: Run, su: Setup, job: Job, params: ModelParams, n_params: int, steps: int) -> None:

@@ -29,7 +29,7 @@ from marin.paths import project_root
 from marin.train import runtime
 
 if TYPE_CHECKING:  # imported after the runtime is configured
-    from marin.train.loop import Job, Setup
+    from marin.train.job import Job, Setup
 
 
 def distances(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:

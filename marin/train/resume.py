@@ -7,9 +7,8 @@ checkpoints from it (a collective), and every process restores the same checkpoi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TypedDict
 
 from marin import env
 from marin.config import Params
@@ -19,10 +18,8 @@ from marin.ledger.run import Plan
 from marin.ledger.store import RunLog, load_run
 from marin.train import checkpoint, distributed, runtime, seeds
 from marin.train.hooks import CKPT, Values
+from marin.train.job import Begun, Job, Setup
 from marin.train.step import TrainState
-
-if TYPE_CHECKING:
-    from marin.train.loop import Job, Setup
 
 
 def find_resumable(root: Path, recipe: str, stage: str = "train") -> RunLog | None:
@@ -53,18 +50,6 @@ def last_good_checkpoint(recorded: list[tuple[int, str]], ckpts: checkpoint.Chec
             return s, state
         print(f"checkpoint {s} does not match its record; trying an earlier one")
     return None
-
-
-@dataclass
-class Begun:
-    """Where training starts: the ledger run (process 0 only), its id, the state and step, and
-    what a resumed run recorded already (its replayed values must agree)."""
-
-    run: Run | None
-    run_id: str
-    state: TrainState
-    metrics: dict[int, Values]
-    ckpts: dict[int, str]
 
 
 class Found(TypedDict):
