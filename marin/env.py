@@ -22,7 +22,7 @@ from marin import cpu, hashing
 from marin.errors import MarinError
 
 if TYPE_CHECKING:
-    from marin.ledger.bodies import CodeState, DeterminismClass, Env
+    from marin.env_types import CodeState, DeterminismClass, Env
 
 # Variables that can change results or explain them. Everything else stays out.
 ENV_ALLOW = (

@@ -346,11 +346,15 @@ def s3():
     server.stop()
 
 
+# Fixtures of their own module, shared by several test files
+pytest_plugins = ("tests.instruct_fixtures",)
+
 # The slowest files first (measured with --durations), so that with `-n 2 --dist loadfile` the
 # long ones run beside the many short ones instead of last on one worker. The order within a
 # file is kept (some files build on their earlier tests). Requires --no-loadscope-reorder (addopts).
-SLOWEST_FIRST = ("test_portable.py", "test_pipeline_dvc.py", "test_experiments.py", "test_verify.py", "test_train.py",
-                 "test_instruct.py", "test_tracking.py", "test_report_trust.py", "test_team.py", "test_distributed.py",
+SLOWEST_FIRST = ("test_portable.py", "test_pipeline_dvc.py", "test_experiments.py", "test_sweep_runs.py",
+                 "test_verify.py", "test_train.py", "test_instruct.py", "test_tracking.py", "test_tracking_release.py",
+                 "test_instruct_release.py", "test_report_trust.py", "test_team.py", "test_distributed.py",
                  "test_harness_stage.py", "test_report.py", "test_harness_hf.py", "test_curate_scale.py", "test_cli.py",
                  "test_publish.py", "test_own_corpus.py")
 

@@ -6,12 +6,14 @@ HTTP servers of the network bounds tests (silent, a byte a second, endless zeros
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
@@ -243,3 +245,55 @@ def huge(conn: socket.socket) -> None:
     zeros_body = bytes(1 << 16)
     while True:
         conn.sendall(zeros_body)
+
+
+# MLflow 3's job runner (GenAI scorers, trace archival) is 7 more processes, ~16 CPU s each time a
+# server starts, beside the stage under test on 2 cores; marin uses none of it.
+NO_JOBS = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
+class MlflowServer:
+    """A real `mlflow server` on 127.0.0.1 with a SQLite backend (or ``backend``: a team's PostgreSQL,
+    with ``artifacts`` on S3 and ``env`` saying where the S3 server is: tests/test_team.py)."""
+
+    def __init__(self, workdir: Path, backend: str | None = None, artifacts: str | None = None,
+                 env: dict[str, str] | None = None):
+        self.workdir, self.port, self.proc = workdir, free_port(), None
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.backend = backend or f"sqlite:///{self.workdir / 'server.db'}"
+        self.artifacts, self.extra_env = artifacts or str(self.workdir / "artifacts"), env or {}
+
+    def start(self) -> None:
+        from tests.conftest import BIN, env_for_subprocess
+
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
+             "--backend-store-uri", self.backend, "--artifacts-destination", self.artifacts],
+            cwd=self.workdir, env={**env_for_subprocess(), **NO_JOBS, **self.extra_env}, stdout=subprocess.DEVNULL,
+            stderr=open(self.workdir / "server.log", "ab"))  # noqa: SIM115 (the server's, for as long as it runs)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError("mlflow server did not come up")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(30)
+            self.proc = None
+
+    def rest(self, path: str, body: dict) -> dict:
+        req = urllib.request.Request(f"{self.uri}/api/2.0/mlflow/{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    def get(self, path: str) -> dict:
+        with urllib.request.urlopen(f"{self.uri}/api/2.0/mlflow/{path}", timeout=30) as r:
+            return json.loads(r.read())

@@ -17,7 +17,8 @@ from mlflow import MlflowClient
 
 from tests.conftest import BIN, Project, copy_project, env_for_subprocess
 from tests.servers import S3_ENV, Postgres
-from tests.test_tracking import Server, assert_mirrors_the_ledger, lineage_from_rest
+from tests.servers import MlflowServer as Server
+from tests.test_tracking import assert_mirrors_the_ledger, lineage_from_rest
 
 pytestmark = pytest.mark.slow
 

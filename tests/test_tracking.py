@@ -1,18 +1,16 @@
 """The MLflow view: real MLflow on SQLite, and a real `mlflow server` on 127.0.0.1."""
 
 import json
-import os
 import shutil
-import socket
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 
 from tests.conftest import BIN, Project, copy_project, env_for_subprocess
+from tests.servers import MlflowServer as Server
 
 pytestmark = pytest.mark.slow
 
@@ -163,62 +161,6 @@ def test_run_names_are_short_and_distinct_with_key_facts_in_short_tags(trained) 
     assert pipeline.info.run_name == f"pipeline {commit[:8]}"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-# MLflow 3's job runner (GenAI scorers, trace archival) is 7 more processes, ~16 CPU s each time a
-# server starts, beside the stage under test on 2 cores; marin uses none of it.
-NO_JOBS = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-
-
-class Server:
-    """A real `mlflow server` on 127.0.0.1 with a SQLite backend (or ``backend``: a team's PostgreSQL,
-    with ``artifacts`` on S3 and ``env`` saying where the S3 server is: tests/test_team.py)."""
-
-    def __init__(self, workdir: Path, backend: str | None = None, artifacts: str | None = None,
-                 env: dict[str, str] | None = None):
-        self.workdir, self.port, self.proc = workdir, free_port(), None
-        self.uri = f"http://127.0.0.1:{self.port}"
-        self.backend = backend or f"sqlite:///{self.workdir / 'server.db'}"
-        self.artifacts, self.extra_env = artifacts or str(self.workdir / "artifacts"), env or {}
-
-    def start(self) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
-             "--backend-store-uri", self.backend, "--artifacts-destination", self.artifacts],
-            cwd=self.workdir, env={**env_for_subprocess(), **NO_JOBS, **self.extra_env}, stdout=subprocess.DEVNULL,
-            stderr=open(self.workdir / "server.log", "ab"))  # noqa: SIM115 (the server's, for as long as it runs)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.5)
-        raise RuntimeError("mlflow server did not come up")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(30)
-            self.proc = None
-
-    def rest(self, path: str, body: dict) -> dict:
-        req = urllib.request.Request(f"{self.uri}/api/2.0/mlflow/{path}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return json.loads(r.read())
-
-    def get(self, path: str) -> dict:
-        with urllib.request.urlopen(f"{self.uri}/api/2.0/mlflow/{path}", timeout=30) as r:
-            return json.loads(r.read())
-
-
 @pytest.fixture
 def server(tmp_path):
     s = Server(tmp_path / "server")
@@ -313,135 +255,6 @@ def test_audit_lineage_over_rest_agrees_with_the_ledger(trained, server) -> None
     assert {a.split(":", 1)[1] for a in prov["activity"]} == {c["run_id"] for c in audit["chain"]}
     text = trained.marin("lineage", "models/final", check=True).stdout
     assert all(c["run_id"] in text for c in audit["chain"])
-
-
-@pytest.fixture(scope="module")
-def released(tmp_path_factory, _trained):
-    """The trained project exported and reported (a release), mirrored into a real `mlflow server`
-    (SQLite, artifacts served by the server) by `marin mlflow sync`: (project, server, the sync's stdout)."""
-    proj = copy_project(_trained, tmp_path_factory.mktemp("released") / "proj")
-    proj.stage("export")
-    proj.stage("report")
-    srv = Server(tmp_path_factory.mktemp("released-server"))
-    srv.start()
-    proj.env.update(MLFLOW_TRACKING_URI=srv.uri)
-    out = proj.marin("mlflow", "sync", check=True).stdout
-    yield proj, srv, out
-    srv.stop()
-
-
-def test_a_released_model_loads_from_mlflow_as_pyfunc_and_as_transformers(released, tmp_path) -> None:
-    """The trained model is a pyfunc model that generates with JAX as the evaluate stage sampled, with
-    params (max_new_tokens, temperature, seed); the export loads with MLflow's transformers flavor; the
-    report run registers the train run's LoggedModel (mlflow.register_model: the version's run is the
-    train run) and holds the report's files; eval results are metrics named eval/<task>/<metric>, the
-    counts and the tasks' constants params; the runs say who made them and from what."""
-    import mlflow
-    from transformers import pipeline
-
-    trained, srv, out = released
-    client, exp = store(trained, srv.uri)
-    assert f"open {srv.uri}/#/experiments/{exp}?workflowType=machine_learning" in out  # the training view
-    mlflow.set_tracking_uri(srv.uri)
-    models = {m.model_type: m for m in client.search_logged_models(experiment_ids=[exp])}
-    assert set(models) == {"marin-decoder", "transformers"}
-
-    sample = next(x["body"]["samples"][0] for recs in trained.runs("evaluate") for x in recs
-                  if x["kind"] == "eval" and x["body"]["name"] == "greedy_samples")
-    name = trained.params["report"]["model_name"]
-    pyfunc = mlflow.pyfunc.load_model(f"models:/{name}/1")  # the registered version: the train run's model
-    assert pyfunc.metadata.get_params_schema().to_dict() == [
-        {"name": "max_new_tokens", "type": "long", "default": 40, "shape": None},
-        {"name": "temperature", "type": "double", "default": 0.0, "shape": None},
-        {"name": "seed", "type": "long", "default": 0, "shape": None}]
-    n = len(sample["token_ids"])
-    assert pyfunc.predict([sample["prompt"]], params={"max_new_tokens": n}) == [sample["completion"]]
-    five = pyfunc.predict([sample["prompt"]], params={"max_new_tokens": 5})
-    assert five != pyfunc.predict([sample["prompt"]], params={"max_new_tokens": n})  # the param is honoured
-    hot = {"max_new_tokens": n, "temperature": 5.0, "seed": 1}
-    assert pyfunc.predict([sample["prompt"]], params=hot) == pyfunc.predict([sample["prompt"]], params=hot)
-    assert pyfunc.predict([sample["prompt"]], params=hot) != [sample["completion"]]  # sampled, not greedy
-
-    hf_uri = f"models:/{models['transformers'].model_id}"
-    pipe = mlflow.transformers.load_model(hf_uri)
-    local = pipeline("text-generation", model=str(trained.root / "models/hf"))
-    want = local("ROMEO.", max_new_tokens=5, do_sample=False)[0]["generated_text"]
-    assert pipe("ROMEO.", max_new_tokens=5, do_sample=False)[0]["generated_text"] == want
-    # its pyfunc form: the prompt and the continuation, stripped (MLflow's text-generation output)
-    assert mlflow.pyfunc.load_model(hf_uri).predict(["ROMEO."], params={"max_new_tokens": 5}) == [want.strip()]
-    hf = Path(mlflow.artifacts.download_artifacts(artifact_uri=models["transformers"].artifact_location,
-                                                  dst_path=str(tmp_path / "hf")))
-    from huggingface_hub import ModelCard
-
-    assert (hf / "model_card.md").read_text() == ModelCard.load(trained.root / "models/hf/README.md").text
-
-    runs = {r.data.tags.get("marin.stage", "pipeline"): r for r in client.search_runs([exp])}
-    [version] = client.search_model_versions(f"name = '{name}'")
-    assert version.run_id == runs["train"].info.run_id == models["marin-decoder"].source_run_id
-    assert version.tags["marin.run_id"] == runs["report"].data.tags["marin.run_id"]  # the release that made it
-    linked = json.loads(client.get_logged_model(models["marin-decoder"].model_id).tags["mlflow.modelVersions"])
-    assert [(v["name"], str(v["version"])) for v in linked] == [(name, "1")]  # what the LoggedModel page reads
-    md = Path(client.download_artifacts(runs["report"].info.run_id, "report/report.md", str(tmp_path / "rep")))
-    assert md.read_bytes() == (trained.root / "reports" / name / "report.md").read_bytes()
-
-    ev = runs["evaluate"]
-    recorded = {x["body"]["name"]: x["body"] for recs in trained.runs("evaluate") for x in recs
-                if x["kind"] == "eval" and "corpus" not in x["body"]}
-    assert ev.data.metrics["eval/validation/bits_per_byte"] == recorded["model"]["values"]["bits_per_byte"]["value"]
-    assert ev.data.params["eval/validation/tokens"] == str(recorded["model"]["values"]["tokens"])  # a count
-    tasks = [k.removeprefix("harness:") for k in recorded if k.startswith("harness:")]
-    assert tasks
-    for task in tasks:
-        values = recorded[f"harness:{task}"]["values"]
-        assert ev.data.metrics[f"eval/{task}/acc"] == values["acc"]["value"]
-        assert ev.data.metrics[f"eval/{task}/unigram/acc"] == recorded[f"unigram:{task}"]["values"]["acc"]["value"]
-        assert ev.data.params[f"eval/{task}/chance/acc"] == json.dumps(values["chance/acc"]["value"])  # a constant
-        assert ev.data.params[f"eval/{task}/num_fewshot"] == str(values["num_fewshot"])
-        assert f"eval/{task}/chance/acc" not in ev.data.metrics and f"eval/{task}/num_fewshot" not in ev.data.metrics
-    assert all(k.startswith("eval/") and ":" not in k for k in ev.data.metrics), sorted(ev.data.metrics)
-    for stage in ("train", "evaluate", "report"):
-        assert runs[stage].data.tags["mlflow.user"] and runs[stage].data.tags["mlflow.source.name"]
-    parent = client.get_run(runs["train"].data.tags["mlflow.parentRunId"])
-    assert parent.info.end_time >= runs["train"].info.end_time > parent.info.start_time
-
-
-TEXT = "document.body ? {busy: document.querySelectorAll('[class*=\"-spin-spinning\"], [class*=\"-skeleton\"]')" \
-       ".length, text: document.body.innerText.split('\\n').map(s => s.trim()).filter(s => s)} : null"
-
-
-def test_the_ui_shows_the_trained_model_registered_as_version_1(released, tmp_path) -> None:
-    """MLflow's own UI in headless Chromium: the train run's LoggedModel page lists the registered
-    model's version 1 (what `mlflow.register_model` links and `create_model_version` did not), and so
-    does the Models list's "Registered models" column."""
-    import numpy as np
-    from PIL import Image
-
-    from tests.browser import Browser
-
-    trained, srv, _ = released
-    client, exp = store(trained, srv.uri)
-    [model] = [m for m in client.search_logged_models(experiment_ids=[exp]) if m.model_type == "marin-decoder"]
-    name = trained.params["report"]["model_name"]
-    url = f"{srv.uri}/#/experiments/{exp}/models/{model.model_id}?workflowType=machine_learning"
-    shot = Path(os.environ.get("MARIN_SCREENSHOT_DIR", tmp_path)) / "mlflow-model-registered.png"
-    with Browser(tmp_path / "profile") as browser:
-        browser.open(url)
-        state = browser.wait(TEXT, lambda s: bool(s) and s["busy"] == 0 and "Model versions" in s["text"],
-                             timeout=180)
-        browser.screenshot(shot)
-        browser.open(f"{srv.uri}/#/experiments/{exp}/models?workflowType=machine_learning")  # the Models list
-        listed = browser.wait(TEXT, lambda s: bool(s) and s["busy"] == 0 and "Registered models" in s["text"]
-                              and model.name in s["text"], timeout=180)["text"]
-    # the list's "Registered models" column: one model registered, as version 1 of the release's name
-    assert listed[listed.index("v1") - 1] == name and listed.count("v1") == 1, listed
-    text = state["text"]
-    assert model.name in text and "Source run" in text  # the LoggedModel's own page
-    at = text.index("Model versions")
-    assert text[at + 1 : at + 3] == [name, "v1"] and text.count("v1") == 1, text[at : at + 5]  # registered, once
-    assert "Not registered" not in text
-    src = text.index("Source run ID")  # the About section: Source run, its name, Source run ID
-    assert text[src - 1] == f"train {trained.runs('train')[0][0]['run_id'][-8:]}"  # made by the train run
-    assert np.asarray(Image.open(shot).convert("RGB")).astype(int).std() > 10, "blank page"
 
 
 def test_a_moved_project_never_logs_into_the_originals_artifacts(trained, tmp_path) -> None:

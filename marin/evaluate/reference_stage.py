@@ -17,9 +17,9 @@ from typing import Any
 
 from marin import fsutil, hashing, readers, stages
 from marin.config import Params, Reference
+from marin.env_types import DeterminismClass
 from marin.errors import StageError
 from marin.evaluate import decontam
-from marin.ledger.bodies import DeterminismClass
 from marin.stages import task_files
 
 NOT_STATED = "not stated"

@@ -9,7 +9,11 @@ the environment, the determinism class, the seeds), typed by what marin writes i
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-Digest = str  # "sha256:<64 hex>"
+# run.started's open objects, typed beside what makes them (re-exported: readers take every body type from here)
+from marin.env_types import CodeState as CodeState
+from marin.env_types import DeterminismClass as DeterminismClass
+from marin.env_types import Digest as Digest
+from marin.env_types import Env as Env
 
 
 class Exact(TypedDict):
@@ -24,71 +28,6 @@ class Named(TypedDict):
 
     name: str
     digest: Digest
-
-
-class CodeState(TypedDict):
-    """run.started's ``code`` (:func:`marin.env.code_state`)."""
-
-    git_commit: str | None
-    tree_digest: str | None
-    dirty: bool
-    diff_digest: Digest | None
-    code_digest: Digest
-    lock_digest: Digest | None
-    closure_digest: NotRequired[Digest]
-    closure: NotRequired[dict[str, Digest]]
-    changed: NotRequired[list[str]]
-    stray: NotRequired[list[str]]
-    stray_count: NotRequired[int]
-
-
-class Env(TypedDict):
-    """run.started's ``env``: the machine's fingerprint (:func:`marin.env.fingerprint`). The schema
-    requires fewer keys (runs recorded before marin wrote the others may lack them)."""
-
-    python: str
-    python_implementation: str
-    platform: str
-    machine: str
-    byteorder: str
-    cpu_model: str
-    isa_flags: list[str]
-    isa_level: str
-    cpu_count: int
-    usable_cores: list[int]
-    packages: dict[str, str | None]
-    env_vars: dict[str, str]
-
-
-class DeterminismClass(TypedDict):
-    """run.started's ``determinism_class``: what can change a run's bits. ``kind`` says which of
-    the rest it has: data (:func:`marin.env.data_class`), jax (:func:`marin.train.runtime.determinism_class`)
-    or torch (the reference models' evaluation)."""
-
-    kind: str
-    python: NotRequired[str]  # data
-    byteorder: NotRequired[str]
-    pyarrow: NotRequired[str | None]
-    tokenizers: NotRequired[str | None]
-    machine: NotRequired[str]  # every kind
-    backend: NotRequired[str]  # jax
-    device_kind: NotRequired[str]
-    device_count: NotRequired[int]
-    mesh: NotRequired[dict[str, Any]]
-    jax: NotRequired[str | None]
-    jaxlib: NotRequired[str | None]
-    xla_flags: NotRequired[list[str]]
-    xla_cpu_threads: NotRequired[int]
-    prng_impl: NotRequired[str]
-    x64: NotRequired[bool]
-    profile: NotRequired[Literal["portable", "native"]]
-    isa_level: NotRequired[str]
-    isa_flags: NotRequired[list[str]]
-    onednn_max_cpu_isa: NotRequired[str | None]
-    torch: NotRequired[str]  # torch
-    device: NotRequired[str]
-    dtype: NotRequired[str]
-    threads: NotRequired[int]
 
 
 class Stream(TypedDict):

@@ -40,7 +40,7 @@ from marin.config import RuntimeParams
 from marin.errors import StageError
 
 if TYPE_CHECKING:
-    from marin.ledger.bodies import Env
+    from marin.env_types import Env
 
 COORDINATOR, PROCESS_ID, NUM_PROCESSES, CLUSTER = ("MARIN_COORDINATOR", "MARIN_PROCESS_ID",
                                                     "MARIN_NUM_PROCESSES", "MARIN_CLUSTER")

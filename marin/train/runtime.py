@@ -21,7 +21,7 @@ from marin.config import RuntimeParams
 from marin.errors import StageError
 
 if TYPE_CHECKING:
-    from marin.ledger.bodies import DeterminismClass, Env
+    from marin.env_types import DeterminismClass, Env
 
 _DEVICE_FLAG = "--xla_force_host_platform_device_count"
 
