@@ -29,7 +29,7 @@ from typing import Any
 from marin import hashing, readers
 from marin.attest import dsse, keyring
 from marin.errors import LedgerError, MarinError
-from marin.ledger import clock, typed
+from marin.ledger import clock
 from marin.ledger.asof import ledger_as_of
 from marin.ledger.check import check_run
 from marin.ledger.head import Head, load_snapshot, locate, since
@@ -354,7 +354,7 @@ def _recorded_file(root: Path, rec: Record, src: dict[str, Any], where: str) -> 
     """The recorded output file a fact points into, checked against the digest its record holds."""
     if rec.kind != "output":
         raise _Gone(f"{where} no longer records {src['file']} as {src['file_digest']}")
-    out = typed.body(rec, "output")
+    out = rec.body_as("output")
     if out["path"] != src["file"] or out["digest"] != src["file_digest"]:
         raise _Gone(f"{where} no longer records {src['file']} as {src['file_digest']}")
     path = Path(root) / out["path"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from marin.ledger import typed
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
 from marin.report.facts import Context, Facts, esc, md_escape, output, read_output_file
@@ -34,7 +33,7 @@ def facts(f: Facts, c: Context) -> dict[str, Any]:
 def _sources(f: Facts, fetch: RunLog) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for r in fetch.of_kind("input"):
-        name = typed.body(r, "input")["name"]
+        name = r.body_as("input")["name"]
         out.append({"name": name, "locator": f.cite(f"{name} locator", fetch, r, "/body/locator").id,
                     "license": f.cite(f"{name} license", fetch, r, "/body/license").id,
                     "digest": f.cite(f"{name} archive digest", fetch, r, "/body/digest").id,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from marin.ledger import typed
 from marin.report import harness_section
 from marin.report.facts import Context, Facts
 from marin.report.page import Page, table
@@ -20,7 +19,7 @@ def facts(f: Facts, c: Context) -> dict[str, Any] | None:
     rows: list[dict[str, Any]] = []
     samples: list[dict[str, Any]] = []
     for r in log.of_kind("eval"):
-        b = typed.body(r, "eval")
+        b = r.body_as("eval")
         if harness_section.from_harness(b):  # the harness's own table: marin.report.harness_section
             continue
         if b.get("samples"):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from marin.ledger import typed
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
 from marin.report.facts import Context, Facts, esc
@@ -37,16 +36,16 @@ def _sweep(f: Facts, log: RunLog, released_train: str | None) -> dict[str, Any]:
                                         for k in params.get("baseline", {})}}
     out["trials"] = [_trial(f, log, rec, released_train) for rec in trials]
     for rec in log.of_kind("selection"):
-        sel = typed.body(rec, "selection")
+        sel = rec.body_as("selection")
         out["selection"] = {"trial": sel["trial"], "reason": sel["reason"],
                             "value": f.cite(f"sweep {log.run_id} selected value", log, rec, "/body/value").id
                             if "value" in sel else None}
-    out["param"] = next(iter(typed.body(trials[0], "trial")["params"]), None) if trials else None
+    out["param"] = next(iter(trials[0].body_as("trial")["params"]), None) if trials else None
     return out
 
 
 def _trial(f: Facts, log: RunLog, rec: Record, released_train: str | None) -> dict[str, Any]:
-    b = typed.body(rec, "trial")
+    b = rec.body_as("trial")
     name = f"sweep {log.run_id} trial {b['index']}"
     run_ids = [x["run_id"] for x in b["runs"]]
     return {"index": b["index"], "status": f.cite(f"{name} status", log, rec, "/body/status").id,

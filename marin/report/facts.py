@@ -23,7 +23,6 @@ from typing import Any, cast
 from marin import hashing, readers
 from marin.errors import MarinError
 from marin.evaluate import baselines
-from marin.ledger import typed
 from marin.ledger.query import Ledger
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
@@ -130,7 +129,7 @@ class Facts:
 
     def cite_file(self, label: str, log: RunLog, rec: Record, doc: dict[str, Any], pointer: str) -> Fact:
         """A value inside a recorded output file (``rec`` is its output record)."""
-        out = typed.body(rec, "output")
+        out = rec.body_as("output")
         return self._add(label, resolve(doc, pointer), {
             "run_id": log.run_id, "seq": rec.seq, "record": rec.digest, "file": out["path"],
             "file_digest": out["digest"], "pointer": pointer})
@@ -167,7 +166,7 @@ class Context:
 
 def read_output_file(root: Path, rec: Record) -> dict[str, Any]:
     """A recorded JSON output (a manifest), checked against its recorded digest."""
-    out = typed.body(rec, "output")
+    out = rec.body_as("output")
     path = root / out["path"]
     if not path.is_file():
         raise ReportError(f"{out['path']}: recorded by {rec.run_id} seq {rec.seq} but missing; "
@@ -182,7 +181,7 @@ def read_output_file(root: Path, rec: Record) -> dict[str, Any]:
 def output(log: RunLog, name: str) -> Record:
     """The output record ``name`` of a run."""
     for r in log.of_kind("output"):
-        if typed.body(r, "output")["name"] == name:
+        if r.body_as("output")["name"] == name:
             return r
     raise ReportError(f"run {log.run_id} recorded no output {name!r}")
 

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from marin.evaluate import baselines as bl
-from marin.ledger import typed
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
 from marin.report.facts import Context, Facts, esc
@@ -53,7 +52,7 @@ def facts(f: Facts, c: Context) -> dict[str, Any] | None:
 def _rows(f: Facts, log: RunLog) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
-    evals = [(r, typed.body(r, "eval")) for r in log.of_kind("eval")]
+    evals = [(r, r.body_as("eval")) for r in log.of_kind("eval")]
     base = {b["name"].removeprefix(BASELINE): r for r, b in evals
             if b["name"].startswith(BASELINE) and "error" not in b["values"]}
     for r, b in evals:
@@ -96,7 +95,7 @@ def _mark(f: Facts, row: dict[str, Any]) -> str | None:
 
 def _cite(f: Facts, log: RunLog, r: Record, key: str, what: str) -> str | None:
     """The fact id of the exact value ``key`` of a harness record, or None where it has none."""
-    b = typed.body(r, "eval")
+    b = r.body_as("eval")
     if key not in b["values"]:
         return None
     task = b["name"].removeprefix(PREFIX).removeprefix(BASELINE)

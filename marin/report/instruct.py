@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from marin.evaluate.baselines import BETTER, SAME
-from marin.ledger import typed
 from marin.ledger.query import Ledger
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
@@ -36,7 +35,7 @@ def facts(f: Facts, c: Context) -> dict[str, Any] | None:
     ev = latest_reader(ledger, {model_digest}, "base_model", "evaluate_instruct")
     if ev is None:
         return None
-    evals = {typed.body(r, "eval")["name"]: r for r in ev.of_kind("eval")}
+    evals = {r.body_as("eval")["name"]: r for r in ev.of_kind("eval")}
     rows = [{"model": m, **{k: f.cite(f"{m} held-out {k}", ev, evals[f"{m}_instructions"], f"/body/values/{k}/value").id
                             for k in ("exact_match", "containment")},
              "examples": f.cite(f"{m} held-out examples", ev, evals[f"{m}_instructions"], "/body/values/examples").id}
@@ -44,7 +43,7 @@ def facts(f: Facts, c: Context) -> dict[str, Any] | None:
     samples = [{"prompt": f.cite("held-out prompt", ev, evals["base_instructions"], f"/body/samples/{i}/prompt").id,
                 **{m: f.cite(f"{m} answer", ev, evals[f"{m}_instructions"], f"/body/samples/{i}/completion").id
                    for m in MODELS}}
-               for i in range(min(SAMPLES, len(typed.body(evals["base_instructions"], "eval").get("samples", []))))]
+               for i in range(min(SAMPLES, len(evals["base_instructions"].body_as("eval").get("samples", []))))]
     out: dict[str, Any] = {"run_id": ev.run_id, "rows": rows, "samples": samples, "tasks": _tasks(f, ev, evals)}
     sft = _producer(ledger, ev, "instruct_model")
     if sft is not None:
@@ -69,7 +68,7 @@ def _tasks(f: Facts, ev: RunLog, evals: dict[str, Record]) -> list[dict[str, Any
     if const is None:
         return []
     out: list[dict[str, Any]] = []
-    values = typed.body(const, "eval")["values"]
+    values = const.body_as("eval")["values"]
     for task in sorted({k.split("/")[0] for k in values}):
         row: dict[str, Any] = {"task": task}
         for key in _keys(values, task):

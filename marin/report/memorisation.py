@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from marin.ledger import typed
 from marin.ledger.query import Ledger
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
@@ -27,7 +26,7 @@ def _inputs(log: RunLog) -> dict[str, str]:
 
 
 def _trace_file(log: RunLog) -> Record | None:
-    return next((r for r in log.of_kind("output") if typed.body(r, "output")["name"] == "trace_samples"), None)
+    return next((r for r in log.of_kind("output") if r.body_as("output")["name"] == "trace_samples"), None)
 
 
 def _indexes_training(ledger: Ledger, log: RunLog, train_tokens: str) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from marin.ledger import typed
 from marin.report.facts import Context, Facts, esc, output
 from marin.report.page import Page
 from marin.report.people import authors
@@ -17,7 +16,7 @@ def facts(f: Facts, c: Context) -> dict[str, Any]:
     s, out = log.start, output(log, "model")
     p = "/body/params/model"
     arch = {k: f.cite(f"model.{k}", log, s, f"{p}/{esc(k)}").id for k in log.start_body["params"]["model"]}
-    return {"path": typed.body(out, "output")["path"],
+    return {"path": out.body_as("output")["path"],
             "tensor_digest": f.cite("model tensor digest", log, out, "/body/tensor_digest").id,
             "folder_digest": f.cite("model folder digest", log, out, "/body/digest").id,
             "n_params": f.cite("parameters", log, out, "/body/meta/n_params").id,

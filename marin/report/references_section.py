@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from marin.ledger import typed
 from marin.ledger.store import RunLog
 from marin.report import harness_section
 from marin.report.facts import Context, Facts
@@ -43,7 +42,7 @@ def _one(f: Facts, log: RunLog) -> dict[str, Any]:
                            "license": f.cite(f"{name} licence", log, s, "/body/params/reference/license").id,
                            "results": {}}
     for r in log.of_kind("eval"):
-        b = typed.body(r, "eval")
+        b = r.body_as("eval")
         if b["name"] == "card":
             for k in ("parameters", "training_tokens"):
                 row[k] = f.cite(f"{name} {k} (its card)", log, r, f"/body/values/{k}").id

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from marin import hashing
-from marin.ledger import typed
 from marin.report.facts import Context, Facts, esc
 from marin.report.figures import figure_svg
 from marin.report.page import Page, table
@@ -45,7 +44,7 @@ def _curve(c: Context) -> dict[str, Any]:
     """The values the figures plot, and the metric records (seq, digest) they come from."""
     log = c.logs["train"]
     metrics = log.of_kind("metric")
-    bodies = [typed.body(r, "metric") for r in metrics]
+    bodies = [r.body_as("metric") for r in metrics]
     return {"run_id": log.run_id, "records": [{"seq": r.seq, "digest": r.digest} for r in metrics],
             "step": [b["step"] for b in bodies],
             **{k: [b["values"][k]["value"] for b in bodies] for k in ("loss", "lr", "grad_norm")},

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from marin.ledger import typed
 from marin.report import budget
 from marin.report.facts import Context, Facts, output
 from marin.report.page import Page, V
@@ -18,7 +17,7 @@ def facts(f: Facts, c: Context) -> dict[str, Any] | None:
     if log is None:
         return None
     out = output(log, "hf_model")
-    return {"run_id": log.run_id, "path": typed.body(out, "output")["path"],
+    return {"run_id": log.run_id, "path": out.body_as("output")["path"],
             "digest": f.cite("Hugging Face export folder digest", log, out, "/body/digest").id,
             "tensor_digest": f.cite("Hugging Face export: tensor digest of the model it holds", log, out,
                                     "/body/tensor_digest").id}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from marin.ledger import typed
 from marin.report.facts import Context, Facts
 from marin.report.page import Page, table
 
@@ -19,9 +18,9 @@ def facts(f: Facts, c: Context) -> list[dict[str, Any]]:
         if not vs:
             out.append({"run_id": run_id, "stage": log.start_body["stage"], "result": None})
             continue
-        full = [v for v in vs if typed.body(v, "verification")["mode"] == "full"]
+        full = [v for v in vs if v.body_as("verification")["mode"] == "full"]
         v = (full or vs)[-1]  # a full replay says more than segments; the latest of the strongest kind
-        vb = typed.body(v, "verification")
+        vb = v.body_as("verification")
         row: dict[str, Any] = {"run_id": run_id, "stage": log.start_body["stage"], "verifications": len(vs)}
         if vb["mode"] == "segments":
             row["segments"] = {k: f.cite(f"segments {k}", log, v, f"/body/segments/{k}").id
