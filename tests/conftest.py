@@ -120,7 +120,8 @@ class Project:
         """Parsed run files (each a list of records), oldest first, optionally by stage."""
         out = []
         for data in self.ledger_files().values():
-            recs = [json.loads(x) for x in data.splitlines() if x.strip()]
+            complete = data[:data.rfind(b"\n") + 1]  # a line still being appended is not read
+            recs = [json.loads(x) for x in complete.splitlines() if x.strip()]
             if recs and (stage is None or recs[0]["body"]["stage"] == stage):  # skip a file being created
                 out.append(recs)
         return sorted(out, key=lambda r: r[0]["time"])

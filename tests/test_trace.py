@@ -14,7 +14,6 @@ import pytest
 from tokenizers import Tokenizer
 
 from marin.evaluate import sarray, trace_index
-from tests import test_instruct
 from tests.conftest import Project, copy_project
 
 
@@ -94,7 +93,6 @@ def test_text_the_tokenizer_cannot_encode_is_one_line() -> None:
 # -- on a trained project ----------------------------------------------------------------------
 
 
-_sft_project = test_instruct._sft_project  # the session's fine-tuned project (a fixture of tests/test_instruct.py)
 
 
 def _trace(proj: Project, *args: str) -> tuple[int, dict | str]:
