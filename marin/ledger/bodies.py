@@ -74,6 +74,7 @@ class RunFinished(TypedDict):
     records: int
     wall_s: float
     ledger_s: float
+    cpu_s: NotRequired[float]  # process CPU seconds (os.times), absent in runs written before it was measured
     error: NotRequired[str]
 
 

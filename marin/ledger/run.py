@@ -105,6 +105,14 @@ def dvc_experiment_tag(environ: Mapping[str, str] | None = None) -> dict[str, An
     return {"dvc_experiment": {"name": name[:200], **({"baseline_rev": base[:64]} if base else {})}}
 
 
+def process_cpu_s() -> float:
+    """CPU seconds (user + system) this process has used since it started, imports included, and those of
+    the child processes it has waited for (``os.times``): the measured process time a run.finished states.
+    Processes it did not wait for (the other workers of a multi-process layout) are not in it."""
+    t = os.times()
+    return round(t.user + t.system + t.children_user + t.children_system, 3)
+
+
 @dataclass
 class Plan:
     """Everything ``run.started`` will say, computed before the run exists (so that a
@@ -298,7 +306,7 @@ class Run:
             b: RunFinished = {  # pyright: ignore[reportAssignmentType]
                 "status": status, "outputs": self._outputs, "merkle_root": hashing.fmt(root),
                 "records": records, "wall_s": round(time.perf_counter() - self.t0, 6),
-                "ledger_s": round(self.ledger_s + time.perf_counter() - t, 6),
+                "ledger_s": round(self.ledger_s + time.perf_counter() - t, 6), "cpu_s": process_cpu_s(),
             }
             if error:
                 b["error"] = error[:2000]

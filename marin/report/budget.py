@@ -15,8 +15,9 @@ WALL_TIME_SCOPE = (
     "The wall times, and the hours and energy computed from them, are the runs' own (`wall_s` of each run's "
     "`run.finished` record: from the run's plan, its inputs digested, to its last record). Outside them: each "
     "stage's process start and imports, DVC's own hashing and `dvc.lock` writes, and the time between stages. "
-    "The ledger measures none of these, so the pipeline took longer on the clock than these figures say, by an "
-    "amount this report does not know.")
+    "The ledger measures none of these on the clock, so the pipeline took longer than these figures say, by an "
+    "amount this report does not know; the measured process CPU time includes each stage process's start and "
+    "imports, but not DVC's work or the time between stages.")
 PER_PARAM = "tokens seen / parameters"
 
 

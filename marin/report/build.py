@@ -94,9 +94,9 @@ def _mof(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any], licen
     an extra top-level key, which the schema allows)."""
     m = mof.mof(facts, doc, meta)
     return {**m, "classification": {
-        "class": mof.mof_class(m, licenses),
-        "rule": "a class is reached only when all of its components and those of the classes below are "
-                "included under licenses of the right type"}}
+        **mof.assessment(m, licenses),
+        "rule": "a class is reached only when all of its required components and those of the classes below are "
+                "included under licenses the MOF accepts for their content type (mof-licenses.json)"}}
 
 
 def snapshot_bytes(snapshot: Head) -> bytes:

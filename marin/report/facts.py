@@ -53,6 +53,7 @@ FORMULAS: dict[str, Callable[[list[Any]], Any]] = {
     "6 × parameters × tokens seen": lambda xs: 6 * math.prod(xs),
     # inputs in pairs (wall time in s, cores or devices) of each run: the hours of compute they took
     "Σ wall_s × cores / 3600": lambda xs: _hours(xs),
+    "Σ cpu_s": lambda xs: round(sum(xs), 3),  # the runs' measured process CPU seconds (marin/report/compute.py)
     "tokens seen / training tokens": lambda xs: xs[0] / xs[1],  # epochs (marin/report/budget.py)
     "tokens seen / parameters": lambda xs: xs[0] / xs[1],
     baselines.MARK: baselines.mark_of, baselines.MARK_HIGHER: baselines.mark_higher,  # benchmarks' marks

@@ -16,6 +16,7 @@ from typing import Any
 from marin import readers
 from marin.data.sources import LOCAL_KINDS
 from marin.export import energy
+from marin.report import compute
 from marin.report.cards import NR, Ctx, verification
 from marin.report.facts import ReportError
 
@@ -84,22 +85,61 @@ def _replicability(c: Ctx) -> tuple[str, list[str]]:
             + (f" (verification: {', '.join(checks)})" if checks else "")), ids
 
 
+def _measured(c: Ctx) -> tuple[str, list[str]]:
+    """What was measured of the final training run: its wall time and its process CPU time."""
+    tr, cp = c.doc["training"], c.doc["compute"]
+    text = f"measured: wall time {c.t(tr['wall_s'])} s (run.finished wall_s, from the run's plan to its last record)"
+    ids = [tr["wall_s"]]
+    train_cpu = cp["train"]["cpu_s"]
+    if train_cpu:
+        text += f", process CPU time {c.t(train_cpu)} s ({compute.CPU_S_SCOPE})"
+        ids.append(train_cpu)
+    else:
+        text += "; process CPU time not measured (the run predates run.finished cpu_s)"
+    return text, ids
+
+
 def _compute(c: Ctx) -> tuple[str, list[str]]:
     tr, n = c.doc["training"], c.doc["model"]["n_params"]
-    return (f"{c.t(tr['flops'])} FLOPs for the single training run (estimate 6 x {c.t(n)} parameters x "
-            f"{c.t(tr['tokens_seen'])} tokens seen)"), [tr["flops"]]
+    measured, ids = _measured(c)
+    return (f"final training run {c.doc['compute']['train']['run_id']}: {c.t(tr['flops'])} FLOPs, "
+            f"an estimate, not counted (6 x {c.t(n)} parameters x {c.t(tr['tokens_seen'])} tokens seen); "
+            f"{measured}"), [tr["flops"], *ids]
 
 
-def _energy(c: Ctx, which: int) -> tuple[str, list[str]] | None:
-    """The report's energy (``which`` 0) or carbon (1) estimate, from the same facts and assumptions."""
+def _estimate(c: Ctx, scope: dict[str, Any], which: int) -> str | None:
+    """The energy (``which`` 0) or carbon (1) estimate of the hours in ``scope`` (doc["compute"] or its
+    "train"), as the report's Compute section computes it; None without params.yaml: report.energy."""
+    est = energy.compute_energy(lambda fid: c.facts[fid]["value"], scope, c.meta.get("energy"))
+    return None if est is None else (energy.kwh_text, energy.co2_text)[which](est[which])
+
+
+def _energy(c: Ctx, which: int, final: bool) -> tuple[str, list[str]] | None:
+    """The energy (``which`` 0) or carbon (1) estimate of the final training run (``final``) or of every run
+    behind the model, from its hours and params.yaml's assumptions; what was measured and what was not."""
     cp = c.doc["compute"]
-    estimate = energy.compute_energy(lambda fid: c.facts[fid]["value"], cp, c.meta.get("energy"))
-    if estimate is None:
+    scope = cp["train"] if final else cp
+    value, total = _estimate(c, scope, which), _estimate(c, cp, which)
+    if value is None or total is None:
         return None
-    value = (energy.kwh_text, energy.co2_text)[which](estimate[which])
-    return (f"estimate (not a measurement): {value} for the {cp['runs']} runs behind the model, from their "
-            f"CPU-hours {c.t(cp['cpu_hours'])} and the power and grid assumptions of params.yaml: report.energy"), \
-        [cp["cpu_hours"], *([cp["gpu_hours"]] if cp["gpu_hours"] else [])]
+    whose = (f"the final training run {scope['run_id']}" if scope is not cp
+             else f"the {cp['runs']} runs behind the model")
+    hours = [scope["cpu_hours"], *([scope["gpu_hours"]] if scope["gpu_hours"] else [])]
+    text = (f"not measured: no power meter or energy counter is read. Estimate: {value} for {whose}, from "
+            f"{'its' if scope is not cp else 'their'} "
+            f"CPU-hours {c.t(scope['cpu_hours'])} (wall time x usable cores: the cores held, not the CPU time used)"
+            + (f" and GPU-hours {c.t(scope['gpu_hours'])}" if scope["gpu_hours"] else "")
+            + " and the power per core and per GPU, data-centre PUE" + (" and grid carbon intensity" if which else "")
+            + " assumed in params.yaml: report.energy")
+    if scope is not cp:
+        measured, ids = _measured(c)
+        text += f"; {measured}; all {cp['runs']} runs behind the model, estimated the same way: {total}"
+        hours += [*ids, cp["cpu_hours"]]
+    elif cp["cpu_s"]:
+        text += (f"; measured: process CPU time {c.t(cp['cpu_s'])} s over the {cp['cpu_s_runs']} runs that record it "
+                 f"({compute.CPU_S_SCOPE})")
+        hours.append(cp["cpu_s"])
+    return text, hours
 
 
 def _public(c: Ctx) -> tuple[str, list[str]] | None:
@@ -125,7 +165,9 @@ def _responsible_use(c: Ctx) -> tuple[str, list[str]]:
 
 
 def _duration(c: Ctx) -> tuple[str, list[str]]:
-    return f"training run wall time {c.t(c.doc['training']['wall_s'])} s", [c.doc["training"]["wall_s"]]
+    measured, ids = _measured(c)
+    return (f"final training run only, {measured}; process start and imports are outside the wall time, and the "
+            "duration of the project's development as a whole is not recorded"), ids
 
 
 def _hardware(c: Ctx) -> tuple[str, list[str]]:
@@ -261,8 +303,10 @@ FMTI_MAP: dict[str, tuple[str, str, Disclose]] = {
     "Compute usage for final training run": ("Upstream", "Compute", _compute),
     "Development duration": ("Upstream", "Compute", _duration),
     "Development duration for final training run": ("Upstream", "Compute", _duration),
-    "Energy usage for final training run": ("Upstream", "Compute", lambda c: _energy(c, 0)),
-    "Carbon emissions for final training run": ("Upstream", "Compute", lambda c: _energy(c, 1)),
+    "Energy usage for final training run": ("Upstream", "Compute", lambda c: _energy(c, 0, True)),
+    "Carbon emissions for final training run": ("Upstream", "Compute", lambda c: _energy(c, 1, True)),
+    "Energy usage": ("Upstream", "Compute", lambda c: _energy(c, 0, False)),  # 2024: in building the model
+    "Carbon emissions": ("Upstream", "Compute", lambda c: _energy(c, 1, False)),
     "Public datasets": ("Upstream", "Data", _public),
     "Data language composition": ("Upstream", "Data", _language),
     "Documentation for responsible use": ("Downstream", "Usage policy", _responsible_use),

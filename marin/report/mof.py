@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from marin import readers
+from marin import readers, stages
 from marin.report.cards import NR, Ctx, licence_names
 from marin.report.facts import ReportError
 
@@ -50,13 +50,13 @@ def mof(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) -> dic
         "Data preprocessing code": ("Fetch, filter, deduplicate and tokenize the sources", "marin/data", code),
         "Training code": ("Training loop, optimizer, checkpoints and seeds", "marin/train", code),
         "Inference code": ("Scoring and greedy decoding of the trained model", "marin/evaluate", code),
-        "Evaluation code": ("Bits per byte, perplexity and the unigram baseline", "marin/evaluate", code),
+        "Evaluation code": (_evaluation_code(c), "marin/evaluate", code),
         "Supporting libraries and tools": ("Pipeline stages, provenance ledger and verifier", "pipeline/", code),
         "Model parameters (Final)": (f"Final weights, tensor digest {c.t(doc['model']['tensor_digest'])}",
                                      doc["model"]["path"], model),
         "Model parameters (Intermediate)": ("Training checkpoints with optimizer state", "checkpoints/", model),
         "Datasets": ("Raw, curated and tokenized training and validation data", "data/", data_lic),
-        "Evaluation data": ("Validation split of the tokenized data", "data/tokens", eval_lic),
+        "Evaluation data": (*_evaluation_data(c), eval_lic),
         "Model metadata": ("Resolved configuration and optimizer state stored in each checkpoint", "checkpoints/",
                            model),
         "Model card": ("Hugging Face model card", f"{r}/model_card.md", docs),
@@ -64,7 +64,7 @@ def mof(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) -> dic
         "Technical report": ("Report citing the ledger record of every value", f"{r}/report.md", docs),
     }
     if ev:
-        have["Evaluation results"] = ("Validation metrics (DVC metrics file)", "metrics/eval.json", docs)
+        have["Evaluation results"] = (*_evaluation_results(c), docs)
         if ev["samples"]:
             have["Sample model outputs"] = ("Greedy completions of fixed prompts (an eval record)",
                                             f"ledger/runs/{ev['run_id']}.jsonl", docs)
@@ -80,6 +80,43 @@ def mof(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) -> dic
                         "type": "language", "architecture": "transformer decoder", "treatment": "pre-trained",
                         "origin": meta.get("origin", meta["model_name"]), "producer": meta.get("producer", NR),
                         "contact": meta.get("contact", NR), "components": components}}
+
+
+def _evaluation_code(c: Ctx) -> str:
+    """What the evaluation code the release holds computed: each evaluation this report states."""
+    parts = ["Bits per byte, perplexity and the unigram baseline (marin/evaluate/scoring.py)"]
+    harness = c.doc.get("harness") or {}
+    if harness.get("rows"):
+        version = harness["rows"][0]["harness_version"]
+        parts.append(f"the lm-evaluation-harness {c.t(version)} adapter and its task files "
+                     "(marin/evaluate/harness*.py, marin/evaluate/tasks/)")
+    if c.doc.get("instruct"):
+        parts.append("the base and instruct models' held-out instruction answers "
+                     "(marin/evaluate/evaluate_instruct_stage.py)")
+    return "; ".join(parts)
+
+
+def _evaluation_data(c: Ctx) -> tuple[str, str]:
+    """(description, locations) of the data every evaluation this report states was run on."""
+    desc, where = ["Validation split of the tokenized data"], [stages.declaration("tokenize").out("tokens").as_posix()]
+    if (c.doc.get("harness") or {}).get("rows"):
+        desc.append("the harness tasks' items, cut from the validation split")
+        where.append(stages.declaration("evalsets").out("evalsets").as_posix())
+    if c.doc.get("instruct"):
+        desc.append("the held-out instructions, built from the validation split")
+        where.append((stages.declaration("evaluate_instruct").input("instructions") / "heldout.jsonl").as_posix())
+    return "; ".join(desc), ", ".join(where)
+
+
+def _evaluation_results(c: Ctx) -> tuple[str, str]:
+    """(description, locations) of the DVC metrics files holding the evaluations' results."""
+    desc = ["Validation bits per byte and perplexity"
+            + (" and the harness tasks' scores" if (c.doc.get("harness") or {}).get("rows") else "")]
+    where = [stages.declaration("evaluate").out("eval_metrics").as_posix()]
+    if c.doc.get("instruct"):
+        desc.append("the base and instruct models' held-out instruction scores")
+        where.append(stages.declaration("evaluate_instruct").out("instruct_eval_metrics").as_posix())
+    return "; ".join(desc) + " (DVC metrics files)", ", ".join(where)
 
 
 def _accepted(licenses_json: Path) -> dict[str, set[str]]:
@@ -99,21 +136,35 @@ def _accepted(licenses_json: Path) -> dict[str, set[str]]:
     return out
 
 
-def mof_class(mof_dict: dict[str, Any], licenses_json: Path) -> str:
-    """The MOF class a release reaches: every required component of the class and the classes below
-    it included and open under a licence accepted for its content type; else "Unclassified"."""
+def _blocking(name: str, licence: str, accepted: dict[str, set[str]]) -> str | None:
+    """Why component ``name`` (under ``licence``) does not count as open, or None when it does."""
+    if licence == NOT_INCLUDED:
+        return f"{name}: not included"
+    types = MOF_COMPONENTS[name][2]
+    ids = [p.strip("() ") for p in licence.split(" AND ")]
+    closed = [i for i in ids if not any(i in accepted.get(t, ()) for t in types)]
+    return (f"{name}: licence {', '.join(closed)} is not one the MOF accepts for {' or '.join(types)}"
+            if closed else None)
+
+
+def assessment(mof_dict: dict[str, Any], licenses_json: Path) -> dict[str, Any]:
+    """The MOF class a release reaches (every required component of the class and the classes below it
+    included and open under a licence accepted for its content type; else "Unclassified"), the required
+    components that reached it, and the next class up with the components that kept the release from it."""
     accepted = _accepted(licenses_json)
     given = {x["name"]: x["license_name"] for x in mof_dict["release"]["components"]}
-
-    def is_open(name: str) -> bool:
-        ids = [p.strip("() ") for p in given.get(name, NOT_INCLUDED).split(" AND ")]
-        types = MOF_COMPONENTS[name][2]
-        return all(any(i in accepted.get(t, ()) for t in types) for i in ids)
-
-    reached = "Unclassified"
+    out: dict[str, Any] = {"class": "Unclassified", "required_components_open": []}
     for cls in (3, 2, 1):
-        needed = [n for n, (k, req, _) in MOF_COMPONENTS.items() if req and k >= cls]
-        if not all(is_open(n) for n in needed):
+        needed = [n for n, (k, req, _) in MOF_COMPONENTS.items() if req and k == cls]
+        missing = [why for n in needed if (why := _blocking(n, given.get(n, NOT_INCLUDED), accepted))]
+        if missing:
+            out["next_class"] = {"class": MOF_CLASSES[cls], "missed_because": missing}
             break
-        reached = MOF_CLASSES[cls]
-    return reached
+        out["class"] = MOF_CLASSES[cls]
+        out["required_components_open"] += [f"{n} ({given[n]})" for n in needed]
+    return out
+
+
+def mof_class(mof_dict: dict[str, Any], licenses_json: Path) -> str:
+    """The MOF class a release reaches (:func:`assessment`)."""
+    return assessment(mof_dict, licenses_json)["class"]
