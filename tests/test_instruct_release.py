@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+import yaml
 
 from tests.conftest import Project
 from tests.instruct_fixtures import SFT
@@ -106,4 +107,10 @@ def test_the_report_compares_base_and_instruct_side_by_side_from_the_ledger(sft_
     [exported] = proj.runs("export_instruct")
     for title in ("Lineage", "Verification status"):
         assert f"| export_instruct | `{exported[0]['run_id']}` |" in md.split(f"\n## {title}\n", 1)[1].split("\n## ")[0]
+    # MOF's evaluation rows hold the instruct evaluation the section shows: its code, data and metrics file
+    comps = {c["name"]: c for c in yaml.safe_load((proj.root / f"reports/{name}/mof.yml").read_text())["release"][
+        "components"]}
+    assert "held-out instruction answers" in comps["Evaluation code"]["description"]
+    assert "data/instructions/heldout.jsonl" in comps["Evaluation data"]["location"].split(", ")
+    assert comps["Evaluation results"]["location"].split(", ") == ["metrics/eval.json", "metrics/instruct_eval.json"]
     assert proj.marin("report", "verify", f"reports/{name}").returncode == 0

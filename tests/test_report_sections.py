@@ -4,10 +4,13 @@ package that produced a number, and heading ids with a contents list that resolv
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 
 import pytest
+import yaml
 
 from tests.conftest import Project
 from tests.test_verify import records, run_file
@@ -80,3 +83,36 @@ def test_every_heading_has_an_id_and_the_contents_and_every_link_resolve(reporte
     assert not re.search(r"<h[23]>", page), "a heading without an id"
     missing = set(re.findall(r'href="#([^"]+)"', page)) - set(html_ids)
     assert not missing, sorted(missing)[:5]
+
+
+def test_compute_fmti_and_mof_say_what_was_measured_what_was_estimated_and_the_class_with_why(reported) -> None:
+    proj, out = reported
+    md, rep = (out / "report.md").read_text(), json.loads((out / "report.json").read_text())
+    facts, doc = rep["facts"], rep["doc"]
+    runs = {r["run_id"]: records(proj.root / "ledger" / "runs" / f"{r['run_id']}.jsonl") for r in doc["lineage"]}
+    finished = {k: next(r for r in v if r["kind"] == "run.finished") for k, v in runs.items()}
+    # Compute: the process CPU time the runs measured, the sum of their run.finished cpu_s read here
+    [row] = [x for x in _section(md, "Compute").splitlines() if x.startswith("| process CPU time (s), measured")]
+    assert f"{len(runs)} of the {len(runs)} runs" in row and "`os.times()`" in row
+    assert facts[FACT.findall(row)[-1]]["value"] == round(sum(f["body"]["cpu_s"] for f in finished.values()), 3)
+    # FMTI: the final training run's own estimate, from its wall time and cores and params.yaml's assumptions
+    fmti = {r["indicator"]: r for r in csv.DictReader(io.StringIO((out / "fmti.csv").read_text()))}
+    [train] = proj.runs("train")
+    tid, e = train[0]["run_id"], proj.params["report"]["energy"]
+    cores = len(next(r for r in train if r["kind"] == "run.started")["body"]["env"]["usable_cores"])
+    kwh = finished[tid]["body"]["wall_s"] * cores / 3600 * e["cpu_watts_per_core"] * e["pue"] / 1000
+    energy = fmti["Energy usage for final training run"]
+    assert energy["disclosure"].startswith("not measured: no power meter or energy counter is read. Estimate: ")
+    assert f"{kwh:.3g} kWh for the final training run {tid}," in energy["disclosure"]
+    assert "process CPU time" in energy["disclosure"] and f"{tid}#{finished[tid]['seq']}" in energy["evidence"]
+    assert "an estimate, not counted" in fmti["Compute usage for final training run"]["disclosure"]
+    # MOF: the evaluation rows hold the harness; the class with the components that missed the next one
+    mof = yaml.safe_load((out / "mof.yml").read_text())
+    comps = {c["name"]: c for c in mof["release"]["components"]}
+    assert "lm-evaluation-harness" in comps["Evaluation code"]["description"]
+    assert all((proj.root / p).exists() for p in comps["Evaluation data"]["location"].split(", "))
+    assert "data/evalsets" in comps["Evaluation data"]["location"]
+    cls = mof["classification"]
+    assert cls["class"] == "Class II - Open Tooling" and cls["next_class"]["class"] == "Class I - Open Science"
+    assert "Research paper: not included" in cls["next_class"]["missed_because"]
+    assert proj.marin("report", "verify", str(out)).returncode == 0  # the new facts re-derive
