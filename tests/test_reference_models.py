@@ -146,6 +146,12 @@ def test_a_second_trained_model_is_scored_beside_ours_as_a_reference(trained_pro
     shown = [facts[ref["results"]["marin_cloze acc"][""]], facts[ref["bits_per_byte"]], facts[ref["parameters"]]]
     assert shown[1]["value"] == bpb and shown[2]["value"] == "not stated"
     assert all(f"[{x['text']}](#{x['id']})" in row for x in shown), row
+    # torch made the reference's numbers: its version, as the reference run recorded it, is in the package list
+    run = next(r for r in proj.runs(STAGE) if r[0]["run_id"] == ref["run_id"])  # the run the report cites
+    torch_version = run[0]["body"]["determinism_class"]["torch"]
+    [packages] = [x for x in report.splitlines() if x.startswith("| packages |")]
+    shown_torch = re.search(rf"torch \(reference_{NAME} run\) \[[^\]]+\]\(#(F\d+)\)", packages)
+    assert shown_torch and facts[shown_torch.group(1)]["value"] == torch_version, packages
     assert proj.marin("report", "verify", "reports/marin-tiny").returncode == 0
 
 

@@ -1,6 +1,6 @@
 """The report's "Environment and determinism class" section: the train run's machine, determinism
 class, code and packages, each cited from its ``run.started`` record (lm-eval's version from the
-evaluate run, when harness tasks ran)."""
+evaluate run, when harness tasks ran; torch's from each reference model's run)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ def facts(f: Facts, c: Context) -> dict[str, Any]:
     pkgs = {k: f.cite(f"package {k}", log, s, f"/body/env/packages/{esc(k)}").id
             for k, v in sorted(started["env"]["packages"].items()) if v}
     pkgs.update(harness_section.package(c.doc["harness"]))  # lm-eval made numbers too
+    refs: list[dict[str, Any]] = c.doc.get("reference_models") or []
+    pkgs.update({f"torch (reference_{r['name']} run)": str(r["torch"])  # torch made the reference models' numbers
+                 for r in refs if r.get("torch")})
     return {"env": env, "determinism_class": det, "code": code, "packages": pkgs,
             "determinism_digest": f.cite("determinism class digest", log, s, "/body/determinism_digest").id}
 

@@ -41,6 +41,8 @@ def _one(f: Facts, log: RunLog) -> dict[str, Any]:
     row: dict[str, Any] = {"run_id": log.run_id, "name": name,
                            "license": f.cite(f"{name} licence", log, s, "/body/params/reference/license").id,
                            "results": {}}
+    if log.start_body["determinism_class"].get("torch"):  # the library its numbers came from: the package list
+        row["torch"] = f.cite(f"{name} torch", log, s, "/body/determinism_class/torch").id
     for r in log.of_kind("eval"):
         b = r.body_as("eval")
         if b["name"] == "card":
