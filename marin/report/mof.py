@@ -63,11 +63,11 @@ def mof(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) -> dic
         "Data card": ("Datasheet for the training data", f"{r}/datasheet.md", docs),
         "Technical report": ("Report citing the ledger record of every value", f"{r}/report.md", docs),
     }
-    if ev:
+    if ev or c.doc.get("instruct"):
         have["Evaluation results"] = (*_evaluation_results(c), docs)
-        if ev["samples"]:
-            have["Sample model outputs"] = ("Greedy completions of fixed prompts (an eval record)",
-                                            f"ledger/runs/{ev['run_id']}.jsonl", docs)
+    if ev and ev["samples"]:
+        have["Sample model outputs"] = ("Greedy completions of fixed prompts (an eval record)",
+                                        f"ledger/runs/{ev['run_id']}.jsonl", docs)
     components = []
     for name in MOF_COMPONENTS:
         desc, loc, lic = have.get(name, ("Not part of this release", "", NOT_INCLUDED))
@@ -109,10 +109,13 @@ def _evaluation_data(c: Ctx) -> tuple[str, str]:
 
 
 def _evaluation_results(c: Ctx) -> tuple[str, str]:
-    """(description, locations) of the DVC metrics files holding the evaluations' results."""
-    desc = ["Validation bits per byte and perplexity"
-            + (" and the harness tasks' scores" if (c.doc.get("harness") or {}).get("rows") else "")]
-    where = [stages.declaration("evaluate").out("eval_metrics").as_posix()]
+    """(description, locations) of the DVC metrics files holding the results of the evaluations that ran."""
+    desc: list[str] = []
+    where: list[str] = []
+    if c.evaluation:
+        desc.append("Validation bits per byte and perplexity"
+                    + (" and the harness tasks' scores" if (c.doc.get("harness") or {}).get("rows") else ""))
+        where.append(stages.declaration("evaluate").out("eval_metrics").as_posix())
     if c.doc.get("instruct"):
         desc.append("the base and instruct models' held-out instruction scores")
         where.append(stages.declaration("evaluate_instruct").out("instruct_eval_metrics").as_posix())
