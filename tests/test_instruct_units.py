@@ -166,3 +166,39 @@ def test_choice_is_right_only_when_the_reference_scores_strictly_highest(logliks
     from marin.evaluate import instruct_choice as ic
 
     assert ic.correct([["a", "b", "c"]], logliks) == expected
+
+
+def _next_is_plus_one(_params: object, x: np.ndarray) -> np.ndarray:
+    """Logits of a model whose most likely next token is always the current one plus 1."""
+    return np.eye(16, dtype=np.float32)[(x + 1) % 16]
+
+
+@pytest.mark.parametrize(("prompt", "answer", "seq_len", "want"), [
+    ([1, 2, 3], [4, 5, 7], 8, 2 / 3),  # 4 after 3 and 5 after 4 predicted; 7 after 5 not
+    ([9], [10, 11, 12, 13], 8, 1.0),
+    ([1, 2, 3, 4, 5, 6], [7, 8, 1], 4, 2 / 3),  # the window drops the prompt's start: nothing changes
+    ([1], [2, 3, 4, 5], 3, 2 / 4),  # the window holds 3 tokens: the answer's first 2 have none before them
+])
+def test_token_accuracy_counts_the_answer_tokens_predicted_from_the_ones_before(
+        prompt: list[int], answer: list[int], seq_len: int, want: float) -> None:
+    from marin.evaluate import instruct_tokens as it
+
+    pairs = [(prompt, answer), ([0], [5, 5])]  # batched with another row, right-padded with 15
+    assert it.hits(_next_is_plus_one, None, pairs, 15, seq_len) == [pytest.approx(want), 0.0]
+
+
+def test_the_constant_token_answer_is_the_best_fixed_sequence_in_hindsight() -> None:
+    import itertools
+
+    from marin.evaluate import instruct_tokens as it
+
+    answers = [[1, 2, 9], [1, 3, 9], [4, 3], [1, 3, 9, 9, 9]]
+
+    def score(seq: tuple[int, ...]) -> float:
+        return sum(sum(a == s for a, s in zip(ans, seq, strict=False)) / len(ans) for ans in answers) / len(answers)
+
+    alphabet = sorted({t for a in answers for t in a})
+    best = max(score(seq) for seq in itertools.product(alphabet, repeat=5))
+    value, seq = it.constant(answers)
+    assert value == pytest.approx(best) == pytest.approx(score(tuple(seq)))
+    assert all(value >= score(tuple(a)) for a in answers)

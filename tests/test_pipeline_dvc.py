@@ -41,10 +41,11 @@ def test_default_pipeline_runs_and_ledger_checks(repro) -> None:
     for stage in ("fetch", "curate", "tokenize", "train", "instructions", "sft", "evaluate", "evaluate_instruct",
                   "export_instruct", "report"):
         assert f"Running stage '{stage}'" in first
-    # the built-in corpus's held-out instructions (the shipped params give 0.0 and 0.21 of 200: docs/performance.md):
-    # the base model never answers exactly, the instruct one does
+    # the built-in corpus's held-out instructions (the shipped params give token accuracy 0.105 and 0.323 of 300:
+    # docs/guide/instruct.md): the base model never answers exactly, and the instruct one knows far more of each answer
     scores = json.loads((proj.root / "metrics/instruct_eval.json").read_text())
-    assert scores["base"]["exact_match"] == 0.0 and scores["instruct"]["exact_match"] >= 0.05, scores
+    base, instruct = scores["base"], scores["instruct"]
+    assert base["exact_match"] == 0.0 and instruct["token_acc"] >= 2 * base["token_acc"], scores
     check = proj.marin("ledger", "check")
     assert check.returncode == 0, check.stderr
     lock = yaml.safe_load((proj.root / "dvc.lock").read_text())

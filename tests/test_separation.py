@@ -2,7 +2,10 @@
 trained for 40 steps (the shipped params, ``train.steps: 40``, the same code path from there) are
 more than two stderr apart: each one's value lies outside the other's
 two-stderr band (the report's mark, applied with the other model as the baseline). A task that
-cannot tell them apart is no evidence of training, and the report would claim more than it measures."""
+cannot tell them apart is no evidence of training, and the report would claim more than it measures.
+The same holds for the instruction tasks: the shipped instruct model and the one fine-tuned the
+same way from the 40-step base, by token accuracy on the held-out instructions, each task also
+beyond two stderr above its constant answer."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ def early(_shipped: tuple[Project, str], tmp_path_factory: pytest.TempPathFactor
     params = proj.params
     params["train"]["steps"], params["train"]["warmup_steps"] = 40, 4
     proj.write_params(params)
-    proj.dvc("repro", "evaluate", timeout=1800)
+    proj.dvc("repro", "evaluate", "evaluate_instruct", timeout=1800)
     return proj
 
 
@@ -46,6 +49,26 @@ def test_every_harness_task_separates_the_shipped_model_from_a_40_step_one(_ship
             sign = 1 if v[f"better/{metric}"] == "higher" else -1
             assert _apart(sign * v[metric], v[f"{metric}_stderr"], sign * w[metric], w[f"{metric}_stderr"]), \
                 (task, metric)
+
+
+def _instruct_values(proj: Project) -> tuple[dict, dict]:
+    """The latest evaluate_instruct run's values: the instruct model's and the constant answer's."""
+    evals = {r["body"]["name"]: r["body"]["values"] for r in proj.runs("evaluate_instruct")[-1] if r["kind"] == "eval"}
+    return evals["instruct_instructions"], evals["constant_answer_instructions"]
+
+
+def test_every_instruction_task_separates_the_shipped_instruct_model_from_a_40_step_one(
+        _shipped: tuple[Project, str], early: Project) -> None:
+    (ours, constant), (theirs, _) = _instruct_values(_shipped[0]), _instruct_values(early)
+    tasks = _shipped[0].params["instructions"]["tasks"]
+    assert {k.split("/")[0] for k in ours if "/" in k} == set(tasks)
+    for task in tasks:
+        v, se = ours[f"{task}/token_acc"]["value"], ours[f"{task}/token_acc_stderr"]["value"]
+        w, se_w = theirs[f"{task}/token_acc"]["value"], theirs[f"{task}/token_acc_stderr"]["value"]
+        c = constant[f"{task}/token_acc"]["value"]
+        print(f"{task} token_acc: shipped {v:.4f} ± {se:.4f}, 40 steps {w:.4f} ± {se_w:.4f}, constant answer {c:.4f}")
+        assert _apart(v, se, w, se_w), task
+        assert _apart(v, se, c, 0.0), task
 
 
 def test_held_out_answers_take_turns(_shipped: tuple[Project, str]) -> None:

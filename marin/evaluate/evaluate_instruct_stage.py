@@ -3,7 +3,9 @@ answer the held-out instructions (data/instructions/heldout.jsonl), greedily, fr
 template's prompt; each answer is scored by exact match (the answer, stripped, is the reference)
 and containment (the reference is inside the answer, case folded), and each example as multiple
 choice among other references of its task (``choice_acc``, :mod:`marin.evaluate.instruct_choice`),
-the measure that separates a trained model from an untrained one before exact match does. Writes
+and token by token (``token_acc``, :mod:`marin.evaluate.instruct_tokens`): the share of the
+reference's tokens the model predicts given the ones before, the measure that separates a trained
+model from a less trained one long before exact match does. Writes
 metrics/instruct_eval.json (DVC metrics) and one eval record per model with every answer.
 
 A stage of its own beside evaluate, so the base model's evaluation does not wait for a fine-tune;
@@ -33,7 +35,8 @@ TOKENIZER, TEMPLATE = _DECLARED.input("tokenizer"), _DECLARED.input("chat_templa
 HELDOUT, METRICS = _DECLARED.input("instructions") / "heldout.jsonl", _DECLARED.out("instruct_eval_metrics")
 TRACE = _DECLARED.out("trace_instruct")  # both models' answers traced to the training documents (marin trace)
 BATCH = 32  # prompts answered at a time: (BATCH, seq_len, vocab) logits per step
-SCORES = (("exact_match", "exact"), ("containment", "contained"), ("choice_acc", "choice"))  # value key, row key
+SCORES = (("exact_match", "exact"), ("containment", "contained"), ("choice_acc", "choice"),
+          ("token_acc", "tokens"))  # value key, row key
 
 
 def greedy_batch(logits_fn: Any, params: Any, prompts: list[np.ndarray], pad_id: int, stop: set[int],
@@ -68,6 +71,7 @@ def answer_all(model: tuple[Any, Any, dict[str, Any]], tok: Any, examples: list[
     from flax import nnx
 
     from marin.data import chat
+    from marin.evaluate import instruct_tokens as it
 
     graphdef, params, config = model
     eos_id, seq_len = config["tokenizer"]["eos_id"], config["model"]["max_seq_len"]
@@ -78,12 +82,14 @@ def answer_all(model: tuple[Any, Any, dict[str, Any]], tok: Any, examples: list[
     for i in range(0, len(prompts), BATCH):
         ids += greedy_batch(logits_fn, params, prompts[i:i + BATCH], eos_id, {eos_id, end_id}, seq_len, n)
     chosen = choices_right(model, tok, examples)
+    known = it.hits(logits_fn, params, it.answer_ids(tok, examples, eos), eos_id, seq_len)
     rows = []
-    for e, out, right in zip(examples, ids, chosen, strict=True):
+    for e, out, right, tokens in zip(examples, ids, chosen, known, strict=True):
         text = tok.decode([t for t in out if t not in (eos_id, end_id)])
         exact, contained = score(text, e["messages"][-1]["content"])
         rows.append({"task": e["task"], "prompt": e["messages"][-2]["content"], "completion": text,
-                     "token_ids": out, "exact": exact, "contained": contained, "choice": right})
+                     "token_ids": out, "exact": exact, "contained": contained, "choice": right,
+                     "tokens": tokens})
     return rows
 
 
@@ -129,16 +135,19 @@ def task_values(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def constant_values(examples: list[dict[str, Any]]) -> dict[str, Any]:
+def constant_values(examples: list[dict[str, Any]], tok: Any, eos: str) -> dict[str, Any]:
     """Per task, the constant-answer baseline: the best exact match and containment of one answer,
     a reference of the task, given to every example (chosen with the references in hand), and that
     answer; for choice accuracy, the share of the most frequent reference and, beside it, chance
-    (``choice_chance``: the mean of 1 / choices)."""
+    (``choice_chance``: the mean of 1 / choices); for token accuracy, the best constant token
+    sequence's (:func:`marin.evaluate.instruct_tokens.constant`), and its text."""
     from marin.evaluate import instruct_choice as ic
+    from marin.evaluate import instruct_tokens as it
     from marin.ledger import exact
 
     out: dict[str, Any] = {}
     choices = ic.options(examples)
+    answers = [a for _, a in it.answer_ids(tok, examples, eos)]
     for task in sorted({e["task"] for e in examples}):
         refs = [e["messages"][-1]["content"] for e in examples if e["task"] == task]
         for key in ("exact_match", "containment"):  # choice_acc below
@@ -150,6 +159,8 @@ def constant_values(examples: list[dict[str, Any]]) -> dict[str, Any]:
         out[f"{task}/choice_acc"], out[f"{task}/choice_acc_answer"] = exact(share), answer
         out[f"{task}/choice_chance"] = exact(ic.chance([c for e, c in zip(examples, choices, strict=True)
                                                         if e["task"] == task]))
+        value, seq = it.constant([a for e, a in zip(examples, answers, strict=True) if e["task"] == task])
+        out[f"{task}/token_acc"], out[f"{task}/token_acc_answer"] = exact(value), tok.decode(seq)
     return out
 
 
@@ -204,12 +215,13 @@ def run_stage(root: Path, params: Params) -> None:
         tok = tk.load(root / TOKENIZER)
         examples = [json.loads(x) for x in readers.lines(root / HELDOUT, "conversations", StageError) if x.strip()]
         metrics: dict[str, Any] = {}
-        constant = constant_values(examples)
+        loaded = {name: weights.load(root / path) for name, path in MODELS.items()}
+        constant = constant_values(examples, tok, str(tok.id_to_token(loaded["base"][2]["tokenizer"]["eos_id"])))
         run.record("eval", {"name": "constant_answer_instructions", "split": "heldout_instructions",
                             "values": constant})
         answers: dict[str, list[Sample]] = {}
-        for name, path in MODELS.items():
-            rows = answer_all(weights.load(root / path), tok, examples, n)
+        for name, model in loaded.items():
+            rows = answer_all(model, tok, examples, n)
             answers[f"{name}_instructions"] = [_sample(r) for r in rows]
             metrics[name] = s = summary(rows)
             values = {**{key: exact(s[key]) for key, _ in SCORES},
@@ -217,7 +229,8 @@ def run_stage(root: Path, params: Params) -> None:
             run.record("eval", {"name": f"{name}_instructions", "split": "heldout_instructions", "values": values,
                                 "samples": answers[f"{name}_instructions"]})
             print(f"evaluate_instruct: {name}: exact match {s['exact_match']:.3f}, containment "
-                  f"{s['containment']:.3f}, choice accuracy {s['choice_acc']:.3f} on {len(rows)} held-out instructions")
+                  f"{s['containment']:.3f}, choice accuracy {s['choice_acc']:.3f}, token accuracy {s['token_acc']:.3f} "
+                  f"on {len(rows)} held-out instructions")
             for line in task_lines(name, values, constant):
                 print(line)
         tracing.record_samples(root, run, answers, TRACE, params.trace.min_tokens)

@@ -19,7 +19,7 @@ from marin.report.page import Page, V
 
 MODELS = ("base", "instruct")
 SAMPLES = 5  # held-out answers shown side by side
-KEYS = ("exact_match", "containment", "choice_acc")
+KEYS = ("exact_match", "containment", "choice_acc", "token_acc")
 
 
 def _producer(ledger: Ledger, log: RunLog, name: str) -> RunLog | None:
@@ -135,7 +135,9 @@ def task_lines(v: V, tasks: list[dict[str, Any]]) -> list[str]:
            "best (chosen with the references in hand). Choice accuracy: the reference answer scored above up to three "
            "other answers of its task by log-likelihood after the prompt, as lm-eval scores multiple choice; its "
            "constant answer is the share of the most frequent reference, and it is marked against chance (1 / the "
-           "choices) too. A score not beyond two stderr above its baselines is marked "
+           "choices) too. Token accuracy: the share of the reference's tokens that are the model's most likely next "
+           "token given the prompt and the tokens before them; its constant answer is the best token sequence given "
+           "to every example (chosen in hindsight). A score not beyond two stderr above its baselines is marked "
            f"**{SAME}**.", "",
            "| task | examples | metric | constant answer | its score | base | instruct |", "|" + "---|" * 7]
     for t in tasks:
