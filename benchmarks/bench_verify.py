@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-FILES = ("marin", "pipeline", "schemas", "tokenizer", "dvc.yaml", "params.yaml", "pyproject.toml", "uv.lock",
+FILES = ("marin", "pipeline", "schemas", "closures", "tokenizer", "dvc.yaml", "params.yaml", "pyproject.toml", "uv.lock",
          ".gitignore")
 
 
@@ -48,7 +48,8 @@ def main() -> None:
         proj = Path(tmp) / "proj"
         proj.mkdir()
         for f in FILES:
-            (shutil.copytree if (ROOT / f).is_dir() else shutil.copy2)(ROOT / f, proj / f)
+            _ = shutil.copytree(ROOT / f, proj / f, symlinks=True) if (ROOT / f).is_dir() else shutil.copy2(
+                ROOT / f, proj / f)
         shutil.copytree(ROOT / "data/tokens", proj / "data/tokens")
         params = yaml.safe_load((proj / "params.yaml").read_text())
         params["train"].update(steps=a.steps, checkpoint_every=a.every,

@@ -46,7 +46,7 @@ def reference(name: str) -> Path:
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     assert digest == PINNED[rel], f"{rel}: sha256 {digest} is not the pinned upstream copy's {PINNED[rel]}"
     return path
-PROJECT_FILES = ("marin", "pipeline", "schemas", "tokenizer", "dvc.yaml", "params.yaml", "pyproject.toml",
+PROJECT_FILES = ("marin", "pipeline", "schemas", "closures", "tokenizer", "dvc.yaml", "params.yaml", "pyproject.toml",
                  "uv.lock", ".dvc/config", ".dvc/.gitignore", ".dvc/plots", ".dvcignore", ".gitignore",
                  "published-digests.json")  # a clone holds the published digests (marin reference check)
 BIN = Path(sys.executable).parent
@@ -137,7 +137,8 @@ def new_project(dest: Path, params: dict | None = None) -> Project:
     for rel in PROJECT_FILES:
         src = REPO / rel
         if src.is_dir():
-            shutil.copytree(src, dest / rel, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(src, dest / rel, symlinks=True,  # closures/: links DVC follows to the code
+                            ignore=shutil.ignore_patterns("__pycache__"))
         else:
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
