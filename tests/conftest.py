@@ -132,6 +132,17 @@ class Project:
                 for p in sorted(base.rglob("*")) if p.is_file()} if base.exists() else {}
 
 
+def _merged(a: dict, b: dict) -> dict:
+    return {**a, **{k: _merged(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
+                    for k, v in b.items()}}
+
+
+def evaluation(root: Path, metrics: str = "metrics/eval.json", context: str = "evals/eval_context.json") -> dict:
+    """A DVC metrics file (the measurements) merged with its context file (baselines, counts, settings),
+    the two files an evaluate stage writes."""
+    return _merged(json.loads((root / metrics).read_text()), json.loads((root / context).read_text()))
+
+
 def new_project(dest: Path, params: dict | None = None) -> Project:
     dest.mkdir(parents=True, exist_ok=True)
     for rel in PROJECT_FILES:

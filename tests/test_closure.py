@@ -86,7 +86,8 @@ def test_package_data_takes_data_files_and_data_folders_not_subpackages(tmp_path
 
 def test_link_folders_hold_each_closure_once_with_the_shared_part_in_common(tmp_path: Path) -> None:
     write(tmp_path, {"m/a.py": "", "m/b.py": "", "m/c.py": "", "schemas/x.json": "{}", "uv.lock": ""})
-    closures = {"s1": ["m/a.py", "m/b.py", "schemas/x.json", "uv.lock"], "s2": ["m/a.py", "m/c.py", "schemas/x.json", "uv.lock"],
+    closures = {"s1": ["m/a.py", "m/b.py", "schemas/x.json", "uv.lock"],
+                "s2": ["m/a.py", "m/c.py", "schemas/x.json", "uv.lock"],
                 "ref": ["m/c.py"]}  # a stage outside the table that lacks the common part: all its own
     folders, using = code_links.groups(closures, ("s1", "s2"))
     assert folders == {"common": {"m/a.py"}, "s1": {"m/b.py"}, "s2": {"m/c.py"}, "ref": {"m/c.py"}}
