@@ -22,8 +22,8 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-FILES = ("marin", "pipeline", "schemas", "closures", "tokenizer", "dvc.yaml", "params.yaml", "pyproject.toml", "uv.lock",
-         ".gitignore")
+FILES = ("marin", "pipeline", "schemas", "closures", "tokenizer", "dvc.yaml", "params.yaml", "pyproject.toml",
+         "uv.lock", ".gitignore")
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
