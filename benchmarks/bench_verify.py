@@ -22,8 +22,8 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-FILES = ("marin", "pipeline", "schemas", "tokenizer", "dvc.yaml", "params.yaml", "pyproject.toml", "uv.lock",
-         ".gitignore")
+FILES = ("marin", "pipeline", "schemas", "closures", "tokenizer", "dvc.yaml", "params.yaml", "pyproject.toml",
+         "uv.lock", ".gitignore")
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
@@ -48,7 +48,8 @@ def main() -> None:
         proj = Path(tmp) / "proj"
         proj.mkdir()
         for f in FILES:
-            (shutil.copytree if (ROOT / f).is_dir() else shutil.copy2)(ROOT / f, proj / f)
+            _ = shutil.copytree(ROOT / f, proj / f, symlinks=True) if (ROOT / f).is_dir() else shutil.copy2(
+                ROOT / f, proj / f)
         shutil.copytree(ROOT / "data/tokens", proj / "data/tokens")
         params = yaml.safe_load((proj / "params.yaml").read_text())
         params["train"].update(steps=a.steps, checkpoint_every=a.every,

@@ -339,10 +339,8 @@ def stages(args: argparse.Namespace) -> int:
     from marin.stages import dvcyaml
 
     if args.write:
-        from marin.fsutil import write_bytes
-
-        write_bytes(args.root / st.DVC_YAML, dvcyaml.render(args.root).encode())
-        print(f"wrote {st.DVC_YAML}: {len(st.declared(args.root))} stages, code dependencies from their imports")
+        n = dvcyaml.write(args.root)
+        print(f"wrote {st.DVC_YAML} and closures/: {n} stages, code dependencies from their imports")
         return 0
     if args.check:
         problems = dvcyaml.check(args.root)

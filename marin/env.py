@@ -36,8 +36,9 @@ ENV_DENY = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*KEY*", "*CREDENTIAL*")
 # Paths whose content is the "code" of the pipeline: a change here changes the recipe.
 CODE_GLOBS = ("marin/**/*.py", "marin/**/*.json", "marin/**/*.csv", "pipeline/**/*.py", "schemas/**/*.json",
               "pyproject.toml", "uv.lock")
-# Beside the code, files whose change can change a run's result: uncommitted, they make it dirty.
-RECIPE_FILES = ("dvc.yaml",)
+# Beside the code, files whose change can change a run's result: uncommitted, they make it dirty
+# (closures/: the links through which DVC sees each stage's code, written with dvc.yaml).
+RECIPE_FILES = ("dvc.yaml", "closures/**")
 # Folders that are code as a whole: any file in them that differs from the commit (untracked, even
 # git-ignored, but for __pycache__) makes a run dirty; Python would import an untracked
 # ``marin/hashing.cpython-311-x86_64-linux-gnu.so`` in place of ``marin/hashing.py``.

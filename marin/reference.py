@@ -2,11 +2,12 @@
 
 ``published-digests.json`` (committed beside params.yaml) holds, for the shipped ``params.yaml`` of
 this commit, the tensor digests of ``models/final`` and ``models/instruct`` and every value of
-``metrics/eval.json`` (floats as ``float.hex``), measured with ``dvc repro`` on the CPU it names.
-On any CPU of the portable class the same command must give the same bits, so a stranger who ran
-``dvc repro`` compares their outputs with ``marin reference check``: the tensors are read from the
-safetensors files and hashed here (:func:`marin.hashing.tree_digest`), the metrics read from the
-file; nothing comes from the ledger. A change that alters the bits on purpose rewrites the file
+``metrics/eval.json`` with its context file ``evals/eval_context.json`` (floats as ``float.hex``),
+measured with ``dvc repro`` on the CPU it names. On any CPU of the portable class the same command
+must give the same bits, so a stranger who ran ``dvc repro`` compares their outputs with ``marin
+reference check``: the tensors are read from the safetensors files and hashed here
+(:func:`marin.hashing.tree_digest`), the metrics read from the two files; nothing comes from the
+ledger. A change that alters the bits on purpose rewrites the file
 (``marin reference write``) in the same commit, with a line saying why.
 """
 
@@ -24,6 +25,7 @@ from marin.fsutil import shown
 FILE = "published-digests.json"
 MODELS = (stages.MODEL, stages.INSTRUCT)
 METRICS = stages.declaration("evaluate").out("eval_metrics").as_posix()
+CONTEXT = stages.declaration("evaluate").out("eval_context").as_posix()  # the metrics' baselines, counts, settings
 
 
 class ReferenceError(MarinError):
@@ -44,7 +46,9 @@ def measured(root: Path) -> dict[str, Any]:
         folder = root / m
         path = model_folder.weights_path(folder, model_folder.read_config(folder))
         out["models"][m] = hashing.tree_digest(load_file(str(path)))
-    doc = json.loads(readers.read_bytes(root / METRICS, "config", IntegrityError))
+    from marin.evaluate import metrics_file
+
+    doc = metrics_file.read(root, Path(METRICS), Path(CONTEXT), IntegrityError)
     out["metrics"] = {k: float(v).hex() if isinstance(v, float) else v for k, v in config.flatten(doc).items()}
     return out
 

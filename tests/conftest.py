@@ -46,7 +46,7 @@ def reference(name: str) -> Path:
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     assert digest == PINNED[rel], f"{rel}: sha256 {digest} is not the pinned upstream copy's {PINNED[rel]}"
     return path
-PROJECT_FILES = ("marin", "pipeline", "schemas", "tokenizer", "dvc.yaml", "params.yaml", "pyproject.toml",
+PROJECT_FILES = ("marin", "pipeline", "schemas", "closures", "tokenizer", "dvc.yaml", "params.yaml", "pyproject.toml",
                  "uv.lock", ".dvc/config", ".dvc/.gitignore", ".dvc/plots", ".dvcignore", ".gitignore",
                  "published-digests.json")  # a clone holds the published digests (marin reference check)
 BIN = Path(sys.executable).parent
@@ -132,12 +132,24 @@ class Project:
                 for p in sorted(base.rglob("*")) if p.is_file()} if base.exists() else {}
 
 
+def _merged(a: dict, b: dict) -> dict:
+    return {**a, **{k: _merged(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
+                    for k, v in b.items()}}
+
+
+def evaluation(root: Path, metrics: str = "metrics/eval.json", context: str = "evals/eval_context.json") -> dict:
+    """A DVC metrics file (the measurements) merged with its context file (baselines, counts, settings),
+    the two files an evaluate stage writes."""
+    return _merged(json.loads((root / metrics).read_text()), json.loads((root / context).read_text()))
+
+
 def new_project(dest: Path, params: dict | None = None) -> Project:
     dest.mkdir(parents=True, exist_ok=True)
     for rel in PROJECT_FILES:
         src = REPO / rel
         if src.is_dir():
-            shutil.copytree(src, dest / rel, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(src, dest / rel, symlinks=True,  # closures/: links DVC follows to the code
+                            ignore=shutil.ignore_patterns("__pycache__"))
         else:
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)

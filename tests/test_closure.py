@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from marin import stages
-from marin.stages import closure, dvcyaml
+from marin.stages import closure, code_links, dvcyaml
 from tests.conftest import REPO
 
 
@@ -84,12 +84,35 @@ def test_package_data_takes_data_files_and_data_folders_not_subpackages(tmp_path
     assert got == ["marin/pins.json", "marin/ref/list.csv"]
 
 
-def test_compact_then_expand_gives_back_the_same_files(tmp_path: Path) -> None:
-    write(tmp_path, {"a/x.py": "", "a/y.py": "", "a/b/z.py": "", "c/p.py": "", "c/q.py": "", "top.lock": ""})
-    files = ["a/b/z.py", "a/x.py", "a/y.py", "c/p.py", "top.lock"]
-    compacted = closure.compact(tmp_path, files)
-    assert compacted == ["a", "c/p.py", "top.lock"]  # c/q.py is not in: c stays file by file
-    assert closure.expand(tmp_path, compacted) == files
+def test_link_folders_hold_each_closure_once_with_the_shared_part_in_common(tmp_path: Path) -> None:
+    write(tmp_path, {"m/a.py": "", "m/b.py": "", "m/c.py": "", "schemas/x.json": "{}", "uv.lock": ""})
+    closures = {"s1": ["m/a.py", "m/b.py", "schemas/x.json", "uv.lock"],
+                "s2": ["m/a.py", "m/c.py", "schemas/x.json", "uv.lock"],
+                "ref": ["m/c.py"]}  # a stage outside the table that lacks the common part: all its own
+    folders, using = code_links.groups(closures, ("s1", "s2"))
+    assert folders == {"common": {"m/a.py"}, "s1": {"m/b.py"}, "s2": {"m/c.py"}, "ref": {"m/c.py"}}
+    assert code_links.deps("s1", folders, using) == ["closures/common", "closures/s1", "schemas", "uv.lock"]
+    assert code_links.deps("ref", folders, using) == ["closures/ref", "schemas", "uv.lock"]
+    (tmp_path / "closures/s1/stray.py").parent.mkdir(parents=True)
+    (tmp_path / "closures/s1/stray.py").write_text("")  # a plain file there is removed
+    code_links.write(tmp_path, folders)
+    assert code_links.problems(tmp_path, folders) == []
+    assert (tmp_path / "closures/s1/m/b.py").is_symlink() and not (tmp_path / "closures/s1/stray.py").exists()
+    for name in ("s1", "s2"):  # through its folders, each stage's dependencies are exactly its closure
+        assert closure.expand(tmp_path, code_links.deps(name, folders, using)) == sorted(closures[name])
+    (tmp_path / "closures/s2/m/c.py").unlink()
+    (tmp_path / "closures/s2/m/c.py").symlink_to("../../../m/b.py")
+    assert code_links.problems(tmp_path, folders) == ["closures/s2/m/c.py: links to m/b.py, not m/c.py"]
+    with pytest.raises(ValueError, match="common"):
+        code_links.groups({"common": []}, ())
+
+
+def test_dvc_yaml_lists_a_few_code_folders_per_stage_not_every_file() -> None:
+    """dvc exp show has a column per dependency: the code is one folder per stage plus the common one,
+    schemas/ and uv.lock (it was ~180 files)."""
+    deps = {d for spec in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"].values() for d in spec["deps"]}
+    code = {d for d in deps if d.split("/")[0] in ("closures", "marin", "pipeline", "schemas", "uv.lock")}
+    assert code == {"closures/common", *(f"closures/{s}" for s in stages.NAMES), "schemas", "uv.lock"}, sorted(code)
 
 
 def independent_closure(stage: str) -> set[str]:
@@ -125,21 +148,22 @@ def test_dvc_yaml_is_what_the_declarations_generate() -> None:
 
 
 def test_stages_check_names_a_missing_dependency(tmp_path: Path) -> None:
-    for rel in ("marin", "pipeline", "schemas", "uv.lock", "params.yaml", "dvc.yaml"):
+    import shutil
+
+    for rel in ("marin", "pipeline", "schemas", "closures", "uv.lock", "params.yaml", "dvc.yaml"):
         src = REPO / rel
         if src.is_dir():
-            import shutil
-
-            shutil.copytree(src, tmp_path / rel, ignore=lambda d, names: [n for n in names if n == "__pycache__"])
+            shutil.copytree(src, tmp_path / rel, symlinks=True,
+                            ignore=lambda d, names: [n for n in names if n == "__pycache__"])
         else:
             (tmp_path / rel).write_bytes(src.read_bytes())
     text = (tmp_path / "dvc.yaml").read_text()
-    (tmp_path / "dvc.yaml").write_text(text.replace("      - marin/data/shards.py\n", "", 1))
+    (tmp_path / "closures/curate/marin/data/shards.py").unlink()  # DVC would not see an edit to it
     problems = dvcyaml.check(tmp_path)
-    assert any("marin/data/shards.py" in p for p in problems), problems
+    assert any("stage curate misses code it imports: marin/data/shards.py" in p for p in problems), problems
     r = subprocess.run([sys.executable, "-m", "marin.cli", "--root", str(tmp_path), "stages", "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "marin/data/shards.py" in r.stderr and "marin stages --write" in r.stderr
     subprocess.run([sys.executable, "-m", "marin.cli", "--root", str(tmp_path), "stages", "--write"], check=True,
                    capture_output=True)
-    assert (tmp_path / "dvc.yaml").read_text() == text
+    assert (tmp_path / "dvc.yaml").read_text() == text and dvcyaml.check(tmp_path) == []

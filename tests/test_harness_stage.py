@@ -129,7 +129,8 @@ def test_verify_replays_the_harness_bit_exact_and_names_a_forged_value(trained_p
     assert p.returncode == 0, p.stdout + p.stderr
     [v] = verifications(path)
     assert v["result"] == "bit-exact"
-    assert v["compared"]["output"] == 4  # metrics/eval.json, the results JSON, the samples JSONL, the traced samples
+    assert v["compared"]["output"] == 5  # metrics/eval.json and its context, the results JSON and samples JSONL,
+    # the traced samples
     # lm-eval's results JSON and samples JSONL: outputs of the run, by digest, agreeing with its eval records
     root = trained_project.root
     outs = {r["body"]["name"]: r["body"] for r in records(path) if r["kind"] == "output"}

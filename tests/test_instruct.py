@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from tests.conftest import BIN, Project, env_for_subprocess
+from tests.conftest import BIN, Project, env_for_subprocess, evaluation
 from tests.instruct_fixtures import INSTRUCTIONS, SFT, instruct_params
 
 pytestmark = pytest.mark.slow
@@ -129,7 +129,7 @@ def test_lineage_of_the_instruct_model_walks_back_to_the_base_run_and_the_raw_ar
 def test_the_instruct_model_answers_held_out_instructions_far_better_than_the_base_model(
         _sft_project: Project) -> None:
     proj = _sft_project
-    m = json.loads((proj.root / "metrics/instruct_eval.json").read_text())
+    m = evaluation(proj.root, "metrics/instruct_eval.json", "evals/instruct_eval_context.json")
     heldout = [json.loads(x) for x in (proj.root / "data/instructions/heldout.jsonl").read_text().splitlines()]
     [run] = proj.runs("evaluate_instruct")
     evals = {r["name"]: r for r in records(run, "eval")}

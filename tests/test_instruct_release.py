@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from tests.conftest import Project
+from tests.conftest import Project, evaluation
 from tests.instruct_fixtures import SFT
 
 pytestmark = pytest.mark.slow
@@ -80,7 +80,7 @@ def test_the_report_compares_base_and_instruct_side_by_side_from_the_ledger(sft_
     md = (proj.root / f"reports/{name}/report.md").read_text()
     facts = json.loads((proj.root / f"reports/{name}/report.json").read_text())["facts"]
     section = md.split("## Base and instruct", 1)[1].split("\n## ", 1)[0]
-    m = json.loads((proj.root / "metrics/instruct_eval.json").read_text())
+    m = evaluation(proj.root, "metrics/instruct_eval.json", "evals/instruct_eval_context.json")
     [sft] = proj.runs("sft")
     assert sft[0]["run_id"] in section and proj.runs("instructions")[0][0]["run_id"] in section
     for model in ("base", "instruct"):

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from marin.stages import NAMES as STAGES
-from tests.conftest import copy_project
+from tests.conftest import copy_project, evaluation
 from tests.test_closure import independent_closure
 
 pytestmark = pytest.mark.slow
@@ -217,7 +217,7 @@ def test_a_rolled_back_run_end_fails_the_check_and_the_report_refuses(repro) -> 
 
 def test_short_training_clearly_beats_the_unigram_baseline(repro) -> None:
     proj, _ = repro
-    metrics = json.loads((proj.root / "metrics/eval.json").read_text())
+    metrics = evaluation(proj.root)
     assert metrics["bits_per_byte"] < metrics["unigram_bits_per_byte"] - 0.2, metrics
     assert proj.marin("ledger", "check").returncode == 0
     plots = json.loads(proj.dvc("plots", "show", "--json").stdout)["data"]  # dvc.yaml's named plots, by step

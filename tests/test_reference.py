@@ -54,8 +54,9 @@ def test_the_shipped_pipeline_gives_the_published_digests_without_a_ledger(shipp
     # independently of marin's reader: the weights hashed here, the metrics read here
     for m in ("models/final", "models/instruct"):
         assert _tree_digest(load_file(shipped.root / m / "model.safetensors")) == pub["models"][m], m
-    metrics = json.loads((shipped.root / "metrics/eval.json").read_text())
-    assert {k: v.hex() if isinstance(v, float) else v for k, v in _flat(metrics).items()} == pub["metrics"]
+    flat = {**_flat(json.loads((shipped.root / "metrics/eval.json").read_text())),
+            **_flat(json.loads((shipped.root / "evals/eval_context.json").read_text()))}  # measurements, the rest
+    assert {k: v.hex() if isinstance(v, float) else v for k, v in flat.items()} == pub["metrics"]
     # the README publishes the same two digests, with the command
     readme = (REPO / "README.md").read_text()
     for m in ("models/final", "models/instruct"):

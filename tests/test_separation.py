@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from .conftest import Project, copy_project
+from .conftest import Project, copy_project, evaluation
 
 pytestmark = pytest.mark.slow
 
@@ -28,10 +28,6 @@ def early(_shipped: tuple[Project, str], tmp_path_factory: pytest.TempPathFactor
     return proj
 
 
-def _json(proj: Project, rel: str) -> dict:
-    return json.loads((proj.root / rel).read_text())
-
-
 def _apart(a: float, se_a: float, b: float, se_b: float) -> bool:
     """``a`` above ``b`` by more than two of either's stderr."""
     return a - b > 2 * max(se_a, se_b)
@@ -39,7 +35,7 @@ def _apart(a: float, se_a: float, b: float, se_b: float) -> bool:
 
 def test_every_harness_task_separates_the_shipped_model_from_a_40_step_one(_shipped: tuple[Project, str],
                                                                             early: Project) -> None:
-    ours, theirs = _json(_shipped[0], "metrics/eval.json")["harness"], _json(early, "metrics/eval.json")["harness"]
+    ours, theirs = evaluation(_shipped[0].root)["harness"], evaluation(early.root)["harness"]
     assert set(ours) == set(theirs) == set(_shipped[0].params["evaluate"]["harness"]["tasks"])
     for task, v in ours.items():
         w = theirs[task]

@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from marin import fsutil, readers, stages
+from marin import readers, stages
 from marin.config import Params, RuntimeParams
 from marin.errors import StageError
+from marin.evaluate import metrics_file
 from marin.ledger.bodies import Sample
 from marin.train import runtime
 
@@ -33,6 +34,7 @@ _DECLARED = stages.declaration("evaluate_instruct")  # the paths below: marin/st
 MODELS = {"base": _DECLARED.input("base_model"), "instruct": _DECLARED.input("instruct_model")}
 TOKENIZER, TEMPLATE = _DECLARED.input("tokenizer"), _DECLARED.input("chat_template")
 HELDOUT, METRICS = _DECLARED.input("instructions") / "heldout.jsonl", _DECLARED.out("instruct_eval_metrics")
+CONTEXT = _DECLARED.out("instruct_eval_context")  # the example counts (marin.evaluate.metrics_file)
 TRACE = _DECLARED.out("trace_instruct")  # both models' answers traced to the training documents (marin trace)
 BATCH = 32  # prompts answered at a time: (BATCH, seq_len, vocab) logits per step
 SCORES = (("exact_match", "exact"), ("containment", "contained"), ("choice_acc", "choice"),
@@ -234,5 +236,4 @@ def run_stage(root: Path, params: Params) -> None:
             for line in task_lines(name, values, constant):
                 print(line)
         tracing.record_samples(root, run, answers, TRACE, params.trace.min_tokens)
-        fsutil.write_bytes(root / METRICS, (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode(),
-                           before_publish=lambda tmp: run.output("instruct_eval_metrics", METRICS, source=tmp))
+        metrics_file.write(root, run, metrics, ("instruct_eval_metrics", METRICS), ("instruct_eval_context", CONTEXT))

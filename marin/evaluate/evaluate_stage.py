@@ -1,6 +1,7 @@
 """Stage evaluate: bits per byte and perplexity of the trained model on the validation
 split (whole and per corpus) beside a unigram baseline on the same tokens, and greedy
-samples from fixed prompts. Writes metrics/eval.json (DVC metrics) and eval records.
+samples from fixed prompts. Writes metrics/eval.json (DVC metrics: the measurements), evals/eval_context.json
+(their baselines, counts and settings) and eval records.
 
 Everything that may start jax or allocate (jax, flax, numpy, pyarrow) is imported inside
 the functions, after :func:`marin.train.runtime.configure` has set the environment XLA and
@@ -8,17 +9,17 @@ malloc read."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from marin import fsutil, stages
 from marin.config import HarnessParams, Params, RuntimeParams
-from marin.evaluate import decontam
+from marin.evaluate import decontam, metrics_file
 from marin.train import runtime
 
 _DECLARED = stages.declaration("evaluate")  # the paths below: marin/stages/table.py
 MODEL, TOKENS, METRICS = _DECLARED.input("model"), _DECLARED.input("tokens"), _DECLARED.out("eval_metrics")
+CONTEXT = _DECLARED.out("eval_context")  # the metrics' baselines, counts and settings (marin.evaluate.metrics_file)
 EVALSETS = _DECLARED.input("evalsets")  # the built-in harness tasks' data (stage evalsets)
 TRACE = _DECLARED.out("trace_samples")  # the greedy samples traced to the training documents (marin trace)
 
@@ -61,8 +62,7 @@ def run_stage(root: Path, params: Params) -> None:
         metrics["harness"] = harness_run.evaluate(root, params.evaluate.harness, run, model, tok_manifest,
                                                   root / TOKENS, logs, decon)
         _harness_files(root, params.evaluate.harness, run, logs)
-        fsutil.write_bytes(root / METRICS, (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode(),
-                           before_publish=lambda tmp: run.output("eval_metrics", METRICS, source=tmp))
+        metrics_file.write(root, run, metrics, ("eval_metrics", METRICS), ("eval_context", CONTEXT))
         print(f"evaluate: validation bits/byte {metrics['bits_per_byte']:.4f} "
               f"(unigram baseline {metrics['unigram_bits_per_byte']:.4f}), perplexity {metrics['perplexity']:.2f}")
         for s in samples:

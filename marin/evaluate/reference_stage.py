@@ -3,7 +3,8 @@ ours. lm-eval's own ``hf`` model (:class:`lm_eval.models.huggingface.HFLM`, CPU,
 the evaluate stage's requests (the same tasks, limit, seeds, shots and decontamination), recorded as
 ``harness:<task>`` eval records like evaluate's; then bits per byte of the validation text with the
 model's own tokenizer (``model`` records, whole and per corpus), and what the model's card states of
-its parameters and training tokens (a ``card`` record). Writes metrics/reference/<name>.json.
+its parameters and training tokens (a ``card`` record). Writes metrics/reference/<name>.json (its measurements) and
+evals/reference/<name>.json (the rest: :mod:`marin.evaluate.metrics_file`).
 
 The folder is pinned by its tree digest (:func:`marin.hashing.dir_digest`) like a corpus, and is the
 run's ``model`` input: one changed byte makes ``dvc status`` name this stage only.
@@ -11,15 +12,14 @@ run's ``model`` input: one changed byte makes ``dvc status`` name this stage onl
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from marin import fsutil, hashing, readers, stages
+from marin import hashing, readers, stages
 from marin.config import Params, Reference
 from marin.env_types import DeterminismClass
 from marin.errors import StageError
-from marin.evaluate import decontam
+from marin.evaluate import decontam, metrics_file
 from marin.stages import task_files
 
 NOT_STATED = "not stated"
@@ -110,10 +110,8 @@ def run_stage(root: Path, params: Params) -> None:
                    "per_corpus": {c: t.bits_per_byte for c, t in sorted(tallies.items()) if c},
                    "harness": {t: {k: v for k, v in vals.items() if isinstance(v, int | float)}
                                for t, vals in harness.items() if "error" not in vals}}
-        path = stage.out("reference_metrics")
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        fsutil.write_bytes(root / path, (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode(),
-                           before_publish=lambda tmp: run.output("reference_metrics", path, source=tmp))
+        metrics_file.write(root, run, metrics, ("reference_metrics", stage.out("reference_metrics")),
+                           ("reference_context", stage.out("reference_context")))
         for task, vals in harness.items():
             if "error" not in vals:
                 print(f"reference {name}: harness {task}: " + ", ".join(

@@ -15,7 +15,8 @@ from marin.ledger import Input
 _DECLARED = stages.declaration("export_instruct")  # the paths: marin/stages/table.py
 INSTRUCT = Target(_DECLARED.name, _DECLARED.input("model"), _DECLARED.out("hf_model"), chat=True,
                   inputs=(Input("instructions_manifest", instruct_card.MANIFEST.as_posix()),
-                          Input("instruct_eval", instruct_card.EVAL.as_posix())),
+                          Input("instruct_eval", instruct_card.EVAL.as_posix()),
+                          Input("instruct_eval_context", instruct_card.EVAL_CONTEXT.as_posix())),
                   card=instruct_card.card, recorded=instruct_card.recorded)
 
 

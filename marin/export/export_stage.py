@@ -19,6 +19,7 @@ from marin.config import Params
 from marin.data import chat
 from marin.data.tokenize import EOS
 from marin.errors import IntegrityError, StageError
+from marin.evaluate import metrics_file
 from marin.export import card, hf, training
 from marin.export.training import Training
 from marin.ledger import Input, Run
@@ -26,7 +27,7 @@ from marin.ledger import Input, Run
 _DECLARED = stages.declaration("export")  # the paths below: marin/stages/table.py
 MODEL, TOKENIZER, OUT = _DECLARED.input("model"), _DECLARED.input("tokenizer"), _DECLARED.out("hf_model")
 TEMPLATE = Path(stages.declaration("tokenize").out("tokens")) / chat.TEMPLATE_FILE
-EVAL = _DECLARED.input("eval")
+EVAL, EVAL_CONTEXT = _DECLARED.input("eval"), _DECLARED.input("eval_context")
 CARD_PARAMS = ("report", "fetch", "evaluate")  # what the base card states: recorded as the run's params
 
 
@@ -68,12 +69,13 @@ def model_card(params: dict, config: dict, tokenizer_json: bytes, eval_json: dic
 
 
 def base_card(root: Path, recorded: dict[str, Any], config: dict[str, Any], tok: bytes, train: Training) -> str:
-    """models/hf/README.md: the card from the recorded params, metrics/eval.json and the train run behind
-    models/final (:mod:`marin.export.training`)."""
-    return model_card(recorded, config, tok, readers.read_json(root / EVAL, "json", StageError), OUT, train)
+    """models/hf/README.md: the card from the recorded params, metrics/eval.json (with its context file) and
+    the train run behind models/final (:mod:`marin.export.training`)."""
+    return model_card(recorded, config, tok, metrics_file.read(root, EVAL, EVAL_CONTEXT, StageError), OUT, train)
 
 
-BASE = Target("export", MODEL, OUT, inputs=(Input("eval", EVAL.as_posix()),), card=base_card,
+BASE = Target("export", MODEL, OUT, card=base_card,
+              inputs=(Input("eval", EVAL.as_posix()), Input("eval_context", EVAL_CONTEXT.as_posix())),
               recorded=lambda params: params.section(*(n for n in CARD_PARAMS if n in params.raw)))
 
 

@@ -15,12 +15,14 @@ from marin import readers, stages
 from marin.config import Params
 from marin.data import chat
 from marin.errors import StageError
+from marin.evaluate import metrics_file
 from marin.export import card_sections
 from marin.export.card import hf_license, repo_id, upload_lines
 from marin.export.training import Training
 
 _DECLARED = stages.declaration("export_instruct")  # the paths below: marin/stages/table.py
 MANIFEST, EVAL = _DECLARED.input("instructions_manifest"), _DECLARED.input("instruct_eval")
+EVAL_CONTEXT = _DECLARED.input("instruct_eval_context")  # the example counts (marin.evaluate.metrics_file)
 
 
 def recorded(params: Params) -> dict[str, Any]:
@@ -77,7 +79,7 @@ def card(root: Path, recorded: dict[str, Any], config: dict[str, Any], tokenizer
     base, lic = meta["model_name"], meta["license"]
     name = f"{base}-instruct"
     m = readers.read_json(root / MANIFEST, "manifest", StageError)
-    ev = readers.read_json(root / EVAL, "json", StageError)
+    ev = metrics_file.read(root, EVAL, EVAL_CONTEXT, StageError)
     hf_lic = hf_license(lic)
     data = ModelCardData(license=hf_lic, license_name=lic if hf_lic == "other" else None, base_model=repo_id(meta),
                          language=meta.get("language") or None, eval_results=results(ev),

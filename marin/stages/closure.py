@@ -14,7 +14,8 @@ model, not in the stage. Every stage also reads the JSON Schemas its records are
 against and runs on the locked environment, so ``schemas/`` and ``uv.lock`` belong to every
 closure.
 
-The closure is what ``dvc.yaml`` lists as a stage's code (``marin stages``, :mod:`marin.stages.dvcyaml`),
+The closure is what ``dvc.yaml`` lists as a stage's code (``marin stages``, :mod:`marin.stages.dvcyaml`,
+as folders of links: :mod:`marin.stages.code_links`),
 what the recipe digest covers, and what ``marin status`` compares with the code a run recorded.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -138,39 +140,14 @@ def files(root: Path, *entries: str) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in files)
 
 
-def compact(root: Path, files: list[str]) -> list[str]:
-    """``files`` with each folder whose every file is listed replaced by the folder (outermost
-    first): the same set of files as DVC sees a directory dependency."""
-    root = Path(root)
-    chosen = set(files)
-    out: list[str] = []
-    covered: set[str] = set()
-    folders = sorted({str(Path(f).parent) for f in files if "/" in f} | {f for f in files if (root / f).is_dir()})
-    for folder in sorted(_ancestors(folders), key=lambda d: (d.count("/"), d)):
-        if any(folder == c or folder.startswith(c + "/") for c in covered):
-            continue
-        inside = [p.relative_to(root).as_posix() for p in _walk(root / folder)]
-        if inside and all(f in chosen for f in inside):
-            covered.add(folder)
-            out.append(folder)
-    out.extend(f for f in files if not any(f.startswith(c + "/") for c in covered))
-    return sorted(out)
-
-
-def _ancestors(folders: Iterable[str]) -> set[str]:
-    out: set[str] = set()
-    for f in folders:
-        parts = f.split("/")
-        out.update("/".join(parts[: i + 1]) for i in range(len(parts)))
-    out.discard(".")
-    return out
-
-
 def expand(root: Path, deps: Iterable[str]) -> list[str]:
-    """The files behind dependency paths (folders walked as DVC walks them), sorted."""
+    """The project files behind dependency paths (folders walked as DVC walks them, links followed to
+    the file they point to: :mod:`marin.stages.code_links`), sorted."""
     root = Path(root)
     out: set[str] = set()
     for d in deps:
         p = root / d
-        out.update(x.relative_to(root).as_posix() for x in (_walk(p) if p.is_dir() else [p]))
+        for x in _walk(p) if p.is_dir() else [p]:
+            out.add(Path(os.path.normpath(x.parent / os.readlink(x))).relative_to(root).as_posix()
+                    if x.is_symlink() else x.relative_to(root).as_posix())
     return sorted(out)

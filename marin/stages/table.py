@@ -24,6 +24,8 @@ TOKENIZER, TEMPLATE = "data/tokens/tokenizer.json", "data/tokens/chat_template.j
 CURATED_TRAIN, INSTRUCTIONS_TRAIN = "data/curated/train.parquet", "data/instructions/train.jsonl"
 INSTRUCTIONS_MANIFEST = "data/instructions/manifest.json"
 EVAL, INSTRUCT_EVAL = "metrics/eval.json", "metrics/instruct_eval.json"
+# Beside each metrics file, what its measurements are measured against and how (marin/evaluate/metrics_file.py)
+EVAL_CONTEXT, INSTRUCT_EVAL_CONTEXT = "evals/eval_context.json", "evals/instruct_eval_context.json"
 TRACE_SAMPLES, TRACE_INSTRUCT = "evals/trace/samples.json", "evals/trace/instruct.json"
 
 
@@ -70,7 +72,8 @@ STAGES: tuple[Stage, ...] = (
           {"model": MODEL, "tokens": "data/tokens", "evalsets": "data/evalsets",
            "decontamination": "data/decontamination.json", "trace_index": "data/trace_index"},
           params=("evaluate", "trace.min_tokens", "runtime.xla_cpu_threads", "runtime.determinism"),
-          outs=(Out("eval_metrics", EVAL, "metrics"), Out("harness_results", "evals/harness/results.json"),
+          outs=(Out("eval_metrics", EVAL, "metrics"), Out("eval_context", EVAL_CONTEXT),
+                Out("harness_results", "evals/harness/results.json"),
                 Out("harness_samples", "evals/harness/samples.jsonl"), Out("trace_samples", TRACE_SAMPLES)),
           dep_notes={"data/evalsets": "the built-in harness tasks' data; their YAMLs are package data, code",
                      "data/decontamination.json": "evaluate.decontaminate: report or exclude its items",
@@ -80,16 +83,19 @@ STAGES: tuple[Stage, ...] = (
           {"base_model": MODEL, "instruct_model": INSTRUCT, "tokenizer": TOKENIZER, "chat_template": TEMPLATE,
            "instructions": "data/instructions", "trace_index": "data/trace_index"},
           params=("instructions.eval_tokens", "trace.min_tokens", "runtime.xla_cpu_threads", "runtime.determinism"),
-          outs=(Out("instruct_eval_metrics", INSTRUCT_EVAL, "metrics"), Out("trace_instruct", TRACE_INSTRUCT)),
+          outs=(Out("instruct_eval_metrics", INSTRUCT_EVAL, "metrics"),
+                Out("instruct_eval_context", INSTRUCT_EVAL_CONTEXT), Out("trace_instruct", TRACE_INSTRUCT)),
           note="base and instruct answer the held-out instructions: exact match, containment; answers traced",
           uses_jax=True),
-    Stage("export", "marin.export.export_stage:run_stage", {"model": MODEL, "tokenizer": TOKENIZER, "eval": EVAL},
+    Stage("export", "marin.export.export_stage:run_stage",
+          {"model": MODEL, "tokenizer": TOKENIZER, "eval": EVAL, "eval_context": EVAL_CONTEXT},
           params=("report", "fetch", "evaluate"), outs=(Out("hf_model", "models/hf"),),
           note="the model as a Hugging Face Llama checkpoint, tokenizer and model card beside it",
           dep_notes={EVAL: "the card's evaluation results"}),
     Stage("export_instruct", "marin.export.export_instruct_stage:run_stage",
           {"model": INSTRUCT, "tokenizer": TOKENIZER, "chat_template": TEMPLATE,
-           "instructions_manifest": INSTRUCTIONS_MANIFEST, "instruct_eval": INSTRUCT_EVAL},
+           "instructions_manifest": INSTRUCTIONS_MANIFEST, "instruct_eval": INSTRUCT_EVAL,
+           "instruct_eval_context": INSTRUCT_EVAL_CONTEXT},
           params=("report",), outs=(Out("hf_model", "models/hf-instruct"),),
           note="the instruct model for transformers: chat template in tokenizer_config.json, README.md card"),
     Stage("report", "marin.report.report_stage:run_stage",
@@ -115,7 +121,8 @@ def reference(name: str, path: str) -> Stage:
                  {"model": path, "text": "data/curated/validation.parquet", "evalsets": "data/evalsets",
                   "decontamination": "data/decontamination.json"},
                  params=("evaluate.harness", "evaluate.decontaminate"),
-                 outs=(Out("reference_metrics", f"metrics/reference/{name}.json", "metrics"),),
+                 outs=(Out("reference_metrics", f"metrics/reference/{name}.json", "metrics"),
+                       Out("reference_context", f"evals/reference/{name}.json")),
                  note=f"evaluate.references {name}: lm-eval's hf model on evaluate's requests, bits per byte",
                  dep_notes={path: "the model folder, pinned by its tree digest"},
                  task_deps=True, entry="reference", args=name)

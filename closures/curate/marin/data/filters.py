@@ -1,0 +1,1 @@
+../../../../marin/data/filters.py

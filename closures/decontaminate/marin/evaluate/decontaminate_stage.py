@@ -1,0 +1,1 @@
+../../../../marin/evaluate/decontaminate_stage.py

@@ -1,0 +1,1 @@
+../../../../marin/evaluate/training_data.py

@@ -1,0 +1,1 @@
+../../../../marin/stages/task_files.py

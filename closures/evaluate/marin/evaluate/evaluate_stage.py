@@ -1,0 +1,1 @@
+../../../../marin/evaluate/evaluate_stage.py

@@ -1,0 +1,1 @@
+../../../../marin/evaluate/harness_run.py

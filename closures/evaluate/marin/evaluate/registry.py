@@ -1,0 +1,1 @@
+../../../../marin/evaluate/registry.py

@@ -1,0 +1,1 @@
+../../../../marin/evaluate/scoring.py

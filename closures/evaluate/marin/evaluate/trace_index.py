@@ -1,0 +1,1 @@
+../../../../marin/evaluate/trace_index.py

@@ -1,0 +1,1 @@
+../../../../marin/model/weights.py

@@ -1,0 +1,1 @@
+../../../../marin/evaluate/instruct_tokens.py

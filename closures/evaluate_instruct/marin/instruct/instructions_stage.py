@@ -1,0 +1,1 @@
+../../../../marin/instruct/instructions_stage.py

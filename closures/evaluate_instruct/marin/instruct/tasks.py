@@ -1,0 +1,1 @@
+../../../../marin/instruct/tasks.py

@@ -1,0 +1,1 @@
+../../../../marin/model/transformer.py

@@ -1,0 +1,1 @@
+../../../../marin/train/__init__.py

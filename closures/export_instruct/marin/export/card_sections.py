@@ -1,0 +1,1 @@
+../../../../marin/export/card_sections.py

@@ -1,0 +1,1 @@
+../../../../marin/export/export_stage.py

@@ -1,0 +1,1 @@
+../../../../marin/export/instruct_card.py

@@ -1,0 +1,1 @@
+../../../pipeline/export_instruct.py

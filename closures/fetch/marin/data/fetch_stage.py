@@ -1,0 +1,1 @@
+../../../../marin/data/fetch_stage.py

@@ -1,0 +1,1 @@
+../../../../marin/attest/__init__.py

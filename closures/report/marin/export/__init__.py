@@ -1,0 +1,1 @@
+../../../../marin/export/__init__.py

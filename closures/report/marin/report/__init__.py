@@ -1,0 +1,1 @@
+../../../../marin/report/__init__.py

@@ -1,0 +1,1 @@
+../../../../marin/report/cited.py

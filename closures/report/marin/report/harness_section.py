@@ -1,0 +1,1 @@
+../../../../marin/report/harness_section.py

@@ -1,0 +1,1 @@
+../../../../marin/report/references_section.py

@@ -1,0 +1,1 @@
+../../../../marin/report/report_stage.py

@@ -1,0 +1,1 @@
+../../../../marin/report/verification_status.py

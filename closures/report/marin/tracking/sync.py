@@ -1,0 +1,1 @@
+../../../../marin/tracking/sync.py

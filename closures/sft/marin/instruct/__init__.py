@@ -1,0 +1,1 @@
+../../../../marin/instruct/__init__.py

@@ -1,0 +1,1 @@
+../../../../marin/instruct/sft.py

@@ -1,0 +1,1 @@
+../../../../marin/tracking/__init__.py

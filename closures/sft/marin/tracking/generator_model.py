@@ -1,0 +1,1 @@
+../../../../marin/tracking/generator_model.py

@@ -1,0 +1,1 @@
+../../../../marin/tracking/hf_flavor.py

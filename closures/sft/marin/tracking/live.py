@@ -1,0 +1,1 @@
+../../../../marin/tracking/live.py

@@ -1,0 +1,1 @@
+../../../../marin/train/checkpoint.py

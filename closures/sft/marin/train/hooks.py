@@ -1,0 +1,1 @@
+../../../../marin/train/hooks.py

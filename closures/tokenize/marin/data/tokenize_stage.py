@@ -1,0 +1,1 @@
+../../../../marin/data/tokenize_stage.py

@@ -1,0 +1,1 @@
+../../../marin/progress.py

@@ -1,0 +1,1 @@
+../../../../marin/evaluate/__init__.py

@@ -1,0 +1,1 @@
+../../../pipeline/trace_index.py

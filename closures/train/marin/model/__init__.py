@@ -1,0 +1,1 @@
+../../../../marin/model/__init__.py

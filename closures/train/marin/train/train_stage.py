@@ -1,0 +1,1 @@
+../../../../marin/train/train_stage.py
