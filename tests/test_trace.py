@@ -177,17 +177,16 @@ def test_trace_names_the_documents_of_copied_passages_and_nothing_else(trained_p
 
 
 def _in_two_documents(root: Path, tok: Tokenizer, ids: list[str], docs: list[np.ndarray]) -> str:
-    """A line a "which corpus" instruction example quotes, from its second word on, that its train
-    document holds once and no other document holds."""
+    """The second half of a line, from its second word on, that a "continue this line" instruction
+    example answers with, that its train document holds once and no other document holds."""
     for line in (root / "data/instructions/train.jsonl").read_text().splitlines():
-        question = json.loads(line)["messages"][0]["content"]
-        if question.startswith("Which corpus is this line from? "):
-            words = question.removeprefix("Which corpus is this line from? ").split(" ")
-            text = " " + " ".join(words[1:])
+        question, answer = (m["content"] for m in json.loads(line)["messages"][:2])
+        if question.startswith("Continue this line: "):
+            text = " " + " ".join(answer.split(" ")[1:])
             pattern = np.array(tok.encode(text).ids)
             if len(pattern) >= 8 and len(_occurrences(docs, pattern)) == 2:
                 return text
-    raise AssertionError("no instruction example quotes a line that one train document holds")
+    raise AssertionError("no instruction example answers with a line that one train document holds")
 
 
 @pytest.mark.slow
