@@ -3,9 +3,10 @@ at the x86-64-v3 level. Other CPUs are emulated with ``qemu-x86_64 -cpu MODEL`` 
 qemu-user): it runs this machine's Python and libraries while ``cpuid`` reports the emulated
 CPU, so every library that dispatches kernels by CPU takes the emulated CPU's path.
 
-qemu is ~10x slower and a JAX import under it takes about a minute, so the model is tiny
-(d_model 64, 2 layers, batch 4, 2 steps: under qemu a step took 15 s and compiling 70 s) and each emulated stage runs once, without the shared JAX
-compilation cache (a cached executable compiled here would hide what another CPU compiles).
+qemu is ~10x slower (a tiny train under it: 7 s importing JAX, 70 s compiling, 15 s a step), so the
+model is tiny (d_model 64, 2 layers, batch 4, 2 steps), evaluate reads few items, and each emulated stage
+runs once, without the shared JAX compilation cache (a cached executable compiled here would hide what
+another CPU compiles).
 """
 
 from __future__ import annotations
