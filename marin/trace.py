@@ -46,7 +46,7 @@ def _producer(ledger: Ledger, digest: str, what: str) -> RunLog:
 def _trained_on(ledger: Ledger, model_log: RunLog) -> dict[str, tuple[str, str]]:
     """What a model's training read: {"tokens": (digest, run id), "instructions": (...)} through sft
     to its base model's train run."""
-    stage, inputs = model_log.start_body["stage"], _inputs(model_log)
+    stage, inputs = model_log.stage, _inputs(model_log)
     if stage == "sft":
         base = _producer(ledger, inputs["base_model"], "the base model of sft run " + model_log.run_id)
         return {**_trained_on(ledger, base), "instructions": (inputs["instructions"], model_log.run_id)}
@@ -106,7 +106,7 @@ def recorded_texts(root: Path, run_id: str) -> tuple[str, list[tuple[str, np.nda
     if run_id not in ledger.runs:
         raise TraceRefused(f"no run {run_id!r} in the ledger; see `marin ledger log`")
     log = ledger.runs[run_id]
-    model = {"evaluate": "model", "evaluate_instruct": "instruct_model"}.get(log.start_body["stage"])
+    model = {"evaluate": "model", "evaluate_instruct": "instruct_model"}.get(log.stage)
     if model is None:
         raise TraceRefused(f"run {run_id} is a {log.start_body['stage']} run; --run traces the samples of an "
                            "evaluate or evaluate_instruct run")

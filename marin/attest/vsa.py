@@ -160,7 +160,7 @@ def sign(root: Path, run_id: str, seq: int, key: Path) -> Path:
         raise keyring.SigningKeyError(f"{run_id} seq {seq}: the verification record names another signer than key "
                                      f"{kid}; verify again with `marin verify --sign --key` this key")
     kid, _ = publish_key(root, key)
-    envelope = dsse.sign(summary(log.start_body["stage"], rec, kid), key)
+    envelope = dsse.sign(summary(log.stage, rec, kid), key)
     path = envelope_path(root, run_id, kid)
     fsutil.write_bytes(path, (json.dumps(envelope, indent=2) + "\n").encode())
     return path
@@ -232,7 +232,7 @@ def _statement_problem(stmt: dict[str, Any], filed_run: str, kid: str, runs: dic
     if log is None:
         return f"its subject {run_id} is not a run of this report"
     want = {f"{resource_uri(run_id)}#run.finished": log.end.digest,
-            f"{resource_uri(run_id)}#recipe": log.start_body["recipe_digest"]}
+            f"{resource_uri(run_id)}#recipe": log.recipe_digest}
     got = {s.get("name"): "sha256:" + str(s.get("digest", {}).get("sha256")) for s in stmt.get("subject", [])}
     wrong = [n for n, d in want.items() if got.get(n) != d]
     if wrong:
@@ -260,7 +260,7 @@ def backing_problem(stmt: dict[str, Any], log: RunLog, kid: str, as_of: str) -> 
     if signer != kid:
         return (f"verification record seq {seq} names " + (f"key {signer} as its signer, not {kid}" if signer else
                 "no signer (it was not made by `marin verify --sign`)") + ": whoever signed this did not make it")
-    want = json.loads(hashing.canonical_json(summary(log.start_body["stage"], rec, kid)))
+    want = json.loads(hashing.canonical_json(summary(log.stage, rec, kid)))
     if (where := _first_difference(want, stmt)) is not None:
         ptr, want_v, got_v = where
         return f"its {ptr} is {_short(got_v)}, but verification record seq {seq} gives {_short(want_v)}"

@@ -62,7 +62,7 @@ def publish(root: Path, remote_name: str | None = None, say: Callable[[str], Non
         for path, md5 in outs:
             body, producer = _dvc_publication(root, remote, ledger, path, md5)
             records.append(body)
-            if producer.start_body["stage"] in TRAINING:  # its checkpoints are published too
+            if producer.stage in TRAINING:  # its checkpoints are published too
                 trains[producer.run_id] = producer
         for log in trains.values():
             records += _publish_checkpoints(root, remote, log, say)

@@ -170,7 +170,7 @@ def run_trial(root: Path, sweep_id: str, index: int, overrides: dict[str, Any], 
     body: TrialBody = {
         "index": index, "params": overrides, "status": "succeeded" if p.returncode == 0 else "failed",
         "experiment": name,
-        "runs": [TrialRun(run_id=log.run_id, stage=log.start_body["stage"], status=log.status) for log in logs],
+        "runs": [TrialRun(run_id=log.run_id, stage=log.stage, status=log.status) for log in logs],
         "metrics": last_metrics(logs)}
     ref = next((line.split()[0] for line in (git(root, "for-each-ref", "--format=%(objectname) %(refname)",
                                                  "refs/exps/") or "").splitlines() if line.endswith(f"/{name}")), None)

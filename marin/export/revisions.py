@@ -88,7 +88,7 @@ def write_revisions(root: Path, out: Path, meta: dict[str, Any]) -> tuple[Path, 
     if hashing.bytes_digest(tok) != config["tokenizer"]["digest"]:
         raise IntegrityError(f"{TOKENIZER}: is not the tokenizer the model was trained with; rerun `dvc repro`")
     entries = []
-    steps = int(log.start_body["params"]["train"]["steps"])
+    steps = int(log.params["train"]["steps"])
     for b in log.bodies("checkpoint"):
         if (digest := b.get("params_digest")) is None:  # a run from before checkpoints recorded it
             raise HubFolderError(f"{b['path']}: the ledger records no parameter digest for this checkpoint, so its "

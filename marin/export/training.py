@@ -57,7 +57,7 @@ def training_run(root: Path, model: Path) -> Path:
 def training(root: Path, run_file: Path, seq_len: int) -> Training:
     """What the training run recorded in ``run_file`` (:func:`training_run`) says about its training."""
     log = read_run(root / run_file)
-    start, env = log.start_body, log.start_body["env"]
+    start, env = log.start_body, log.env
     det: Mapping[str, Any] = start.get("determinism_class") or {}
     wall_s = float(log.end.body_as("run.finished")["wall_s"])
     return Training(log.run_id, start["stage"], dict(start["params"][start["stage"]]), seq_len,

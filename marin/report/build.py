@@ -111,10 +111,10 @@ def statement(ledger: Ledger, files: dict[str, bytes], doc: dict[str, Any], fact
     model_fact = facts[doc["model"]["tensor_digest"]]
     subjects = [(f"model:{doc['model']['path']} (tensor digest)", model_fact["value"])]
     subjects += [(name, hashing.bytes_digest(data)) for name, data in sorted(files.items())]
-    train = next(log for log in runs if log.start_body["stage"] == "train")
-    code = train.start_body["code"]
+    train = next(log for log in runs if log.stage == "train")
+    code = train.code
     deps = [dsse.resource(name=f"source:{i['name']}", uri=i.get("locator"), digest=i["digest"])
-            for log in runs if log.start_body["stage"] == "fetch" for i in log.bodies("input")]
+            for log in runs if log.stage == "fetch" for i in log.bodies("input")]
     deps.append(dsse.resource(name="code", uri="git+file:.", git_commit=code["git_commit"],
                                 annotations={"code_digest": code["code_digest"]}))
     if code.get("lock_digest"):
@@ -126,15 +126,15 @@ def statement(ledger: Ledger, files: dict[str, bytes], doc: dict[str, Any], fact
                                 annotations={"runs": snapshot.runs, "snapshot": HEAD_FILE}))
     predicate = dsse.slsa_predicate(
         build_type=BUILD_TYPE,
-        external_parameters={"params": {log.start_body["stage"]: log.start_body["params"] for log in runs},
+        external_parameters={"params": {log.stage: log.params for log in runs},
                              "pipeline": "dvc.yaml"},
-        internal_parameters={"determinism_class": train.start_body["determinism_class"],
-                             "seeds": {"root": train.start_body["seeds"].get("root"),
-                                       "derivation": train.start_body["seeds"].get("derivation")}},
+        internal_parameters={"determinism_class": train.determinism_class,
+                             "seeds": {"root": train.seeds.get("root"),
+                                       "derivation": train.seeds.get("derivation")}},
         resolved_dependencies=deps, builder_id=BUILDER, invocation_id=train.run_id,
         started_on=min(log.start.time for log in runs), finished_on=max(log.end.time for log in runs),
         byproducts=[dsse.resource(name=f"ledger:{log.run_id}", digest=log.end.digest,
-                                    annotations={"record": "run.finished", "stage": log.start_body["stage"]})
+                                    annotations={"record": "run.finished", "stage": log.stage})
                     for log in runs])
     return dsse.statement(subjects, predicate)
 

@@ -16,7 +16,7 @@ def latest_reader(ledger: Ledger, digests: set[str], name: str, stage: str) -> R
     index, not by a scan of the ledger."""
     runs = {r for d in digests for r, _, _, b in ledger.index.entities(digest=d, role="input") if b.get("name") == name}
     found = sorted((log for log in map(ledger.runs.__getitem__, runs)
-                    if log.start_body["stage"] == stage and log.status == "succeeded"),
+                    if log.stage == stage and log.status == "succeeded"),
                    key=lambda log: (log.records[0].time, log.run_id))
     return found[-1] if found else None
 

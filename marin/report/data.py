@@ -79,7 +79,7 @@ def _split(cite: Any, split: str, sp: dict[str, Any]) -> dict[str, Any]:
 def _curate_params(curate: RunLog) -> dict[str, Any]:
     """The curate run's parameters as recorded: its filters, the licence notes, the Hub datasets and
     what each source's extraction took (not facts: the datasheet prints them as the run recorded them)."""
-    params = curate.start_body["params"]
+    params = curate.params
     sources: list[dict[str, Any]] = params.get("fetch", {}).get("sources", [])
     return {"curate_params": params.get("curate", {}),
             "license_notes": {src["name"]: src["license_note"] for src in sources if src.get("license_note")},

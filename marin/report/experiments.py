@@ -28,7 +28,7 @@ def facts(f: Facts, c: Context) -> dict[str, Any]:
 
 def _sweep(f: Facts, log: RunLog, released_train: str | None) -> dict[str, Any]:
     start, trials = log.start, log.of_kind("trial")
-    params = log.start_body["params"]
+    params = log.params
     out: dict[str, Any] = {"run_id": log.run_id, "status": log.status, "method": params["sweep"]["method"],
                            "trials": [], "selection": None,
                            "baseline": {k: f.cite(f"sweep {log.run_id} baseline {k}", log, start,

@@ -15,7 +15,7 @@ def facts(f: Facts, c: Context) -> dict[str, Any]:
     log = c.logs["train"]
     s, out = log.start, output(log, "model")
     p = "/body/params/model"
-    arch = {k: f.cite(f"model.{k}", log, s, f"{p}/{esc(k)}").id for k in log.start_body["params"]["model"]}
+    arch = {k: f.cite(f"model.{k}", log, s, f"{p}/{esc(k)}").id for k in log.params["model"]}
     return {"path": out.body_as("output")["path"],
             "tensor_digest": f.cite("model tensor digest", log, out, "/body/tensor_digest").id,
             "folder_digest": f.cite("model folder digest", log, out, "/body/digest").id,

@@ -37,11 +37,11 @@ def facts(f: Facts, c: Context) -> list[dict[str, Any]]:
 
 def _one(f: Facts, log: RunLog) -> dict[str, Any]:
     s = log.start
-    name = log.start_body["params"]["reference"]["name"]
+    name = log.params["reference"]["name"]
     row: dict[str, Any] = {"run_id": log.run_id, "name": name,
                            "license": f.cite(f"{name} licence", log, s, "/body/params/reference/license").id,
                            "results": {}}
-    if log.start_body["determinism_class"].get("torch"):  # the library its numbers came from: the package list
+    if log.determinism_class.get("torch"):  # the library its numbers came from: the package list
         row["torch"] = f.cite(f"{name} torch", log, s, "/body/determinism_class/torch").id
     for r in log.of_kind("eval"):
         b = r.body_as("eval")

@@ -16,12 +16,12 @@ def facts(f: Facts, c: Context) -> list[dict[str, Any]]:
     for log in c.lineage():
         run_id, vs = log.run_id, log.of_kind("verification")
         if not vs:
-            out.append({"run_id": run_id, "stage": log.start_body["stage"], "result": None})
+            out.append({"run_id": run_id, "stage": log.stage, "result": None})
             continue
         full = [v for v in vs if v.body_as("verification")["mode"] == "full"]
         v = (full or vs)[-1]  # a full replay says more than segments; the latest of the strongest kind
         vb = v.body_as("verification")
-        row: dict[str, Any] = {"run_id": run_id, "stage": log.start_body["stage"], "verifications": len(vs)}
+        row: dict[str, Any] = {"run_id": run_id, "stage": log.stage, "verifications": len(vs)}
         if vb["mode"] == "segments":
             row["segments"] = {k: f.cite(f"segments {k}", log, v, f"/body/segments/{k}").id
                                for k in ("k", "n", "seed_source") if k in vb.get("segments", {})}

@@ -225,7 +225,7 @@ def _cite(f: Facts, found: Found, log: RunLog) -> dict[str, Any]:
     def cite(label: str, pointer: str) -> str:
         return f.cite_vsa(f"{label} ({log.run_id})", found.path, found.digest, stmt, pointer).id
 
-    row: dict[str, Any] = {"file": found.path, "run_id": log.run_id, "stage": log.start_body["stage"],
+    row: dict[str, Any] = {"file": found.path, "run_id": log.run_id, "stage": log.stage,
            **{k: cite(label, ptr) for k, (label, ptr) in _CITED.items()}}
     if stmt["predicate"]["marin"]["mode"] == "segments":
         row["segments"] = {k: cite(f"segments {k}", f"/predicate/marin/segments/{k}") for k in "kn"}

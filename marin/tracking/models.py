@@ -69,7 +69,7 @@ class LoggedModels:
             params={k: str(v) for k, v in config.get("model", {}).items()},
             tags={"marin.run_id": log.run_id, "marin.output_digest": b["digest"], "marin.folder_digest": b["digest"],
                   "marin.tensor_digest": b.get("tensor_digest", ""), "marin.location": path.resolve().as_uri(),
-                  "marin.recipe_digest": log.start_body["recipe_digest"]})
+                  "marin.recipe_digest": log.recipe_digest})
         # Ours is pending, so this waits until a model another stage made at the same moment is
         # visible too: the earliest one stays.
         first = self._first(b["digest"]) or model

@@ -158,7 +158,7 @@ class _Syncer:
         return True
 
     def parent(self, log: RunLog) -> str:
-        code = log.start_body["code"]
+        code = log.code
         key = pipeline_key(code)
         found = self.lookup("pipeline:" + key)
         if found is not None and found.info.status == "RUNNING" and self.known is None:
@@ -311,9 +311,9 @@ class _Syncer:
             self.client.log_artifact(mlflow_id, str(path), "trace")
         if b["name"] in ("model", "hf_model"):
             self.models.log_output(mlflow_id, log, r)
-        if log.start_body["stage"] == "report" and b["name"] == "report" and path.is_dir():
+        if log.stage == "report" and b["name"] == "report" and path.is_dir():
             self.client.log_artifacts(mlflow_id, str(path), "report")  # the report itself, beside its ledger
-        if log.start_body["stage"] == "report" and b["name"] == "report_json" and path.is_file():
+        if log.stage == "report" and b["name"] == "report_json" and path.is_file():
             self.models.register(log, readers.read_json(path, "report"))
 
 

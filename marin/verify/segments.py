@@ -44,10 +44,10 @@ class Verifier(Protocol):
 
 def check_segments(root: Path, log: RunLog, k: int, index: Index | None = None) -> None:
     """Before any work: a train (or sft) run, 1 <= K <= N, and its checkpoints on this machine."""
-    stage = log.start_body["stage"]
+    stage = log.stage
     if stage not in TRAINING:
         raise CannotVerify(f"--segments replays checkpoint intervals of a train or sft run; {log.run_id} is {stage}")
-    processes = log.start_body["params"].get("runtime", {}).get("processes", 1)
+    processes = log.params.get("runtime", {}).get("processes", 1)
     if processes > 1:  # its bits are those of its process topology (docs/architecture.md), not one process's
         raise CannotVerify(f"--segments replays intervals in one process; run {log.run_id} trained on {processes} "
                            "processes, whose bits differ from one process's: verify it with a full replay")

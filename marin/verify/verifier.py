@@ -61,7 +61,7 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
     log = _load(root, run_id)  # 1
     if segments is not None:
         check_segments(root, log, segments, index)
-    out = Outcome(run_id, log.start_body["stage"], "segments" if segments else "full", signer=signer)
+    out = Outcome(run_id, log.stage, "segments" if segments else "full", signer=signer)
     return Verifier(root, log, index, out, say, t0).run(segments, seed, xla_flags, keep)
 
 
@@ -77,7 +77,7 @@ def _load(root: Path, run_id: str) -> RunLog:
                              "see `marin ledger check`")
     if log.status != "succeeded":
         raise CannotVerify(f"step 1: run {run_id} is {log.status}; only a succeeded run claims outputs to verify")
-    if log.start_body["stage"] == "report":  # a view of the ledger at a snapshot, not a replayable recipe
+    if log.stage == "report":  # a view of the ledger at a snapshot, not a replayable recipe
         raise CannotVerify(f"step 1: run {run_id} built a report; check it with `marin report verify "
                            "reports/<model>` and `marin ledger check --since reports/<model>`")
     return log
@@ -230,7 +230,7 @@ class Verifier:
     def replayed_run(self) -> RunLog:
         """Step 6: the one run the replay left in the workspace's ledger, of the recorded code and params."""
         started, out, ws = self.started, self.out, self.ws
-        replays = [r for r in read_all(ledger_dir(ws.root)) if r.started and r.start_body["stage"] == out.stage]
+        replays = [r for r in read_all(ledger_dir(ws.root)) if r.started and r.stage == out.stage]
         if len(replays) != 1 or replays[0].status != "succeeded":
             raise CannotVerify(f"step 6: the replay left {len(replays)} {out.stage} run(s) in {ledger_dir(ws.root)}, "
                                "expected one that succeeded")
@@ -308,11 +308,11 @@ class Verifier:
         if not out.verifier:
             out.verifier = {"workspace": "none: stopped before the replay"}
         out.verifier.setdefault("env", env.fingerprint())
-        out.verifier.setdefault("code", log.start_body["code"])
+        out.verifier.setdefault("code", log.code)
         out.verifier.setdefault("determinism_class", {})
-        out.cpu = cpu_differences(log.start_body["env"], out.verifier["env"])
+        out.cpu = cpu_differences(log.env, out.verifier["env"])
         file = RunFile(log.path, log.run_id, functools.partial(seed, log.path, log.run_id, self.index))
-        verified = VerifiedRun(run_id=log.run_id, recipe_digest=log.start_body["recipe_digest"],
+        verified = VerifiedRun(run_id=log.run_id, recipe_digest=log.recipe_digest,
                                finished_digest=log.end.digest)
         rec = file.append("verification", json.loads(json.dumps(out.body(verified), default=str)))
         out.record_seq = rec.seq
