@@ -95,6 +95,24 @@ def test_bodies_are_the_bodies_of_one_kind_in_file_order(tmp_path: Path) -> None
     assert log.start_body is log.bodies("run.started")[0] and log.start_body["stage"] == "typed"
 
 
+@pytest.mark.parametrize("field", ["stage", "params", "code", "env", "recipe_digest", "determinism_class", "seeds"])
+def test_each_typed_accessor_is_its_run_started_field(tmp_path: Path, field: str) -> None:
+    with Run.start(tmp_path, "typed", params={"train": {"lr": 0.5}}, inputs=[]) as run:
+        pass
+    log = read_run(run.file.path)
+    started = json.loads(run.file.path.read_bytes().splitlines()[0])["body"]  # the line itself, not the reader
+    assert getattr(log, field) == started[field]
+    if field in ("stage", "params"):
+        assert getattr(log, field) == {"stage": "typed", "params": {"train": {"lr": 0.5}}}[field]
+
+
+def test_a_run_without_run_started_is_named_by_each_accessor(tmp_path: Path) -> None:
+    f = RunFile(tmp_path / "odd.jsonl", "odd-20261206T000000Z-0123abcd")
+    f.append("input", {"name": "a", "path": "x", "digest": D, "size": 1})
+    with pytest.raises(LedgerError, match=r"odd\.jsonl: no run\.started record"):
+        _ = read_run(tmp_path / "odd.jsonl").stage
+
+
 def test_failed_stage_records_failure(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError), Run.start(tmp_path, "boom", params={}, inputs=[]) as run:
         raise RuntimeError("disk on fire")

@@ -193,11 +193,12 @@ def _runs(lm: Any, hp: HarnessParams, loaded: dict[str, Any], tm: Any, bodies: d
         return True
     only = {n: decon.clean_ids(n, hp.limit) for n in loaded} if decon and decon.mode == "exclude" else None
     try:
-        res = simple_evaluate(
-            model=lm, tasks=list(loaded.values()), task_manager=tm, num_fewshot=hp.num_fewshot,
-            limit=hp.limit if only is None else None, samples=only,
-            random_seed=hp.seed, numpy_random_seed=hp.seed, torch_random_seed=None, fewshot_random_seed=hp.seed,
-            bootstrap_iters=BOOTSTRAP_ITERS, log_samples=True)
+        with no_env_probe():
+            res = simple_evaluate(
+                model=lm, tasks=list(loaded.values()), task_manager=tm, num_fewshot=hp.num_fewshot,
+                limit=hp.limit if only is None else None, samples=only,
+                random_seed=hp.seed, numpy_random_seed=hp.seed, torch_random_seed=None, fewshot_random_seed=hp.seed,
+                bootstrap_iters=BOOTSTRAP_ITERS, log_samples=True)
     except Exception:
         if len(loaded) == 1:
             raise
@@ -208,6 +209,22 @@ def _runs(lm: Any, hp: HarnessParams, loaded: dict[str, Any], tm: Any, bodies: d
         logs[name] = {k: res[k][name] for k in ("results", "configs", "versions", "n-shot", "higher_is_better",
                                                 "n-samples", "samples") if name in res.get(k, {})}
     return True
+
+
+@contextlib.contextmanager
+def no_env_probe() -> Iterator[None]:
+    """``simple_evaluate`` without its closing ``add_env_info``: with torch installed (the ``hf`` group) that
+    imports torch and runs ``pip list`` through ``torch.utils.collect_env``, 4 s warm and 9 s cold on 2 cores
+    (about 10x that under qemu), for keys of the results that marin never reads (``pretty_env_info`` ...):
+    the run's environment is in its run.started record."""
+    import lm_eval.evaluator as ev
+
+    saved = ev.add_env_info
+    ev.add_env_info = lambda storage: None  # pyright: ignore[reportAttributeAccessIssue]
+    try:
+        yield
+    finally:
+        ev.add_env_info = saved
 
 
 def _line(e: BaseException) -> str:

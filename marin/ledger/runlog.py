@@ -64,31 +64,31 @@ class RunLog:
     # no run.started record)
     @property
     def stage(self) -> str:
-        return self.stage
+        return self.start_body["stage"]
 
     @property
     def params(self) -> dict[str, Any]:
-        return self.params
+        return self.start_body["params"]
 
     @property
     def code(self) -> CodeState:
-        return self.code
+        return self.start_body["code"]
 
     @property
     def env(self) -> Env:
-        return self.env
+        return self.start_body["env"]
 
     @property
     def recipe_digest(self) -> Digest:
-        return self.recipe_digest
+        return self.start_body["recipe_digest"]
 
     @property
     def determinism_class(self) -> DeterminismClass:
-        return self.determinism_class
+        return self.start_body["determinism_class"]
 
     @property
     def seeds(self) -> Seeds:
-        return self.seeds
+        return self.start_body["seeds"]
 
     @property
     def end(self) -> Record:
