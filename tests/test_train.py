@@ -64,15 +64,17 @@ def test_sigkill_then_repro_resumes_bit_identical(data_project, sig: signal.Sign
     proj = data_project
     tiny(proj)
     params = proj.params
-    params["train"].update(steps=150, checkpoint_every=10, log_every=1)  # a kill at 12-45 lands
-    # well before the end even when this process is slow to read the ledger (60 steps once finished first)
+    params["train"].update(steps=60, checkpoint_every=10, log_every=1)
     proj.write_params(params)
     reference = summary(fresh_train(proj))
     shutil.rmtree(proj.root / "models")
 
     target = random.Random(KILL_SEED).randint(12, 45)  # a step past the first checkpoint, the same every run
     proc = subprocess.Popen([str(BIN / "python"), "-m", "pipeline.train"], cwd=proj.root,
-                            env=env_for_subprocess(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            env=env_for_subprocess(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            # an xdist worker ignores SIGINT, and an ignored signal stays ignored across exec:
+                            # the trainer gets Ctrl-C as from a terminal, not as a background job of a script
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     killed_at = None
     deadline = time.time() + 300
     while proc.poll() is None and time.time() < deadline:
