@@ -43,7 +43,7 @@ def canonical_json(obj: Any) -> bytes:
     return rfc8785.dumps(obj)
 
 
-def json_digest(obj: Any) -> str:
+def json_digest(obj: object) -> str:
     """sha256 over the RFC 8785 canonical form of ``obj``."""
     return bytes_digest(canonical_json(obj))
 

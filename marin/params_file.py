@@ -66,7 +66,7 @@ def _at(mark: Any) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}"
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     """A short one-line rendering of a value for a message."""
     text = ascii(value)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -176,7 +176,7 @@ def read_yaml(path: Path) -> Any:
         raise ParamsError(f"{path}: {e}") from None
 
 
-def value_problem(obj: Any, path: str = "", depth: int = 0) -> str | None:
+def value_problem(obj: object, path: str = "", depth: int = 0) -> str | None:
     """The first key that is not a name, number that is not finite or exact in JSON, or
     string with a control character, anywhere in ``obj``; None when there is none."""
     where = path or "<root>"

@@ -172,12 +172,12 @@ def unsigned(statement: dict[str, Any]) -> dict[str, Any]:
     return {"payloadType": PAYLOAD_TYPE, "payload": base64.b64encode(body).decode("ascii"), "signatures": []}
 
 
-def is_signed(envelope: Any) -> bool:
+def is_signed(envelope: object) -> bool:
     """Whether the envelope carries any signature (an unsigned one has ``"signatures": []``)."""
     return isinstance(envelope, dict) and bool(envelope.get("signatures"))
 
 
-def _payload(envelope: Any) -> bytes:
+def _payload(envelope: object) -> bytes:
     """Steps 1-2 of verification: the envelope's shape and payload type; the payload bytes."""
     if not isinstance(envelope, dict) or not {"payloadType", "payload", "signatures"} <= envelope.keys():
         raise AttestationError("not a DSSE envelope: it needs payloadType, payload and signatures")
@@ -199,14 +199,14 @@ def _statement_of(body: bytes, what: str) -> dict[str, Any]:
     return stmt
 
 
-def read_unsigned(envelope: Any) -> dict[str, Any]:
+def read_unsigned(envelope: object) -> dict[str, Any]:
     """The statement of an envelope without signatures (nothing vouches for it: check it otherwise)."""
     if is_signed(envelope):
         raise AttestationError("the envelope is signed: check it with verify()")
     return _statement_of(_payload(envelope), "unsigned")
 
 
-def statement_of(envelope: Any) -> dict[str, Any]:
+def statement_of(envelope: object) -> dict[str, Any]:
     """The statement an envelope carries, its signatures NOT checked (for reading values out of an
     envelope that ``verify`` accepted before, or that is listed as not verified)."""
     return _statement_of(_payload(envelope), "envelope")

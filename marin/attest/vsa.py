@@ -284,7 +284,7 @@ def _first_difference(want: Any, got: Any, ptr: str = "") -> tuple[str, Any, Any
     return None if want == got and type(want) is type(got) else (ptr or "/", want, got)
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = json.dumps(value)
     return text if len(text) <= 80 else text[:77] + "..."
 

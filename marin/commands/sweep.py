@@ -99,7 +99,7 @@ def with_params(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any
     return out
 
 
-def scalar(value: Any) -> str:
+def scalar(value: object) -> str:
     """A value as DVC's ``-S key=value`` reads it back (YAML): floats keep every digit and a dot."""
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -16,9 +16,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from marin.errors import StageError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 ROLES = ("system", "user", "assistant")
 EOS = "<|endoftext|>"  # the end-of-text token of a tokenizer trained here
@@ -57,7 +62,25 @@ def render(messages: Messages, eos: str, add_generation_prompt: bool = False) ->
     return _template().render(messages=list(messages), eos_token=eos, add_generation_prompt=add_generation_prompt)
 
 
-def text_ids(tok: Any, text: str) -> list[int]:
+def special_id(tok: Tokenizer, token: str) -> int:
+    """The id of one of the chat format's tokens (the EOS, ``<|end|>``, a role's), refused in one line
+    when the tokenizer lacks it (one trained before the chat tokens: run the tokenize stage again)."""
+    i = tok.token_to_id(token)
+    if i is None:
+        raise StageError(f"the tokenizer has no {token!r} token, which the chat format needs: run "
+                         "`dvc repro tokenize` (a tokenizer trained here adds the chat tokens)")
+    return i
+
+
+def token_of(tok: Tokenizer, i: int) -> str:
+    """The token of id ``i`` (a model's EOS id), refused in one line when the tokenizer has none."""
+    token = tok.id_to_token(i)
+    if token is None:
+        raise StageError(f"the tokenizer has no token of id {i}: the model and tokenizer do not belong together")
+    return token
+
+
+def text_ids(tok: Tokenizer, text: str) -> list[int]:
     """The ids of ``text`` as plain text: a special token's string in it (``<|end|>``, the EOS)
     becomes the ordinary tokens of that string, never the special id."""
     old = tok.encode_special_tokens
@@ -68,7 +91,7 @@ def text_ids(tok: Any, text: str) -> list[int]:
         tok.encode_special_tokens = old
 
 
-def forgeable(tok: Any, strings: Sequence[str]) -> tuple[str, str] | None:
+def forgeable(tok: Tokenizer, strings: Sequence[str]) -> tuple[str, str] | None:
     """(string, why) of the first of ``strings`` (reserved: the EOS, the chat tokens) that text could
     turn into its id, or None. Only a *special* added token is kept out of text by
     ``encode_special_tokens``: a non-special added token is matched in any text, and a plain
@@ -90,10 +113,10 @@ def carries(text: str, specials: Sequence[str]) -> bool:
     return any(s in text for s in specials)
 
 
-def _pieces(tok: Any, messages: Messages, eos: str, add_generation_prompt: bool) -> list[tuple[list[int], bool]]:
+def _pieces(tok: Tokenizer, messages: Messages, eos: str, add_generation_prompt: bool) -> list[tuple[list[int], bool]]:
     """(ids, learned) of each piece of the rendered conversation, in order: the template's special
     tokens by id, each content as plain text; ``learned``: an assistant message's content and end."""
-    special = tok.token_to_id
+    special = functools.partial(special_id, tok)
     out = [([special(eos)], False)]
     for m in messages:
         if m["role"] not in ROLES:
@@ -106,7 +129,7 @@ def _pieces(tok: Any, messages: Messages, eos: str, add_generation_prompt: bool)
     return out
 
 
-def encode(tok: Any, messages: Messages, eos: str) -> tuple[np.ndarray, np.ndarray]:
+def encode(tok: Tokenizer, messages: Messages, eos: str) -> tuple[np.ndarray, np.ndarray]:
     """(ids int32, mask bool) of a conversation: the mask marks the tokens of every assistant
     message and its ``<|end|>``, the tokens a fine-tune learns to predict."""
     pieces = _pieces(tok, messages, eos, False)
@@ -115,6 +138,6 @@ def encode(tok: Any, messages: Messages, eos: str) -> tuple[np.ndarray, np.ndarr
     return np.array(ids, dtype=np.int32), mask
 
 
-def prompt_ids(tok: Any, messages: Messages, eos: str) -> np.ndarray:
+def prompt_ids(tok: Tokenizer, messages: Messages, eos: str) -> np.ndarray:
     """The ids a model answers from: the conversation so far and ``<|assistant|>``."""
     return np.array([i for p, _ in _pieces(tok, messages, eos, True) for i in p], dtype=np.int32)

@@ -18,7 +18,7 @@ from marin.errors import StageError
 BATCH = 1024  # list entries validated at a time
 
 
-def dumps(obj: Any) -> bytes:
+def dumps(obj: object) -> bytes:
     """Stable, human-readable JSON (sorted keys, fixed indent, trailing newline)."""
     return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 

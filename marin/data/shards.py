@@ -260,7 +260,7 @@ def _capped(text: str, where: str, p: CurateParams) -> str | Oversize:
     return oversize(where, n, p) if n > p.max_document_bytes else text
 
 
-def _own_license(value: Any, ex: Extract, where: str, at: str) -> str | None:
+def _own_license(value: object, ex: Extract, where: str, at: str) -> str | None:
     if value is None or (isinstance(value, str) and value):
         return value
     raise StageError(f"{where} {at}: {ex.license_field} is {value!r}, not a license; give a license string "

@@ -19,16 +19,22 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from marin import readers, stages
 from marin.config import Params, RuntimeParams
+from marin.data import chat
 from marin.errors import StageError
 from marin.evaluate import metrics_file
 from marin.ledger.bodies import Sample
 from marin.train import runtime
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+    from marin.model.weights import Loaded
 
 _DECLARED = stages.declaration("evaluate_instruct")  # the paths below: marin/stages/table.py
 MODELS = {"base": _DECLARED.input("base_model"), "instruct": _DECLARED.input("instruct_model")}
@@ -66,18 +72,17 @@ def score(answer: str, reference: str) -> tuple[bool, bool]:
     return answer.strip() == reference.strip(), reference.strip().casefold() in answer.casefold()
 
 
-def answer_all(model: tuple[Any, Any, dict[str, Any]], tok: Any, examples: list[dict[str, Any]],
+def answer_all(model: Loaded, tok: Tokenizer, examples: list[dict[str, Any]],
                n: int) -> list[dict[str, Any]]:
     """Every example's prompt, answer text, answer ids (through the stop token) and scores."""
     import jax
     from flax import nnx
 
-    from marin.data import chat
     from marin.evaluate import instruct_tokens as it
 
     graphdef, params, config = model
     eos_id, seq_len = config["tokenizer"]["eos_id"], config["model"]["max_seq_len"]
-    eos, end_id = tok.id_to_token(eos_id), tok.token_to_id(chat.END)
+    eos, end_id = chat.token_of(tok, eos_id), chat.special_id(tok, chat.END)
     logits_fn = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x))
     prompts = [chat.prompt_ids(tok, e["messages"][:-1], eos) for e in examples]
     ids: list[list[int]] = []
@@ -95,7 +100,7 @@ def answer_all(model: tuple[Any, Any, dict[str, Any]], tok: Any, examples: list[
     return rows
 
 
-def choices_right(model: tuple[Any, Any, dict[str, Any]], tok: Any, examples: list[dict[str, Any]]) -> list[bool]:
+def choices_right(model: Loaded, tok: Tokenizer, examples: list[dict[str, Any]]) -> list[bool]:
     """Per example, whether the model scores its reference above the task's other answers
     (:mod:`marin.evaluate.instruct_choice`), through the harness adapter's log-likelihoods."""
     from marin.evaluate import instruct_choice as ic
@@ -105,7 +110,7 @@ def choices_right(model: tuple[Any, Any, dict[str, Any]], tok: Any, examples: li
     eos_id, seq_len = config["tokenizer"]["eos_id"], config["model"]["max_seq_len"]
     lm = MarinLM(graphdef, params, tok, eos_id, seq_len, batch_size=BATCH)
     choices = ic.options(examples)
-    reqs = ic.requests(tok, examples, choices, tok.id_to_token(eos_id))
+    reqs = ic.requests(tok, examples, choices, chat.token_of(tok, eos_id))
     return ic.correct(choices, [ll for ll, _ in lm._loglikelihood_tokens(reqs)])
 
 
@@ -137,7 +142,7 @@ def task_values(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def constant_values(examples: list[dict[str, Any]], tok: Any, eos: str) -> dict[str, Any]:
+def constant_values(examples: list[dict[str, Any]], tok: Tokenizer, eos: str) -> dict[str, Any]:
     """Per task, the constant-answer baseline: the best exact match and containment of one answer,
     a reference of the task, given to every example (chosen with the references in hand), and that
     answer; for choice accuracy, the share of the most frequent reference and, beside it, chance
@@ -218,7 +223,7 @@ def run_stage(root: Path, params: Params) -> None:
         examples = [json.loads(x) for x in readers.lines(root / HELDOUT, "conversations", StageError) if x.strip()]
         metrics: dict[str, Any] = {}
         loaded = {name: weights.load(root / path) for name, path in MODELS.items()}
-        constant = constant_values(examples, tok, str(tok.id_to_token(loaded["base"][2]["tokenizer"]["eos_id"])))
+        constant = constant_values(examples, tok, chat.token_of(tok, loaded["base"][2]["tokenizer"]["eos_id"]))
         run.record("eval", {"name": "constant_answer_instructions", "split": "heldout_instructions",
                             "values": constant})
         answers: dict[str, list[Sample]] = {}

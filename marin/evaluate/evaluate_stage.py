@@ -10,12 +10,16 @@ malloc read."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marin import fsutil, stages
 from marin.config import HarnessParams, Params, RuntimeParams
 from marin.evaluate import decontam, metrics_file
 from marin.train import runtime
+
+if TYPE_CHECKING:
+    from marin.ledger import Run
+    from marin.model.weights import Loaded
 
 _DECLARED = stages.declaration("evaluate")  # the paths below: marin/stages/table.py
 MODEL, TOKENS, METRICS = _DECLARED.input("model"), _DECLARED.input("tokens"), _DECLARED.out("eval_metrics")
@@ -69,7 +73,7 @@ def run_stage(root: Path, params: Params) -> None:
             print(f"evaluate: {s['prompt']!r} -> {s['completion']!r}")
 
 
-def _score(root: Path, params: Params, run: Any, model: tuple[Any, Any, dict[str, Any]],
+def _score(root: Path, params: Params, run: Run, model: Loaded,
            tok_manifest: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
     """Score the model and the unigram baseline; one eval record per (scorer, corpus)."""
     from marin.data.documents import documents, shard_tokens
@@ -105,7 +109,7 @@ def _score(root: Path, params: Params, run: Any, model: tuple[Any, Any, dict[str
     return results
 
 
-def _samples(root: Path, params: Params, run: Any, model: tuple[Any, Any, dict[str, Any]],
+def _samples(root: Path, params: Params, run: Run, model: Loaded,
              tok_manifest: dict[str, Any]) -> list[dict[str, Any]]:
     """Greedy continuations of the fixed prompts, recorded as one eval record."""
     import jax
@@ -139,7 +143,7 @@ def _metrics(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
                                    if c != "all"}}
 
 
-def _harness_files(root: Path, hp: HarnessParams, run: Any, logs: dict[str, Any]) -> None:
+def _harness_files(root: Path, hp: HarnessParams, run: Run, logs: dict[str, Any]) -> None:
     """lm-eval's results JSON and samples JSONL of the model's tasks (marin.evaluate.harness_files),
     each recorded as an output before it is published."""
     from marin.evaluate import harness_files as hf

@@ -25,7 +25,7 @@ from typing import Any
 from marin import hashing, readers
 from marin.config import HarnessParams
 from marin.errors import StageError
-from marin.ledger import exact
+from marin.ledger import Run, exact
 from marin.stages import task_files
 
 BUILTIN = Path(__file__).parent / "tasks"
@@ -331,7 +331,7 @@ def samples_digest(samples: list[dict[str, Any]]) -> str:
     return hashing.json_digest(per_sample(samples))
 
 
-def evaluate(root: Path, hp: HarnessParams, run: Any, model: tuple[Any, Any, dict[str, Any]],
+def evaluate(root: Path, hp: HarnessParams, run: Run, model: tuple[Any, Any, dict[str, Any]],
              tok_manifest: dict[str, Any], tokens: Path, logs: dict[str, Any],
              decon: Any = None) -> dict[str, dict[str, Any]]:
     """The evaluate stage's harness part: ``hp``'s tasks on the stage's model, one eval record each

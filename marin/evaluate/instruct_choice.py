@@ -15,7 +15,10 @@ from __future__ import annotations
 import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 CHOICES = 4
 
@@ -38,13 +41,13 @@ def options(examples: Sequence[dict[str, Any]]) -> list[list[str]]:
     return out
 
 
-def requests(tok: Any, examples: Sequence[dict[str, Any]], choices: list[list[str]],
+def requests(tok: Tokenizer, examples: Sequence[dict[str, Any]], choices: list[list[str]],
              eos: str) -> list[tuple[None, list[int], list[int]]]:
     """lm-eval's (context ids, continuation ids) of every (example, choice), in order: the prompt
     through ``<|assistant|>``, then the answer and ``<|end|>``."""
     from marin.data import chat
 
-    end = tok.token_to_id(chat.END)
+    end = chat.special_id(tok, chat.END)
     out: list[tuple[None, list[int], list[int]]] = []
     for e, cs in zip(examples, choices, strict=True):
         prompt = [int(i) for i in chat.prompt_ids(tok, e["messages"][:-1], eos)]

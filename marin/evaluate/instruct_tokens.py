@@ -15,18 +15,21 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 BATCH = 32  # examples per forward pass: (BATCH, seq_len, vocab) logits
 
 
-def answer_ids(tok: Any, examples: Sequence[dict[str, Any]], eos: str) -> list[tuple[list[int], list[int]]]:
+def answer_ids(tok: Tokenizer, examples: Sequence[dict[str, Any]], eos: str) -> list[tuple[list[int], list[int]]]:
     """Per example, (prompt ids through ``<|assistant|>``, the reference's ids and ``<|end|>``)."""
     from marin.data import chat
 
-    end = tok.token_to_id(chat.END)
+    end = chat.special_id(tok, chat.END)
     return [([int(i) for i in chat.prompt_ids(tok, e["messages"][:-1], eos)],
              [*chat.text_ids(tok, e["messages"][-1]["content"]), end]) for e in examples]
 

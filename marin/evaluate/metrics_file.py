@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marin import fsutil, readers
 from marin.errors import MarinError
+
+if TYPE_CHECKING:
+    from marin.ledger import Run
 
 BASELINES = ("chance/", "constant/", "unigram/", "unigram_")  # a task's or the data's own levels
 SETTINGS = ("limit",)  # lm-eval's limit may be a float (a fraction of the items)
@@ -55,7 +58,7 @@ def merge(metrics: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     return dict(sorted(out.items()))
 
 
-def write(root: Path, run: Any, doc: dict[str, Any], metrics: tuple[str, Path], context: tuple[str, Path]) -> None:
+def write(root: Path, run: Run, doc: dict[str, Any], metrics: tuple[str, Path], context: tuple[str, Path]) -> None:
     """Write ``doc`` as its metrics file and its context file (each (output name, path)), each recorded
     as an output of ``run`` before it is published."""
     for (name, path), part in zip((metrics, context), split(doc), strict=True):

@@ -13,7 +13,7 @@ run's ``model`` input: one changed byte makes ``dvc status`` name this stage onl
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marin import hashing, readers, stages
 from marin.config import Params, Reference
@@ -21,6 +21,10 @@ from marin.env_types import DeterminismClass
 from marin.errors import StageError
 from marin.evaluate import decontam, metrics_file
 from marin.stages import task_files
+
+if TYPE_CHECKING:
+    from marin.ledger import Run
+    from marin.ledger.bodies import EvalBody
 
 NOT_STATED = "not stated"
 # Where a card states a model's size: keys of README.md's YAML metadata, then of config.json
@@ -132,7 +136,7 @@ def hf_model(root: Path, folder: str, batch_size: int) -> Any:
         return hflm(pretrained=str(root / folder), device="cpu", dtype="float32", batch_size=batch_size)
 
 
-def _bits_per_byte(validation: Path, lm: Any, run: Any) -> dict[str, Any]:
+def _bits_per_byte(validation: Path, lm: Any, run: Run) -> dict[str, Any]:
     """Each validation document scored by the model with its own tokenizer (:func:`doc_nll`), tallied
     whole (key ``""``) and per corpus; one ``model`` eval record each."""
     import pyarrow.parquet as pq
@@ -149,10 +153,12 @@ def _bits_per_byte(validation: Path, lm: Any, run: Any) -> dict[str, Any]:
             for key in ("", corpus):
                 tallies.setdefault(key, Tally()).add(nll, len(ids), len(text.encode("utf-8")))
     for corpus, t in sorted(tallies.items()):
-        values = {"bits_per_byte": exact(t.bits_per_byte), "perplexity": exact(t.perplexity),
-                  "nll_nats": exact(t.nll_nats), "tokens": t.tokens, "bytes": t.bytes, "docs": t.docs}
-        run.record("eval", {"name": "model", "split": "validation", "values": values,
-                            **({"corpus": corpus} if corpus else {})})
+        body: EvalBody = {"name": "model", "split": "validation", "values": {
+            "bits_per_byte": exact(t.bits_per_byte), "perplexity": exact(t.perplexity), "nll_nats": exact(t.nll_nats),
+            "tokens": t.tokens, "bytes": t.bytes, "docs": t.docs}}
+        if corpus:
+            body["corpus"] = corpus
+        run.record("eval", body)
     return tallies
 
 

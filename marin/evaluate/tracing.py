@@ -7,17 +7,22 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from marin import stages
 from marin.evaluate.trace_index import INDEX_JSON, Index, Span, TraceError, tokens_covered, unigram_rank
 
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+    from marin.ledger import Run
+
 MARK = ("\u00ab", "\u00bb")  # « and »: a span's ends in its snippet
 
 
-def encode(tok: Any, text: str) -> np.ndarray:
+def encode(tok: Tokenizer, text: str) -> np.ndarray:
     """``text``'s token ids, refused in one line when they do not decode back to it."""
     if not text:
         raise TraceError("the text to trace is empty; give a TEXT, --file or --run")
@@ -30,7 +35,7 @@ def encode(tok: Any, text: str) -> np.ndarray:
     return np.array(ids, dtype=np.int64)
 
 
-def _document(index: Index, tok: Any, span: Span, pos: int) -> dict[str, Any]:
+def _document(index: Index, tok: Tokenizer, span: Span, pos: int) -> dict[str, Any]:
     row, at = index.locate(pos)
     before, inside, after = index.context(pos, span.length, row)
     snippet = tok.decode(before.tolist()) + MARK[0] + tok.decode(inside.tolist()) + MARK[1] + tok.decode(
@@ -39,7 +44,7 @@ def _document(index: Index, tok: Any, span: Span, pos: int) -> dict[str, Any]:
             "position": at, "snippet": snippet}
 
 
-def trace_ids(index: Index, tok: Any, ids: np.ndarray, min_tokens: int) -> dict[str, Any]:
+def trace_ids(index: Index, tok: Tokenizer, ids: np.ndarray, min_tokens: int) -> dict[str, Any]:
     """The trace of one text's ids: its spans, rarest first, with their documents."""
     matches = index.longest(ids)
     spans = unigram_rank(index.spans(ids, min_tokens, matches))
@@ -61,7 +66,7 @@ def indexed(root: Path) -> bool:
     return (root / INDEX / INDEX_JSON).is_file()
 
 
-def record_samples(root: Path, run: Any, sets: Mapping[str, Sequence[Mapping[str, Any]]], out: Path,
+def record_samples(root: Path, run: Run, sets: Mapping[str, Sequence[Mapping[str, Any]]], out: Path,
                    min_tokens: int) -> None:
     """Trace each set's samples (their ``token_ids``) and write ``out`` (recorded as output ``trace_samples``):
     per sample its spans of at least ``min_tokens`` tokens, the longest, and the tokens inside spans; without

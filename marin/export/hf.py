@@ -176,7 +176,7 @@ def stable_header(blob: bytes) -> bytes:
     return len(text).to_bytes(8, "little") + text + blob[8 + n:]
 
 
-def _json(obj: Any) -> bytes:
+def _json(obj: object) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
 
 

@@ -18,7 +18,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +35,9 @@ from marin.ledger.bodies import LoaderPosition
 from marin.model import ModelConfig, weights
 from marin.train import distributed, loop, runtime, seeds, step
 from marin.train.loader import sample_windows
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 _DECLARED = stages.declaration("sft")  # the paths below: marin/stages/table.py
 TOKENS, INSTRUCTIONS = _DECLARED.input("tokenizer").parent, _DECLARED.input("instructions")
@@ -65,9 +68,9 @@ class Rows:
         return {"inputs": self.inputs[at], "targets": self.targets[at], "weights": self.weights[at]}
 
 
-def encoded(path: Path, tok: Any, eos_id: int, seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def encoded(path: Path, tok: Tokenizer, eos_id: int, seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(inputs, targets, weights), one row per conversation of a JSONL file."""
-    eos = tok.id_to_token(eos_id)
+    eos = chat.token_of(tok, eos_id)
     rows = []
     for line in readers.lines(path, "conversations", StageError):
         if not line.strip():

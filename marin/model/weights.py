@@ -17,6 +17,9 @@ from marin import model_folder
 from marin.model.transformer import ModelConfig, Transformer
 
 WEIGHTS = "model.safetensors"
+# A saved model read back: (graphdef, params, config), params the pure-dict pytree of arrays, config the
+# folder's config.json (model shape, tokenizer ids)
+Loaded = tuple[nnx.GraphDef, Any, dict[str, Any]]
 
 
 def tensor_name(path: tuple[Any, ...]) -> str:
@@ -24,7 +27,7 @@ def tensor_name(path: tuple[Any, ...]) -> str:
     return ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
 
 
-def load(directory: Path) -> tuple[nnx.GraphDef, Any, dict[str, Any]]:
+def load(directory: Path) -> Loaded:
     """(graphdef, params, config) of a saved model; the tensor digest is checked."""
     tensors, config = model_folder.read(directory)
     cfg = ModelConfig(**config["model"])

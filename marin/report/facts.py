@@ -81,7 +81,7 @@ def md_escape(text: str) -> str:
     return MD_SPECIAL.sub(r"\\\1", text)
 
 
-def fmt(value: Any) -> str:
+def fmt(value: object) -> str:
     """How a value is printed: integers with separators, floats to 4 decimals (6 significant
     digits below 0.01), text on one line (line breaks as ⏎), everything else as is."""
     if isinstance(value, str):

@@ -134,7 +134,7 @@ def process_entry(fp: Env) -> dict[str, Any]:
             "xla_cpu_threads": int(os.environ["NPROC"]), "env": fp}
 
 
-def allgather_json(obj: Any) -> list[Any]:
+def allgather_json(obj: object) -> list[Any]:
     """Every process's ``obj`` (JSON), in process order; a collective every process must call."""
     import jax
 
