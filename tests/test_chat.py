@@ -72,3 +72,19 @@ def test_a_pretrained_tokenizer_without_chat_tokens_gets_them_after_its_vocabula
     assert tk.with_chat_tokens(t) == ["<|system|>", "<|user|>", "<|assistant|>"]  # <|end|> it had
     assert t.get_vocab_size() == n + 3 and sorted(t.token_to_id(x) for x in chat.CHAT_TOKENS[:3]) == [n, n + 1, n + 2]
     assert t.encode(TEXTS[1]).ids == before  # plain text encodes as before
+
+
+def test_a_tokenizer_without_the_chat_tokens_is_refused_in_one_line_naming_the_token() -> None:
+    """A tokenizer trained before the chat tokens existed: encoding a conversation names the missing
+    token and the way out, instead of putting a None among the ids."""
+    from marin.errors import StageError
+
+    bare = Tokenizer(models.BPE(unk_token="[UNK]"))
+    bare.pre_tokenizer, bare.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    bare.train_from_iterator(TEXTS, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"]))
+    with pytest.raises(StageError, match=r"no '<\|system\|>' token.*dvc repro tokenize") as e:
+        chat.encode(bare, CONVERSATION, "<|endoftext|>")
+    assert "\n" not in str(e.value)
+    assert chat.token_of(bare, 0) == "<|endoftext|>"
+    with pytest.raises(StageError, match="no token of id 99999"):
+        chat.token_of(bare, 99999)
