@@ -73,6 +73,9 @@ def test_a_released_model_loads_from_mlflow_as_pyfunc_and_as_transformers(releas
     from huggingface_hub import ModelCard
 
     assert (hf / "model_card.md").read_text() == ModelCard.load(trained.root / "models/hf/README.md").text
+    licence = ModelCard.load(trained.root / "models/hf/README.md").data.license
+    assert licence and (hf / "LICENSE.txt").read_text().startswith(f"License: {licence},")
+    assert "huggingface.co" not in (hf / "LICENSE.txt").read_text()  # no page of a repository that is not ours
 
     runs = {r.data.tags.get("marin.stage", "pipeline"): r for r in client.search_runs([exp])}
     [version] = client.search_model_versions(f"name = '{name}'")
@@ -141,3 +144,25 @@ def test_the_ui_shows_the_trained_model_registered_as_version_1(released, tmp_pa
     src = text.index("Source run ID")  # the About section: Source run, its name, Source run ID
     assert text[src - 1] == f"train {trained.runs('train')[0][0]['run_id'][-8:]}"  # made by the train run
     assert np.asarray(Image.open(shot).convert("RGB")).astype(int).std() > 10, "blank page"
+
+
+def test_the_flavor_is_written_with_the_hub_out_of_reach_and_the_setting_put_back(monkeypatch) -> None:
+    """MLflow's save_model asks the Hub for the licence of the repository a pipeline names, which for a
+    local export is its folder: inside ``hub_offline`` huggingface_hub refuses every request at once
+    (no retries, no request about another repository), and outside it the user's setting is back."""
+    from huggingface_hub import constants, list_repo_files
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    from marin.tracking.hf_flavor import hub_offline
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    with hub_offline():
+        assert os.environ["HF_HUB_OFFLINE"] == "1"
+        with pytest.raises(OfflineModeIsEnabled):
+            list_repo_files("models/hf")
+    assert constants.HF_HUB_OFFLINE is False and "HF_HUB_OFFLINE" not in os.environ
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    with hub_offline():
+        pass
+    assert os.environ["HF_HUB_OFFLINE"] == "0"
