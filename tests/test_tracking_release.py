@@ -153,7 +153,7 @@ def test_the_flavor_is_written_with_the_hub_out_of_reach_and_the_setting_put_bac
     from huggingface_hub import constants, list_repo_files
     from huggingface_hub.errors import OfflineModeIsEnabled
 
-    from marin.tracking.hf_flavor import hub_offline
+    from marin.hub import hub_offline
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)

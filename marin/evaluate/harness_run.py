@@ -25,6 +25,7 @@ from typing import Any
 from marin import hashing, readers
 from marin.config import HarnessParams
 from marin.errors import StageError
+from marin.hub import hub_offline
 from marin.ledger import Run, exact
 from marin.stages import task_files
 
@@ -42,11 +43,10 @@ def offline(root: Path) -> Iterator[None]:
     """The harness's surroundings: no hub, a throwaway datasets cache, bootstraps in this process
     (a forked pool would copy the JAX runtime), data paths relative to the project root. datasets
     reads its settings when first imported: they are set on its config too, in case it was."""
-    env = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "DISABLE_MULTIPROC": "1",
-           "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+    env = {"HF_DATASETS_OFFLINE": "1", "DISABLE_MULTIPROC": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
     keep = {k: os.environ.get(k) for k in (*env, "HF_DATASETS_CACHE")}
     cwd = Path.cwd()
-    with tempfile.TemporaryDirectory(prefix="marin-harness-") as cache:
+    with tempfile.TemporaryDirectory(prefix="marin-harness-") as cache, hub_offline():
         os.environ.update(env, HF_DATASETS_CACHE=cache)
         import datasets.config as dc
 

@@ -190,7 +190,7 @@ def files(src: Tensors, marin_config: dict[str, Any], tokenizer_json: bytes, eos
     tensors = llama_tensors(src, model)
     stop: int | list[int] = eos_id
     if chat_template is not None:
-        stop = [eos_id, Tokenizer.from_str(tokenizer_json.decode()).token_to_id(chat.END)]  # pyright: ignore[reportAssignmentType]
+        stop = [eos_id, chat.special_id(Tokenizer.from_str(tokenizer_json.decode()), chat.END)]
     return {
         WEIGHTS: stable_header(save(tensors, metadata={"format": "pt", **meta})),
         CONFIG: _json(llama_config(model, eos_id)),

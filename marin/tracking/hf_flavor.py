@@ -8,40 +8,16 @@ files, as the Hub gets them, and a tag says why (:mod:`marin.tracking.models`)."
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import os
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 from marin import readers
+from marin.hub import hub_offline
 
 
 def available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("transformers", "torch"))
-
-
-@contextlib.contextmanager
-def hub_offline() -> Iterator[None]:
-    """The Hugging Face Hub out of reach while the flavor is written. MLflow's ``save_model`` asks the Hub
-    for a licence file of the repository the pipeline names, which for a local export is its folder
-    ("models/hf"): a request about another repository, and with no network five retries that slept 23 of a
-    stage's 28 s (measured, export stage, MLflow on). Offline, the request fails at once and MLflow writes
-    its fallback licence text with the card's licence. ``huggingface_hub`` reads ``HF_HUB_OFFLINE`` when
-    first imported, so its constant is set too, and both are put back."""
-    from huggingface_hub import constants
-
-    before_env, before_const = os.environ.get("HF_HUB_OFFLINE"), constants.HF_HUB_OFFLINE
-    os.environ["HF_HUB_OFFLINE"], constants.HF_HUB_OFFLINE = "1", True
-    try:
-        yield
-    finally:
-        constants.HF_HUB_OFFLINE = before_const
-        if before_env is None:
-            os.environ.pop("HF_HUB_OFFLINE", None)
-        else:
-            os.environ["HF_HUB_OFFLINE"] = before_env
 
 
 def save(dest: Path, export: Path) -> None:
@@ -58,7 +34,9 @@ def save(dest: Path, export: Path) -> None:
     signature = ModelSignature(inputs=Schema([ColSpec("string")]), outputs=Schema([ColSpec("string")]),
                                params=ParamSchema([ParamSpec("max_new_tokens", "long", MAX_NEW_TOKENS)]))
     transformers.utils.logging.disable_progress_bar()  # "Loading weights": a stage's output is its own
-    with warnings.catch_warnings(), hub_offline():  # "no input example": one would run the model at every sync
+    # offline: MLflow would ask the Hub for the licence of "models/hf" (marin.hub); "no input example"
+    # warnings: one would run the model at every sync
+    with warnings.catch_warnings(), hub_offline():
         warnings.simplefilter("ignore")
         pipe = transformers.pipeline("text-generation", model=str(export), tokenizer=str(export))
         # pinned by hand: MLflow's own inference also pins torchvision, which the hf group does not hold
