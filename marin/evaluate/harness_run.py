@@ -331,6 +331,8 @@ def samples_digest(samples: list[dict[str, Any]]) -> str:
     return hashing.json_digest(per_sample(samples))
 
 
+# ``model`` is marin.model.weights.Loaded, spelled out: a type-only import still counts in the import closures
+# (marin/stages/closure.py), and decontaminate, which imports this module, would depend on the model code
 def evaluate(root: Path, hp: HarnessParams, run: Run, model: tuple[Any, Any, dict[str, Any]],
              tok_manifest: dict[str, Any], tokens: Path, logs: dict[str, Any],
              decon: Any = None) -> dict[str, dict[str, Any]]:
