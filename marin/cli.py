@@ -233,6 +233,8 @@ def _params(sub: Sub) -> None:
     psub = par.add_subparsers(dest="params_command", required=True, metavar="SUBCOMMAND")
     psub.add_parser("check", help="check params.yaml against its schema; one line per problem").set_defaults(
         fn=cmd.params_check)
+    psub.add_parser("show", help="print the params every stage reads: params.yaml over the pipeline's defaults "
+                    "(marin/defaults.yaml)").set_defaults(fn=cmd.params_show)
 
 
 def _pin(sub: Sub) -> None:

@@ -121,6 +121,14 @@ def params_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def params_show(args: argparse.Namespace) -> int:
+    from marin.params_file import dump, read_yaml, with_defaults
+
+    config.load(args.root / "params.yaml")  # refused as a stage would refuse it
+    print(dump(with_defaults(read_yaml(args.root / "params.yaml"))), end="")
+    return 0
+
+
 def schemas_pin(args: argparse.Namespace) -> int:
     import json
 

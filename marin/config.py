@@ -31,7 +31,7 @@ from marin.config_data import (
     TokenizeParams,
 )
 from marin.errors import ParamsError
-from marin.params_file import read_yaml, value_problem
+from marin.params_file import read_yaml, value_problem, with_defaults
 
 
 @dataclass(frozen=True)
@@ -364,7 +364,9 @@ def _cross_checks(p: Params) -> list[str]:
 
 
 def parse(data: Any, what: str = "params.yaml") -> Params:
-    """Validate a params mapping and build the frozen config."""
+    """Validate a params mapping over the pipeline's defaults (marin/defaults.yaml) and build the
+    frozen config."""
+    data = with_defaults(data)
     if problem := value_problem(data):  # before the schema: NaN compares false with every bound
         raise ParamsError(f"{what}: {problem}")
     try:
@@ -384,6 +386,7 @@ def parse(data: Any, what: str = "params.yaml") -> Params:
 
 
 def load(path: str | Path) -> Params:
-    """Read, validate and freeze params.yaml; a ParamsError (exit 2) names the key path."""
+    """Read params.yaml over the pipeline's defaults (marin/defaults.yaml), validate and freeze it; a
+    ParamsError (exit 2) names the key path."""
     path = Path(path)
     return parse(read_yaml(path), str(path))

@@ -1,12 +1,16 @@
 """Reading params.yaml under limits that hold before anything is built: at most 1 MiB of
 UTF-8, no YAML anchors, aliases or tags, bounded depth and size, string keys that are names,
 finite numbers exact in JSON, no control characters; every refusal is one ParamsError line
-naming the file and the key (:mod:`marin.config` then validates and builds the config)."""
+naming the file and the key (:mod:`marin.config` then validates and builds the config). A project's
+params.yaml sets what it changes over the pipeline's defaults (``marin/defaults.yaml``):
+:func:`with_defaults` merges the two."""
 
 from __future__ import annotations
 
 import codecs
+import copy
 import errno
+import functools
 import math
 import os
 import re
@@ -18,6 +22,7 @@ import yaml
 from marin.errors import ParamsError
 from marin.fsutil import open_regular
 
+DEFAULTS = Path(__file__).with_name("defaults.yaml")  # code: in every stage's closure (package data)
 MAX_BYTES = 1 << 20  # the shipped params.yaml is about 5 KB
 MAX_DEPTH = 16  # the shipped file nests 7 deep (fetch.sources[0].extract[0].include)
 MAX_NODES = 10_000  # the shipped file has about 150 values
@@ -202,3 +207,39 @@ def value_problem(obj: object, path: str = "", depth: int = 0) -> str | None:
     elif obj is not None and not isinstance(obj, (str, int, float, bool)):
         return f"{where}: a {type(obj).__name__} is not a params value"
     return None
+
+
+@functools.cache
+def _defaults() -> dict[str, Any]:
+    return read_yaml(DEFAULTS)
+
+
+def merged(given: object, default: object) -> object:
+    """``given`` over ``default``: mappings merge key by key, anything else given replaces the default,
+    and an empty section (``curate:``, null) over a mapping keeps the mapping."""
+    if isinstance(default, dict) and (given is None or isinstance(given, dict)):
+        over = given or {}
+        return {**{k: merged(v, default.get(k)) for k, v in over.items()}, **{k: v for k, v in default.items()
+                                                                              if k not in over}}
+    return given
+
+
+def with_defaults(given: object) -> object:
+    """A params.yaml document over the pipeline's defaults: what every stage reads and records."""
+    return merged(given, copy.deepcopy(_defaults())) if isinstance(given, dict) else given
+
+
+def present(given: object, key: str) -> str | None:
+    """The longest prefix of the dotted ``key`` that the document ``given`` holds (``runtime`` for
+    ``runtime.devices`` in a file with ``runtime: {}``), or None when not even its section is there."""
+    parts, node, found = key.split("."), given, None
+    for i, part in enumerate(parts):
+        if not isinstance(node, dict) or part not in node:
+            break
+        node, found = node[part], ".".join(parts[:i + 1])
+    return found
+
+
+def dump(doc: object) -> str:
+    """``doc`` as block-style YAML in its own key order (``marin params show``)."""
+    return yaml.safe_dump(doc, sort_keys=False, width=120)

@@ -107,6 +107,8 @@ class Project:
 
     @property
     def params(self) -> dict:
+        """params.yaml as written (a copy of the shipped one holds only what it sets over marin/defaults.yaml:
+        :func:`put` adds a key; writing the merged params back would change every section DVC compares)."""
         return yaml.safe_load((self.root / "params.yaml").read_text())
 
     def write_params(self, data: dict) -> None:
@@ -213,11 +215,21 @@ def make_corpus(dest: Path) -> dict[str, int]:
     return {"exact_dedup": 1, "near_dedup": 1, "min_words": 1}
 
 
-def mini_params(corpus: Path) -> dict:
-    """The shipped params.yaml, pointed at a local corpus and shrunk for speed."""
-    from marin import hashing
+def put(params: dict, key: str, value: object) -> None:
+    """Set the dotted ``key`` in a params document, adding the sections on the way (DVC's ``-S ++key=value``)."""
+    *parents, leaf = key.split(".")
+    for p in parents:
+        params = params.setdefault(p, {})
+    params[leaf] = value
 
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
+
+def mini_params(corpus: Path) -> dict:
+    """The shipped params.yaml over the defaults (every key written out), pointed at a local corpus and shrunk
+    for speed."""
+    from marin import hashing
+    from marin.params_file import with_defaults
+
+    params = with_defaults(yaml.safe_load((REPO / "params.yaml").read_text()))
     params["fetch"]["sources"] = [{
         "name": "mini", "kind": "local", "locator": str(corpus),
         "sha256": hashing.dir_digest(corpus).split(":")[1], "license": "CC0-1.0",

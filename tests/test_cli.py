@@ -153,7 +153,8 @@ OUTSIDE = {  # each command that needs a project, with arguments it would otherw
     ("status",): (), ("mlflow", "sync"): (), ("lineage",): ("models/final",), ("trace",): ("some text",),
     ("diff",): ("a", "b"),
     ("verify",): ("train-x",), ("report",): (), ("report", "verify"): ("reports/x",), ("keygen",): (),
-    ("stages",): (), ("params", "check"): (), ("pin",): ("corpus",), ("publish",): (), ("sweep",): (),
+    ("stages",): (), ("params", "check"): (), ("params", "show"): (), ("pin",): ("corpus",), ("publish",): (),
+    ("sweep",): (),
     ("reference", "check"): (), ("reference", "write"): ("--why", "x"),
 }
 

@@ -84,35 +84,32 @@ def test_package_data_takes_data_files_and_data_folders_not_subpackages(tmp_path
     assert got == ["marin/pins.json", "marin/ref/list.csv"]
 
 
-def test_link_folders_hold_each_closure_once_with_the_shared_part_in_common(tmp_path: Path) -> None:
+def test_a_link_folder_holds_each_stage_s_whole_closure(tmp_path: Path) -> None:
     write(tmp_path, {"m/a.py": "", "m/b.py": "", "m/c.py": "", "schemas/x.json": "{}", "uv.lock": ""})
-    closures = {"s1": ["m/a.py", "m/b.py", "schemas/x.json", "uv.lock"],
-                "s2": ["m/a.py", "m/c.py", "schemas/x.json", "uv.lock"],
-                "ref": ["m/c.py"]}  # a stage outside the table that lacks the common part: all its own
-    folders, using = code_links.groups(closures, ("s1", "s2"))
-    assert folders == {"common": {"m/a.py"}, "s1": {"m/b.py"}, "s2": {"m/c.py"}, "ref": {"m/c.py"}}
-    assert code_links.deps("s1", folders, using) == ["closures/common", "closures/s1", "schemas", "uv.lock"]
-    assert code_links.deps("ref", folders, using) == ["closures/ref", "schemas", "uv.lock"]
+    closures = {"s1": {"m/a.py", "m/b.py", "schemas/x.json", "uv.lock"},
+                "s2": {"m/a.py", "m/c.py", "schemas/x.json", "uv.lock"}}
     (tmp_path / "closures/s1/stray.py").parent.mkdir(parents=True)
     (tmp_path / "closures/s1/stray.py").write_text("")  # a plain file there is removed
-    code_links.write(tmp_path, folders)
-    assert code_links.problems(tmp_path, folders) == []
+    code_links.write(tmp_path, closures)
+    assert code_links.problems(tmp_path, closures) == []
     assert (tmp_path / "closures/s1/m/b.py").is_symlink() and not (tmp_path / "closures/s1/stray.py").exists()
-    for name in ("s1", "s2"):  # through its folders, each stage's dependencies are exactly its closure
-        assert closure.expand(tmp_path, code_links.deps(name, folders, using)) == sorted(closures[name])
+    assert (tmp_path / "closures/s1/uv.lock").resolve() == (tmp_path / "uv.lock").resolve()
+    for name in ("s1", "s2"):  # through its one folder, each stage's dependencies are exactly its closure
+        assert code_links.dep(name) == f"closures/{name}"
+        assert closure.expand(tmp_path, [code_links.dep(name)]) == sorted(closures[name])
     (tmp_path / "closures/s2/m/c.py").unlink()
     (tmp_path / "closures/s2/m/c.py").symlink_to("../../../m/b.py")
-    assert code_links.problems(tmp_path, folders) == ["closures/s2/m/c.py: links to m/b.py, not m/c.py"]
-    with pytest.raises(ValueError, match="common"):
-        code_links.groups({"common": []}, ())
+    assert code_links.problems(tmp_path, closures) == ["closures/s2/m/c.py: links to m/b.py, not m/c.py"]
+    code_links.write(tmp_path, {"s1": closures["s1"]})  # a stage gone: its folder goes
+    assert not (tmp_path / "closures/s2").exists()
 
 
-def test_dvc_yaml_lists_a_few_code_folders_per_stage_not_every_file() -> None:
-    """dvc exp show has a column per dependency: the code is one folder per stage plus the common one,
-    schemas/ and uv.lock (it was ~180 files)."""
+def test_dvc_yaml_lists_one_code_folder_per_stage_not_every_file() -> None:
+    """dvc exp show has a column per dependency: the code is one folder per stage, schemas/ and uv.lock
+    inside it (it was ~180 files, then 17 folders)."""
     deps = {d for spec in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"].values() for d in spec["deps"]}
     code = {d for d in deps if d.split("/")[0] in ("closures", "marin", "pipeline", "schemas", "uv.lock")}
-    assert code == {"closures/common", *(f"closures/{s}" for s in stages.NAMES), "schemas", "uv.lock"}, sorted(code)
+    assert code == {f"closures/{s}" for s in stages.NAMES}, sorted(code)
 
 
 def independent_closure(stage: str) -> set[str]:

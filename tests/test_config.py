@@ -44,8 +44,9 @@ CASES = [
     ("out_of_range", _set("curate.split.validation_fraction", 1.5),
      "curate.split.validation_fraction: 1.5 is out of range"),
     ("negative", _set("curate.filters.min_words", -1), "curate.filters.min_words: -1 is out of range"),
-    ("missing_section", _set("tokenize", _DELETE), "tokenize: missing"),
-    ("missing_key", _set("curate.dedup.near.threshold", _DELETE), "curate.dedup.near.threshold: missing"),
+    ("missing_section", _set("fetch", _DELETE), "fetch: missing"),  # seed and fetch have no default
+    ("missing_key", _set("fetch.sources.0.license", _DELETE), "fetch.sources[0].license: missing"),
+    ("null_over_a_default", _set("curate.dedup.near.threshold", None), "curate.dedup.near.threshold: null"),
     ("bad_enum", _set("curate.normalization", "NFD"), "curate.normalization: \"NFD\" is not allowed"),
     ("bad_sha256", _set("fetch.sources.0.sha256", "xyz"), "fetch.sources[0].sha256"),
     ("unpinned_package", _set("fetch.sources.0", {
@@ -151,7 +152,7 @@ def test_params_must_be_a_regular_file(tmp_path, make, expected) -> None:
 
 
 @pytest.mark.parametrize("override, changed", [("train.lr=0.001", "  lr: 0.001"), ("sft.steps=7", "  steps: 7"),
-                                               ("evaluate.harness.seed=99", "    seed: 99  ")])
+                                               ("report.model_name=x", "  model_name: x  ")])
 def test_dvc_exp_run_set_param_changes_one_line_of_the_shipped_params(tmp_path, override, changed) -> None:
     """params.yaml is shipped in the layout DVC writes: what `dvc exp run -S` calls (dvc.utils.hydra's
     apply_overrides, which rewrites the whole file through ruamel) changes the one line it sets, and every
@@ -165,3 +166,51 @@ def test_dvc_exp_run_set_param_changes_one_line_of_the_shipped_params(tmp_path, 
     diff = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
     assert len(before) == len(after) and len(diff) == 1 and diff[0][1].startswith(changed), diff
     assert diff[0][0].split("#")[1:] == diff[0][1].split("#")[1:]  # its comment kept
+
+
+def test_dvc_s_adds_a_key_left_at_its_default_and_the_params_merge_it_over_the_defaults(tmp_path) -> None:
+    """params.yaml holds what the experiment sets; `-S ++key=value` (Hydra's add-or-set, as `marin sweep`
+    passes it) adds a key the defaults hold, an empty section (`curate: {}`) included, and the merged
+    params take it while every other default stays."""
+    from dvc.utils.hydra import apply_overrides
+
+    path = tmp_path / "params.yaml"
+    shutil.copyfile(REPO / "params.yaml", path)
+    apply_overrides(str(path), ["++curate.filters.min_words=40", "++train.beta2=0.98"])
+    shipped_lines = set((REPO / "params.yaml").read_text().splitlines())
+    added = [line for line in path.read_text().splitlines() if line not in shipped_lines]
+    assert added == ["curate:", "  filters:", "    min_words: 40", "  beta2: 0.98"], added
+    shipped, p = config.load(REPO / "params.yaml"), config.load(path)
+    assert (p.curate.filters.min_words, p.train.beta2) == (40, 0.98)
+    assert shipped.curate.filters.min_words == 50 and shipped.train.beta2 == 0.95  # marin/defaults.yaml's
+    assert p.curate.filters.max_words == shipped.curate.filters.max_words and p.train.lr == shipped.train.lr
+    assert p.raw["curate"]["filters"] == {**shipped.raw["curate"]["filters"], "min_words": 40}
+
+
+@pytest.mark.parametrize("given, default, expected", [
+    ({"a": {"x": 1}}, {"a": {"x": 0, "y": 2}, "b": 3}, {"a": {"x": 1, "y": 2}, "b": 3}),  # key by key
+    ({"a": {}}, {"a": {"x": 0}}, {"a": {"x": 0}}),  # an empty section keeps its defaults
+    ({"a": None}, {"a": {"x": 0}}, {"a": {"x": 0}}),  # so does `a:` with nothing after it
+    ({"a": [1]}, {"a": [2, 3]}, {"a": [1]}),  # a list replaces
+    ({"a": None}, {"a": 5}, {"a": None}),  # a value replaces, null too (`limit: null`)
+    ({"a": 1}, {"a": {"x": 0}}, {"a": 1}),  # a value over a section replaces it: the schema refuses it
+    ({"new": 1}, {}, {"new": 1}),  # a key the defaults lack stays (the schema judges it)
+])
+def test_params_merge_over_the_defaults(given, default, expected) -> None:
+    before = copy.deepcopy(default)
+    assert params_file.merged(given, default) == expected
+    assert default == before  # the defaults are not changed
+
+
+@pytest.mark.parametrize("key, expected", [("runtime.devices", "runtime"), ("train.lr", "train.lr"),
+                                           ("train.beta2", "train"), ("sweep.space", None), ("seed", "seed")])
+def test_present_is_the_longest_prefix_params_yaml_spells_out(key, expected) -> None:
+    assert params_file.present(params_file.read_yaml(REPO / "params.yaml"), key) == expected
+
+
+def test_marin_params_show_prints_the_merged_params(project) -> None:
+    r = project.marin("params", "show")
+    assert r.returncode == 0, r.stderr
+    shown = yaml.safe_load(r.stdout)
+    assert shown == config.load(project.root / "params.yaml").raw  # what the stages record
+    assert shown["train"]["beta2"] == yaml.safe_load((REPO / "marin/defaults.yaml").read_text())["train"]["beta2"]

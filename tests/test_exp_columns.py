@@ -39,11 +39,11 @@ def test_exp_show_has_a_code_column_per_stage_and_only_measurements_as_metrics(t
     # the tiny project never ran evaluate_instruct
     params = _leaves({f: d["data"] for f, d in data["params"].items()})
     code = {d for d in deps if d.split("/")[0] in CODE_ROOTS}
-    assert code == {"closures/common", *(f"closures/{s}" for s in stages.NAMES), "schemas", "uv.lock"}, sorted(code)
+    assert code == {f"closures/{s}" for s in stages.NAMES}, sorted(code)
     print(f"dvc exp show: {len(deps)} dependency columns ({len(code)} code), {_leaves(metrics)} metrics, "
-          f"{params} params")  # the params are most of what is left: params.yaml has ~105 values
-    assert _leaves(metrics) <= 30 and len(code) <= len(stages.NAMES) + 3
-    # metrics/eval.json holds the floats the evaluate run recorded as measurements, nothing else
+          f"{params} params")  # this project writes every param out (tests/conftest.py: mini_params)
+    assert _leaves(metrics) == 1 + len(metrics["metrics/eval.json"]["harness"])  # bits per byte, a score a task
+    # metrics/eval.json holds the headline floats the evaluate run recorded, nothing else
     [run] = proj.runs("evaluate")[-1:]
     recorded = {r["body"]["name"].partition(":")[2]: r["body"]["values"] for r in run
                 if r["kind"] == "eval" and r["body"]["name"].startswith("harness:")}
@@ -52,7 +52,7 @@ def test_exp_show_has_a_code_column_per_stage_and_only_measurements_as_metrics(t
     for task, values in harness.items():
         for key, v in values.items():
             assert isinstance(v, float) and isinstance(recorded[task][key], dict), (task, key)
-            assert not key.startswith(("chance/", "constant/", "unigram/")), (task, key)
+            assert key == ("acc" if "acc" in recorded[task] else key), (task, key)
         settings = {k for k, v in recorded[task].items() if not isinstance(v, dict)}  # counts, shots, seeds
         assert {"samples", "num_fewshot", "fewshot_seed"} <= settings and not settings & set(values)
     context = json.loads((proj.root / "evals/eval_context.json").read_text())

@@ -6,13 +6,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import yaml
 
-from marin.config import Filters
+from marin import config
 from marin.data import filters
 from tests.conftest import REPO
 
-SHIPPED = Filters(**yaml.safe_load((REPO / "params.yaml").read_text())["curate"]["filters"])
+SHIPPED = config.load(REPO / "params.yaml").curate.filters
 WORDS = ("river", "stone", "garden", "window", "silver", "morning", "harbour", "lantern", "meadow", "thunder")
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from marin.stages import NAMES as STAGES
-from tests.conftest import copy_project, evaluation
+from tests.conftest import copy_project, evaluation, put
 from tests.test_closure import independent_closure
 
 pytestmark = pytest.mark.slow
@@ -169,7 +169,7 @@ def test_curate_param_change_reruns_curate_and_tokenize_only(repro) -> None:
     proj, _ = repro
     before = Counter(run[0]["body"]["stage"] for run in proj.runs())
     params = proj.params
-    params["curate"]["filters"]["min_words"] = 60
+    put(params, "curate.filters.min_words", 60)  # the shipped params.yaml has `curate: {}`
     proj.write_params(params)
     out = proj.dvc("repro", "tokenize").stdout
     after = Counter(run[0]["body"]["stage"] for run in proj.runs())
@@ -293,3 +293,39 @@ def test_each_recorded_run_reads_writes_and_records_what_its_stage_declares(_shi
         written = [r["body"]["path"] for r in run if r["kind"] == "output"]
         assert all(_under(p, outs) for p in written), (name, written, outs)
         assert all(any(_under(p, [o]) for p in written) for o in outs), (name, written, outs)
+
+
+def test_after_the_readme_dvc_exp_show_fits_in_under_60_columns_with_numbers_for_the_baseline(repro) -> None:
+    """Issue 41: after the README's commands (the repro, then its baseline commit), `dvc exp show` has fewer
+    than 60 columns (it had 312, then 202): params.yaml holds what the experiment sets, a stage's code is one
+    folder, a data dependency the output that holds it, and the metrics files the headline scores; `dvc
+    metrics diff` and `dvc exp show` hold the baseline's numbers."""
+    import io
+
+    from tests.test_experiments import readme_baseline
+
+    proj, _ = repro
+    proj.run("bash", "-c", readme_baseline(), check=True)
+    header = next(csv.reader(io.StringIO(proj.dvc("exp", "show", "--csv").stdout)))
+    [base] = [r for r in json.loads(proj.dvc("exp", "show", "--json").stdout) if r["rev"] != "workspace"]
+    data = base["data"]
+    params = [k for k in header if k in _leaves_of(data["params"]["params.yaml"]["data"])]
+    metrics = {f: _leaves_of(d["data"]) for f, d in data["metrics"].items()}
+    print(f"dvc exp show: {len(header)} columns: {len(params)} params, {sum(map(len, metrics.values()))} metrics, "
+          f"{len(data['deps'])} dependencies")
+    assert len(header) < 60, header
+    assert sorted(metrics) == ["metrics/eval.json", "metrics/instruct_eval.json"]
+    assert all(isinstance(v, float) for m in metrics.values() for v in m.values()), metrics  # numbers, not `!`
+    assert set(metrics["metrics/instruct_eval.json"]) == {f"{m}.{s}" for m in ("base", "instruct")
+                                                          for s in ("token_acc", "choice_acc")}
+    assert {d for d in data["deps"] if d.startswith("closures/")} == {f"closures/{s}" for s in STAGES}
+    diff = proj.dvc("metrics", "diff", "--json", "HEAD")
+    assert "failed to load" not in diff.stderr and diff.stdout.strip() == "{}", (diff.stdout, diff.stderr)
+    merged = evaluation(proj.root)  # the readers' document keeps what left the metrics file: stderrs, breakdowns
+    assert "acc_stderr" in merged["harness"]["marin_cloze"] and merged["per_corpus"]
+
+
+def _leaves_of(doc: object, at: str = "") -> dict[str, object]:
+    if isinstance(doc, dict):
+        return {k: v for key, sub in doc.items() for k, v in _leaves_of(sub, f"{at}.{key}" if at else key).items()}
+    return {at: doc}

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from marin import config
 from tests.conftest import BIN, TINY, Project, copy_project
 
 pytestmark = pytest.mark.slow
@@ -55,7 +56,7 @@ def set_profile(proj: Project, profile: str) -> None:
     params.update(json.loads(json.dumps(PORTABLE_TINY)))
     params["runtime"]["determinism"] = profile
     # evaluate's every code path, on fewer items: one prompt, 8 greedy tokens, 16 items of each harness task
-    params["evaluate"].update(prompts=params["evaluate"]["prompts"][:1], sample_tokens=8)
+    params["evaluate"].update(prompts=config.load(proj.root / "params.yaml").evaluate.prompts[:1], sample_tokens=8)
     params["evaluate"]["harness"]["limit"] = 16
     proj.write_params(params)
     proj.git("commit", "-qam", f"tiny model, {profile} profile")

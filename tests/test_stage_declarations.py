@@ -66,3 +66,25 @@ def test_marin_report_removes_a_leftover_temp_folder_beside_a_declared_output(tm
     assert "marin: removed models/.final.k1lled00.tmp" in r.stderr, r.stderr
     assert not leftover.exists() and kept.is_dir()
     assert r.returncode != 0 and "marin: error:" in r.stderr  # then the report refuses: no train run recorded
+
+
+@pytest.mark.parametrize("keys, given, expected", [
+    (("runtime.devices", "runtime.determinism"), {"runtime": {}}, ["runtime"]),  # defaults: the section whole
+    (("runtime.devices", "runtime.determinism"), {"runtime": {"devices": 2}}, ["runtime"]),  # one still default
+    (("runtime.devices",), {"runtime": {"devices": 2}}, ["runtime.devices"]),  # spelled out: the key alone
+    (("seed", "train", "trace.min_tokens"), {"seed": 1, "train": {"lr": 1}, "trace": {}}, ["seed", "train", "trace"]),
+    (("trace.min_tokens",), {}, ["trace.min_tokens"]),  # not even its section: DVC names it missing
+])
+def test_dvc_tracks_each_param_as_far_as_params_yaml_spells_it_out(keys, given, expected) -> None:
+    from marin.stages.dvcyaml import dvc_params
+
+    assert dvc_params(keys, given) == expected
+
+
+def test_a_data_dependency_is_the_output_that_holds_it() -> None:
+    from marin.stages.dvcyaml import as_outputs
+
+    sft = stages.declaration("sft")
+    assert as_outputs(sft.deps, stages.STAGES) == ["models/final", "data/tokens", "data/instructions"]
+    assert set(sft.deps) > {"data/tokens/tokenizer.json", "data/tokens/chat_template.jinja"}  # what the ledger records
+    assert as_outputs(("elsewhere/x.json", "data/tokensx"), stages.STAGES) == ["elsewhere/x.json", "data/tokensx"]

@@ -31,6 +31,7 @@ from marin.errors import MarinError, ParamsError
 from marin.ledger.bodies import SelectionBody, TrialBody, TrialRun
 from marin.ledger.run import SWEEP_VAR, Plan, Run
 from marin.ledger.store import RunLog, load_run
+from marin.params_file import present, read_yaml
 from marin.paths import ledger_dir
 
 STAGE = "sweep"
@@ -156,8 +157,9 @@ def run_trial(root: Path, sweep_id: str, index: int, overrides: dict[str, Any], 
     name = f"sweep-{sweep_id.rsplit('-', 1)[-1]}-t{index}"
     before = {p.name for p in ledger_dir(root).glob("*.jsonl")}
     say(f"sweep: trial {index} ({_args(overrides)}): dvc exp run -n {name} {target}")
-    cmd = [_dvc(), "exp", "run", "-n", name, *[a for k, v in overrides.items() for a in ("-S", f"{k}={scalar(v)}")],
-           target]
+    given = read_yaml(root / "params.yaml")  # a key params.yaml leaves at its default is added: Hydra's ++
+    sets = [f"{'' if present(given, k) == k else '++'}{k}={scalar(v)}" for k, v in overrides.items()]
+    cmd = [_dvc(), "exp", "run", "-n", name, *[a for x in sets for a in ("-S", x)], target]
     p = subprocess.run(cmd, cwd=root, env={**os.environ, SWEEP_VAR: f"{sweep_id}:{index}"}, capture_output=True,
                        text=True)
     logs = []

@@ -241,4 +241,5 @@ def run_stage(root: Path, params: Params) -> None:
             for line in task_lines(name, values, constant):
                 print(line)
         tracing.record_samples(root, run, answers, TRACE, params.trace.min_tokens)
-        metrics_file.write(root, run, metrics, ("instruct_eval_metrics", METRICS), ("instruct_eval_context", CONTEXT))
+        metrics_file.write(root, run, metrics, ("instruct_eval_metrics", METRICS), ("instruct_eval_context", CONTEXT),
+                           metrics_file.instructions_headline)

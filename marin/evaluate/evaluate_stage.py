@@ -66,7 +66,8 @@ def run_stage(root: Path, params: Params) -> None:
         metrics["harness"] = harness_run.evaluate(root, params.evaluate.harness, run, model, tok_manifest,
                                                   root / TOKENS, logs, decon)
         _harness_files(root, params.evaluate.harness, run, logs)
-        metrics_file.write(root, run, metrics, ("eval_metrics", METRICS), ("eval_context", CONTEXT))
+        metrics_file.write(root, run, metrics, ("eval_metrics", METRICS), ("eval_context", CONTEXT),
+                           metrics_file.evaluation_headline)
         print(f"evaluate: validation bits/byte {metrics['bits_per_byte']:.4f} "
               f"(unigram baseline {metrics['unigram_bits_per_byte']:.4f}), perplexity {metrics['perplexity']:.2f}")
         for s in samples:

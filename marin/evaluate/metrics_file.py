@@ -1,18 +1,21 @@
-"""The evaluate stages' DVC metrics files hold only measurements of the model; what those are measured
-against and how goes beside them, in a context file that is an output but not a DVC metric.
+"""The evaluate stages' DVC metrics files hold each evaluation's headline scores; everything else they
+measured, and what those are measured against and how, goes beside them, in a context file that is
+an output but not a DVC metric.
 
-``dvc exp show`` and ``dvc metrics diff`` make a column of every value of a metrics file, so a task's
-chance level, its best constant answer, the unigram baseline, which way is better, sample counts,
-shots and seeds sat there as if each experiment had measured them. A value is a measurement when it
-is a float that is not a baseline (``chance/``, ``constant/``, ``unigram/``, ``unigram_…``) nor a
-setting (``limit``): scores, their stderrs, bits per byte, perplexity. Everything else (counts and
-settings are integers or strings) goes to the context file under the same keys. :func:`read` merges
-the two back into the one document every reader had (the export cards, ``marin reference``).
+``dvc exp show`` and ``dvc metrics diff`` make a column of every value of a metrics file. With chance
+levels, sample counts, shots and seeds there they read as if each experiment had measured them, and
+with every stderr, decontaminated score and per-corpus or per-task breakdown the table ran to 55 metric
+columns. A value is a measurement when it is a float that is not a baseline (``chance/``, ``constant/``,
+``unigram/``, ``unigram_…``) nor a setting (``limit``); a measurement is a headline when the writer's rule
+says so (:func:`evaluation_headline`, :func:`instructions_headline`). The metrics file holds the
+headlines; the context file the rest under the same keys. :func:`read` merges the two back into the
+one document every reader had (the export cards, the report, ``marin reference``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +27,9 @@ if TYPE_CHECKING:
 
 BASELINES = ("chance/", "constant/", "unigram/", "unigram_")  # a task's or the data's own levels
 SETTINGS = ("limit",)  # lm-eval's limit may be a float (a fraction of the items)
+INSTRUCTION_SCORES = ("token_acc", "choice_acc")  # of each model: graded per token, and by the best choice
+# A headline rule: (the key's path, the mapping that holds it) -> whether its value goes to the metrics file
+Headline = Callable[[tuple[str, ...], dict[str, Any]], bool]
 
 
 def is_measurement(key: str, value: object) -> bool:
@@ -31,19 +37,40 @@ def is_measurement(key: str, value: object) -> bool:
     return isinstance(value, float) and not key.startswith(BASELINES) and key not in SETTINGS
 
 
-def split(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(measurements, the rest) of a metrics document, each keeping the nesting; a baseline's whole
-    subtree (``unigram_per_corpus``) is context."""
+def task_headline(values: dict[str, Any]) -> str | None:
+    """A harness task's headline metric: its accuracy (lm-eval's ``acc``) where it has one, else the
+    first of its metrics by name (no stderr, baseline or decontaminated variant)."""
+    if "acc" in values:
+        return "acc"
+    names = sorted(k for k, v in values.items() if is_measurement(k, v) and "/" not in k and "stderr" not in k)
+    return names[0] if names else None
+
+
+def evaluation_headline(path: tuple[str, ...], holder: dict[str, Any]) -> bool:
+    """Validation bits per byte and each harness task's headline (:func:`task_headline`)."""
+    return path == ("bits_per_byte",) or (len(path) == 3 and path[0] == "harness"
+                                           and path[2] == task_headline(holder))
+
+
+def instructions_headline(path: tuple[str, ...], holder: dict[str, Any]) -> bool:
+    """Each model's token and choice accuracy over all held-out instructions (not per task)."""
+    return len(path) == 2 and path[1] in INSTRUCTION_SCORES
+
+
+def split(doc: dict[str, Any], headline: Headline = lambda path, holder: True,
+          at: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(headline measurements, the rest) of a metrics document, each keeping the nesting; a baseline's
+    whole subtree (``unigram_per_corpus``) is context."""
     metrics: dict[str, Any] = {}
     context: dict[str, Any] = {}
     for k, v in doc.items():
         if isinstance(v, dict) and not k.startswith(BASELINES):
-            m, c = split(v)
+            m, c = split(v, headline, (*at, k))
             if m:
                 metrics[k] = m
             if c:
                 context[k] = c
-        elif is_measurement(k, v):
+        elif is_measurement(k, v) and headline((*at, k), doc):
             metrics[k] = v
         else:
             context[k] = v
@@ -58,10 +85,11 @@ def merge(metrics: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     return dict(sorted(out.items()))
 
 
-def write(root: Path, run: Run, doc: dict[str, Any], metrics: tuple[str, Path], context: tuple[str, Path]) -> None:
-    """Write ``doc`` as its metrics file and its context file (each (output name, path)), each recorded
-    as an output of ``run`` before it is published."""
-    for (name, path), part in zip((metrics, context), split(doc), strict=True):
+def write(root: Path, run: Run, doc: dict[str, Any], metrics: tuple[str, Path], context: tuple[str, Path],
+          headline: Headline) -> None:
+    """Write ``doc`` as its metrics file (the values ``headline`` picks) and its context file (each
+    (output name, path)), each recorded as an output of ``run`` before it is published."""
+    for (name, path), part in zip((metrics, context), split(doc, headline), strict=True):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         fsutil.write_bytes(root / path, (json.dumps(part, indent=2, sort_keys=True) + "\n").encode(),
                            before_publish=lambda tmp, n=name, p=path: run.output(n, p, source=tmp))

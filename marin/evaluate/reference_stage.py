@@ -115,7 +115,7 @@ def run_stage(root: Path, params: Params) -> None:
                    "harness": {t: {k: v for k, v in vals.items() if isinstance(v, int | float)}
                                for t, vals in harness.items() if "error" not in vals}}
         metrics_file.write(root, run, metrics, ("reference_metrics", stage.out("reference_metrics")),
-                           ("reference_context", stage.out("reference_context")))
+                           ("reference_context", stage.out("reference_context")), metrics_file.evaluation_headline)
         for task, vals in harness.items():
             if "error" not in vals:
                 print(f"reference {name}: harness {task}: " + ", ".join(

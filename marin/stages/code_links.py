@@ -1,13 +1,12 @@
-"""A stage's code as DVC sees it: folders of links to the files of its import closure.
+"""A stage's code as DVC sees it: one folder of links to the files of its import closure.
 
 Listing every closure file in ``dvc.yaml`` made each one a dependency column of ``dvc exp show``
 (about 180 on the tiny project). Instead ``closures/<stage>/`` holds a relative symbolic link to each
 file of the stage's closure (:mod:`marin.stages.closure`) at its own path (``closures/train/marin/train/
-loop.py -> ../../../../marin/train/loop.py``), and ``closures/common/`` the files every stage of the table
-shares (the runner, the ledger, the config). DVC hashes a folder dependency through its links, by the
+loop.py -> ../../../../marin/train/loop.py``), ``schemas/`` and ``uv.lock`` included, so that a stage's
+code is one dependency and one column. DVC hashes a folder dependency through its links, by the
 content and mtime of the files they point to, so an edit to any closure file still makes ``dvc
-status`` name exactly the stages that import it, with one column per stage. ``schemas/`` and ``uv.lock``,
-in every closure, stay dependencies of their own. ``marin stages --write`` writes the links with
+status`` name exactly the stages that import it. ``marin stages --write`` writes the links with
 ``dvc.yaml``; ``--check`` names a missing, extra or misdirected one.
 """
 
@@ -17,33 +16,11 @@ import os
 from pathlib import Path
 
 FOLDER = "closures"
-COMMON = "common"  # closures/common: the files every stage of the table imports
-SHARED = ("schemas", "uv.lock")  # in every closure; dependencies of their own, not linked
 
 
-def linked(files: list[str]) -> set[str]:
-    """The closure files that are linked (all but ``SHARED``)."""
-    return {f for f in files if f.split("/")[0] not in SHARED}
-
-
-def groups(closures: dict[str, list[str]], table: tuple[str, ...]) -> tuple[dict[str, set[str]], set[str]]:
-    """Folder name -> the files linked in it, and the stages that depend on ``common`` too. ``common``
-    holds what every stage of ``table`` imports; each stage's folder the rest of its closure (the whole
-    of it when it lacks part of ``common``). ``table`` is the fixed stage table, so that a reference
-    model added to params.yaml does not move files between the other stages' folders."""
-    if COMMON in closures:
-        raise ValueError(f"a stage named {COMMON!r} would share {FOLDER}/{COMMON} with the common code; rename it")
-    sets = {name: linked(files) for name, files in closures.items()}
-    common = set.intersection(*[sets[n] for n in table if n in sets] or [set()])
-    using = {name for name, files in sets.items() if common and common <= files}
-    folders = {COMMON: common, **{name: files - common if name in using else files for name, files in sets.items()}}
-    return folders, using
-
-
-def deps(name: str, folders: dict[str, set[str]], using: set[str]) -> list[str]:
-    """The code dependencies ``dvc.yaml`` lists for stage ``name``: its folders, then ``SHARED``."""
-    return [*([f"{FOLDER}/{COMMON}"] if name in using else []), *([f"{FOLDER}/{name}"] if folders[name] else []),
-            *SHARED]
+def dep(name: str) -> str:
+    """The code dependency ``dvc.yaml`` lists for stage ``name``: its folder of links."""
+    return f"{FOLDER}/{name}"
 
 
 def wanted(folders: dict[str, set[str]]) -> dict[str, str]:

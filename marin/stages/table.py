@@ -134,12 +134,14 @@ def declared(root: Path) -> tuple[Stage, ...]:
     section declares its keys but ``references`` instead (DVC compares a section whole: a new pin
     would rerun evaluate and export)."""
     from marin import config
+    from marin.params_file import read_yaml
 
     path = Path(root) / "params.yaml"
     loaded = config.load(path) if path.is_file() else None
     if loaded is None or not loaded.evaluate.references:
         return STAGES
-    keys = tuple(f"evaluate.{k}" for k in loaded.raw["evaluate"] if k != "references")
+    given = read_yaml(path)["evaluate"]  # the keys params.yaml spells out: DVC refuses one it lacks
+    keys = tuple(f"evaluate.{k}" for k in given if k != "references")
 
     def narrow(s: Stage) -> Stage:
         return replace(s, params=tuple(p for x in s.params for p in (keys if x == "evaluate" else (x,))))

@@ -1,0 +1,1 @@
+../../../../marin/data/__init__.py

@@ -1,0 +1,1 @@
+../../../../marin/stages/closure.py

@@ -1,0 +1,1 @@
+../../../marin/config_data.py

@@ -1,0 +1,1 @@
+../../../../marin/stages/runner.py

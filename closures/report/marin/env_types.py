@@ -1,0 +1,1 @@
+../../../marin/env_types.py

@@ -1,0 +1,1 @@
+../../../../marin/ledger/hash_cache.py

@@ -1,0 +1,1 @@
+../../../marin/config.py

@@ -1,0 +1,1 @@
+../../../../marin/ledger/__init__.py

@@ -1,0 +1,1 @@
+../../../marin/params_file.py

@@ -1,0 +1,1 @@
+../../../../marin/stages/__init__.py
