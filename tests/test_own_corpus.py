@@ -80,7 +80,8 @@ def _normalized(snippet: str) -> dict:
 def _splice(params: str, snippet: str) -> str:
     """Replace params.yaml's lines from ``fetch:`` down to, not including, ``curate:``."""
     lines = params.splitlines(keepends=True)
-    start, end = lines.index("fetch:\n"), lines.index("curate:\n")
+    start = lines.index("fetch:\n")
+    end = next(i for i, line in enumerate(lines) if line.startswith("curate:"))
     return "".join([*lines[:start], snippet, "\n", *lines[end:]])
 
 

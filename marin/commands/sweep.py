@@ -204,13 +204,13 @@ def sweep(root: Path, params: Params, say: Callable[[str], None] = print) -> str
         chosen_body = select(results, spec.select)
         run.record("selection", chosen_body)
     failed = sum(t["status"] == "failed" for t in results)
+    trial, experiment, value = chosen_body["trial"], chosen_body.get("experiment"), chosen_body.get("value")
     say(f"sweep: {len(results) - failed} succeeded, {failed} failed; selected: "
-        + (f"trial {chosen_body['trial']} ({chosen_body['reason']}: {chosen_body['value']:.6g})"  # pyright: ignore[reportTypedDictNotRequiredAccess]
-           if chosen_body["trial"] is not None else f"none ({chosen_body['reason']})"))
-    if chosen_body["trial"] is not None:
-        p = subprocess.run([_dvc(), "exp", "apply", chosen_body["experiment"]], cwd=root, capture_output=True,  # pyright: ignore[reportTypedDictNotRequiredAccess]
-                           text=True)
-        say(f"sweep: dvc exp apply {chosen_body['experiment']}" + ("" if p.returncode == 0 else  # pyright: ignore[reportTypedDictNotRequiredAccess]
+        + (f"trial {trial} ({chosen_body['reason']}: {value:.6g})" if trial is not None and value is not None
+           else f"none ({chosen_body['reason']})"))
+    if trial is not None and experiment is not None:
+        p = subprocess.run([_dvc(), "exp", "apply", experiment], cwd=root, capture_output=True, text=True)
+        say(f"sweep: dvc exp apply {experiment}" + ("" if p.returncode == 0 else
             f" (DVC: {([x for x in p.stderr.splitlines() if x.strip()] or ['?'])[-1].strip()})"))
     say("sweep: commit the ledger (git add ledger && git commit) to keep the record of every trial")
     return run.run_id
