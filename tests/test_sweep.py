@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import pytest
 import yaml
 
-from marin.commands.sweep import SweepError, check_trials, scalar, select, trials
+from marin.commands.sweep import SweepError, check_trials, scalar, select, set_args, trials
 from marin.config import SelectRule, SweepParams, load
 from tests.conftest import REPO
 
@@ -47,6 +48,27 @@ def test_a_grid_of_a_range_is_refused() -> None:
 @pytest.mark.parametrize("value", [1e-05, 0.001, 3.0e-3, 1e300, 5, True, "cosine", 2.5e-07])
 def test_values_are_written_as_yaml_reads_them_back(value) -> None:
     assert yaml.safe_load(scalar(value)) == value and type(yaml.safe_load(scalar(value))) is type(value)
+
+
+def test_a_trial_sets_a_key_params_yaml_has_and_adds_one_it_leaves_at_its_default() -> None:
+    from dvc.utils.hydra import apply_overrides
+
+    given = {"train": {"lr": 0.003}, "runtime": {}}
+    args = set_args(given, {"train.lr": 0.01, "train.beta2": 0.98, "runtime.devices": 2})
+    assert args == ["-S", "train.lr=0.01", "-S", "++train.beta2=0.98", "-S", "++runtime.devices=2"]
+    with pytest.raises(Exception, match="set-param"):  # what DVC (Hydra) says to a plain key the file lacks
+        apply_overrides(str(_written(given)), ["train.beta2=0.98"])
+    path = _written(given)
+    apply_overrides(str(path), args[1::2])  # what `dvc exp run -S ...` writes: every override lands
+    assert yaml.safe_load(path.read_text()) == {"train": {"lr": 0.01, "beta2": 0.98}, "runtime": {"devices": 2}}
+
+
+def _written(doc: dict) -> Path:
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "params.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
 
 
 def test_a_param_params_yaml_lacks_or_a_trial_that_would_not_load_is_refused_first() -> None:

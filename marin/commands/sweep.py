@@ -78,7 +78,7 @@ def check_trials(raw: dict[str, Any], chosen: list[dict[str, Any]]) -> dict[str,
     baseline = {}
     for key in chosen[0] if chosen else []:
         if key not in flat:
-            raise SweepError(f"params.yaml: sweep.space {key}: no such param in params.yaml")
+            raise SweepError(f"params.yaml: sweep.space {key}: no such param (`marin params show` lists them)")
         baseline[key] = flat[key]
     for i, overrides in enumerate(chosen):
         try:
@@ -110,6 +110,13 @@ def scalar(value: object) -> str:
     if isinstance(value, int):
         return str(value)
     return json.dumps(value)
+
+
+def set_args(given: object, overrides: dict[str, Any]) -> list[str]:
+    """``dvc exp run``'s ``-S`` arguments for a trial: ``key=value`` where params.yaml (``given``, as
+    written) has the key, ``++key=value`` (Hydra's add-or-set) where it leaves the key at its default."""
+    sets = [f"{'' if present(given, k) == k else '++'}{k}={scalar(v)}" for k, v in overrides.items()]
+    return [a for x in sets for a in ("-S", x)]
 
 
 def _args(overrides: dict[str, Any]) -> str:
@@ -157,9 +164,7 @@ def run_trial(root: Path, sweep_id: str, index: int, overrides: dict[str, Any], 
     name = f"sweep-{sweep_id.rsplit('-', 1)[-1]}-t{index}"
     before = {p.name for p in ledger_dir(root).glob("*.jsonl")}
     say(f"sweep: trial {index} ({_args(overrides)}): dvc exp run -n {name} {target}")
-    given = read_yaml(root / "params.yaml")  # a key params.yaml leaves at its default is added: Hydra's ++
-    sets = [f"{'' if present(given, k) == k else '++'}{k}={scalar(v)}" for k, v in overrides.items()]
-    cmd = [_dvc(), "exp", "run", "-n", name, *[a for x in sets for a in ("-S", x)], target]
+    cmd = [_dvc(), "exp", "run", "-n", name, *set_args(read_yaml(root / "params.yaml"), overrides), target]
     p = subprocess.run(cmd, cwd=root, env={**os.environ, SWEEP_VAR: f"{sweep_id}:{index}"}, capture_output=True,
                        text=True)
     logs = []
