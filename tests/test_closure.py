@@ -164,29 +164,3 @@ def test_stages_check_names_a_missing_dependency(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "marin.cli", "--root", str(tmp_path), "stages", "--write"], check=True,
                    capture_output=True)
     assert (tmp_path / "dvc.yaml").read_text() == text and dvcyaml.check(tmp_path) == []
-
-
-def test_setting_keys_in_params_yaml_leaves_dvc_yaml_as_it_is(tmp_path: Path) -> None:
-    """Stages declare the params sections DVC compares whole, so spelling out keys that were defaults (every
-    runtime key, trace.min_tokens) changes no line of dvc.yaml: `marin stages --check` still passes, and DVC,
-    comparing `runtime` and `trace` whole, sees the new values."""
-    import shutil
-
-    from marin.params_file import read_yaml, with_defaults
-    from tests.conftest import put
-
-    for rel in ("marin", "pipeline", "schemas", "closures", "uv.lock", "params.yaml", "dvc.yaml"):
-        src = REPO / rel
-        if src.is_dir():
-            shutil.copytree(src, tmp_path / rel, symlinks=True,
-                            ignore=lambda d, names: [n for n in names if n == "__pycache__"])
-        else:
-            (tmp_path / rel).write_bytes(src.read_bytes())
-    params = read_yaml(tmp_path / "params.yaml")
-    for key, value in with_defaults(params)["runtime"].items():
-        put(params, f"runtime.{key}", value)
-    put(params, "trace.min_tokens", 10)
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    assert dvcyaml.check(tmp_path) == []
-    train = yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]["train"]
-    assert "runtime" in train["params"] and "runtime" in params

@@ -29,9 +29,8 @@ EVAL_CONTEXT, INSTRUCT_EVAL_CONTEXT = "evals/eval_context.json", "evals/instruct
 TRACE_SAMPLES, TRACE_INSTRUCT = "evals/trace/samples.json", "evals/trace/instruct.json"
 
 
-# Params are declared as the sections DVC compares whole (each is in params.yaml, `{}` where it keeps every
-# default: marin.stages.dvcyaml.dvc_params), so that a key added to params.yaml leaves dvc.yaml as it is. A run
-# records the part it reads (train: runtime without runtime.data; evaluate: trace.min_tokens).
+RUNTIME_TRAIN = ("runtime.xla_cpu_threads", "runtime.devices", "runtime.processes", "runtime.param_sharding",
+                 "runtime.determinism")
 
 # What every stage does after its run, named as a stage names its function: mirror the ledger into the
 # MLflow view (marin.tracking, which reads the declarations: named here, not imported).
@@ -49,14 +48,14 @@ STAGES: tuple[Stage, ...] = (
           params=("tokenize",), outs=(Out("tokens", "data/tokens"),),
           dep_notes={"tokenizer": "a pretrained tokenizer.json (tokenize.pretrained.path) lies here"}),
     Stage("train", "marin.train.train_stage:run_stage", {"tokens": "data/tokens"},
-          params=("seed", "model", "train", "runtime"),
+          params=("seed", "model", "train", *RUNTIME_TRAIN),
           outs=(Out("model", MODEL), Out("curve", "metrics/train_curve.csv", "plots")), uses_jax=True, trains=True),
     Stage("instructions", "marin.instruct.instructions_stage:run_stage", {"curated": "data/curated", "raw": "data/raw"},
           params=("fetch", "curate", "instructions"), outs=(Out("instructions", "data/instructions"),),
           note="built-in instructions from the curated splits, and your own (fetch sources of format messages)"),
     Stage("sft", "marin.instruct.sft_stage:run_stage",
           {"base_model": MODEL, "tokenizer": TOKENIZER, "chat_template": TEMPLATE, "instructions": "data/instructions"},
-          params=("seed", "sft", "runtime"),
+          params=("seed", "sft", *RUNTIME_TRAIN),
           outs=(Out("model", INSTRUCT), Out("curve", "metrics/sft_curve.csv", "plots")), uses_jax=True, trains=True,
           note=f"{MODEL} fine-tuned on the instruction set, loss on assistant tokens (marin/instruct/sft.py)"),
     Stage("decontaminate", "marin.evaluate.decontaminate_stage:run_stage",
@@ -72,7 +71,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("evaluate", "marin.evaluate.evaluate_stage:run_stage",
           {"model": MODEL, "tokens": "data/tokens", "evalsets": "data/evalsets",
            "decontamination": "data/decontamination.json", "trace_index": "data/trace_index"},
-          params=("evaluate", "trace", "runtime"),
+          params=("evaluate", "trace.min_tokens", "runtime.xla_cpu_threads", "runtime.determinism"),
           outs=(Out("eval_metrics", EVAL, "metrics"), Out("eval_context", EVAL_CONTEXT),
                 Out("harness_results", "evals/harness/results.json"),
                 Out("harness_samples", "evals/harness/samples.jsonl"), Out("trace_samples", TRACE_SAMPLES)),
@@ -83,7 +82,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("evaluate_instruct", "marin.evaluate.evaluate_instruct_stage:run_stage",
           {"base_model": MODEL, "instruct_model": INSTRUCT, "tokenizer": TOKENIZER, "chat_template": TEMPLATE,
            "instructions": "data/instructions", "trace_index": "data/trace_index"},
-          params=("instructions", "trace", "runtime"),
+          params=("instructions.eval_tokens", "trace.min_tokens", "runtime.xla_cpu_threads", "runtime.determinism"),
           outs=(Out("instruct_eval_metrics", INSTRUCT_EVAL, "metrics"),
                 Out("instruct_eval_context", INSTRUCT_EVAL_CONTEXT), Out("trace_instruct", TRACE_INSTRUCT)),
           note="base and instruct answer the held-out instructions: exact match, containment; answers traced",
