@@ -124,8 +124,9 @@ def params_check(args: argparse.Namespace) -> int:
 def params_show(args: argparse.Namespace) -> int:
     from marin.params_file import dump, read_yaml, with_defaults
 
-    config.load(args.root / "params.yaml")  # refused as a stage would refuse it
-    print(dump(with_defaults(read_yaml(args.root / "params.yaml"))), end="")
+    given = read_yaml(args.root / "params.yaml")
+    config.parse(given, str(args.root / "params.yaml"))  # refused as a stage would refuse it
+    print(dump(with_defaults(given)), end="")
     return 0
 
 

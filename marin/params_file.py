@@ -219,8 +219,8 @@ def merged(given: object, default: object) -> object:
     and an empty section (``curate:``, null) over a mapping keeps the mapping."""
     if isinstance(default, dict) and (given is None or isinstance(given, dict)):
         over = given or {}
-        return {**{k: merged(v, default.get(k)) for k, v in over.items()}, **{k: v for k, v in default.items()
-                                                                              if k not in over}}
+        rest = {k: v for k, v in default.items() if k not in over}
+        return {**{k: merged(v, default.get(k)) for k, v in over.items()}, **rest}
     return given
 
 

@@ -50,23 +50,22 @@ def test_values_are_written_as_yaml_reads_them_back(value) -> None:
     assert yaml.safe_load(scalar(value)) == value and type(yaml.safe_load(scalar(value))) is type(value)
 
 
-def test_a_trial_sets_a_key_params_yaml_has_and_adds_one_it_leaves_at_its_default() -> None:
+def test_a_trial_sets_a_key_params_yaml_has_and_adds_one_it_leaves_at_its_default(tmp_path: Path) -> None:
     from dvc.utils.hydra import apply_overrides
 
     given = {"train": {"lr": 0.003}, "runtime": {}}
     args = set_args(given, {"train.lr": 0.01, "train.beta2": 0.98, "runtime.devices": 2})
     assert args == ["-S", "train.lr=0.01", "-S", "++train.beta2=0.98", "-S", "++runtime.devices=2"]
     with pytest.raises(Exception, match="set-param"):  # what DVC (Hydra) says to a plain key the file lacks
-        apply_overrides(str(_written(given)), ["train.beta2=0.98"])
-    path = _written(given)
+        apply_overrides(str(_written(given, tmp_path / "a")), ["train.beta2=0.98"])
+    path = _written(given, tmp_path / "b")
     apply_overrides(str(path), args[1::2])  # what `dvc exp run -S ...` writes: every override lands
     assert yaml.safe_load(path.read_text()) == {"train": {"lr": 0.01, "beta2": 0.98}, "runtime": {"devices": 2}}
 
 
-def _written(doc: dict) -> Path:
-    import tempfile
-
-    path = Path(tempfile.mkdtemp()) / "params.yaml"
+def _written(doc: dict, folder: Path) -> Path:
+    folder.mkdir()
+    path = folder / "params.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
 

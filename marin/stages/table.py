@@ -137,11 +137,14 @@ def declared(root: Path) -> tuple[Stage, ...]:
     from marin.params_file import read_yaml
 
     path = Path(root) / "params.yaml"
-    loaded = config.load(path) if path.is_file() else None
-    if loaded is None or not loaded.evaluate.references:
+    if not path.is_file():
         return STAGES
-    given = read_yaml(path)["evaluate"]  # the keys params.yaml spells out: DVC refuses one it lacks
-    keys = tuple(f"evaluate.{k}" for k in given if k != "references")
+    given = read_yaml(path)
+    loaded = config.parse(given, str(path))
+    if not loaded.evaluate.references:
+        return STAGES
+    # the keys params.yaml spells out (DVC refuses one it lacks); it has `evaluate`: no default lists references
+    keys = tuple(f"evaluate.{k}" for k in given["evaluate"] if k != "references")
 
     def narrow(s: Stage) -> Stage:
         return replace(s, params=tuple(p for x in s.params for p in (keys if x == "evaluate" else (x,))))
