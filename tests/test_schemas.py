@@ -58,3 +58,20 @@ def test_a_stage_refuses_to_write_records_against_an_edited_schema(data_project:
     assert p.returncode == 1 and p.stderr.count("\n") == 1
     assert "schemas/ledger/input.schema.json: edited" in p.stderr
     assert data_project.ledger_files() == ledger  # nothing was appended
+
+
+def test_pinning_refuses_a_schema_that_is_not_a_schema(project: Project) -> None:
+    """`marin schemas pin` checks each file against the draft 2020-12 meta-schema first: a schema that
+    could not judge a record is never pinned (records are accepted by the compiled validator alone)."""
+    pins = project.root / "marin" / "schema_pins.json"
+    before = pins.read_bytes()
+    schema = project.root / "schemas" / "ledger" / "metric.schema.json"
+    schema.write_text('{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": 5}\n')
+    r = project.marin("schemas", "pin")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "schemas/ledger/metric.schema.json: not a valid draft 2020-12 schema" in r.stderr
+    assert pins.read_bytes() == before
+    schema.write_text('{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object"}\n')
+    assert project.marin("schemas", "pin").returncode == 0
+    assert json.loads(pins.read_text())["schemas/ledger/metric.schema.json"] == \
+        "sha256:" + hashlib.sha256(schema.read_bytes()).hexdigest()
