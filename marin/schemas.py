@@ -62,12 +62,22 @@ def current_pins() -> dict[str, str]:
     for path in sorted(SCHEMA_DIR.rglob("*.schema.json")):
         rel, data = f"schemas/{path.relative_to(SCHEMA_DIR).as_posix()}", path.read_bytes()
         try:
-            jsonschema_rs.Draft202012Validator(json.loads(data))
-        except (ValueError, jsonschema_rs.ValidationError) as e:
-            raise SchemaError(f"{rel}: not a valid draft 2020-12 schema ({str(e).splitlines()[0]}); fix it, "
-                              "then run `marin schemas pin`") from None
+            schema = json.loads(data)
+        except ValueError as e:
+            raise SchemaError(f"{rel}: not JSON ({e}); fix it, then run `marin schemas pin`") from None
+        _compiled(schema, rel)
         out[rel] = hashing.bytes_digest(data)
     return out
+
+
+def _compiled(schema: Any, rel: str) -> Any:
+    """The compiled (Rust) validator of ``schema``; building it checks the schema against the draft
+    2020-12 meta-schema, and one that fails is refused in one line naming ``rel``."""
+    try:
+        return jsonschema_rs.Draft202012Validator(schema, validate_formats=True)
+    except jsonschema_rs.ValidationError as e:
+        raise SchemaError(f"{rel}: not a valid draft 2020-12 schema ({str(e).splitlines()[0]}); fix it, "
+                          "then run `marin schemas pin`") from None
 
 
 class UnpinnedSchema(SchemaError):
@@ -101,11 +111,7 @@ def _fast(name: str) -> Any:
     """A compiled (Rust) validator of the same schema: ~200x faster, used to accept; the explaining
     one above names what is wrong when it rejects. Building it checks the schema against the
     draft 2020-12 meta-schema (the pinned set passes: tests/test_records.py, ``marin schemas pin``)."""
-    try:
-        return jsonschema_rs.Draft202012Validator(_schema(name), validate_formats=True)
-    except jsonschema_rs.ValidationError as e:
-        raise SchemaError(f"{SCHEMA_DIR / name}.schema.json is not a valid draft 2020-12 schema: "
-                          f"{str(e).splitlines()[0]}") from None
+    return _compiled(_schema(name), f"schemas/{name}.schema.json")
 
 
 def is_valid(instance: Any, name: str) -> bool:

@@ -112,8 +112,9 @@ def test_report_card_fmti_and_mof_agree_and_placeholders_block_a_release(trained
     unanswered = [x for x in (out / "datasheet.md").read_text().splitlines() if "not recorded" in x and x[:2] == "- "]
     assert 0 < len(unanswered) <= 11 and all("state it in params.yaml as `report.datasheet." in x for x in unanswered)
     # the card's and datasheet's links open on the Hub: a file of the folder, an anchor of its headings
+    anchors = functools.cache(heading_anchors)  # each file parsed once, not once per link to it
     for name in ("model_card.md", "datasheet.md"):
-        hrefs, anchors = links(out / name), functools.cache(heading_anchors)  # a file parsed once
+        hrefs = links(out / name)
         assert len(hrefs) > 20 and not any("#F" in h for h in hrefs)
         for href in hrefs:
             path, _, anchor = href.partition("#")
