@@ -54,7 +54,10 @@ BIN = Path(sys.executable).parent
 # inherited by the xdist workers): a tiny train stage costs ~7 CPU s instead of ~19 when the same
 # step was compiled before. A cached executable gives the same bits as a fresh compile:
 # tests/test_train.py::test_two_fresh_runs_are_bit_identical compares the two.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="marin-tests-jax-cache-"))
+# Made by the controller (the xdist workers inherit it) and removed when it exits, as the bytecode cache below.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="marin-tests-jax-cache-")
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], True)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # One bytecode cache for every Python process of the session (workers, stages, `marin`, `mlflow server`),
 # outside the venv and the projects: with PYTHONDONTWRITEBYTECODE set (as on some machines) and a venv
