@@ -167,3 +167,19 @@ def test_a_body_reads_as_its_own_kind_only(kind: str) -> None:
     other = next(k for k in KINDS if k != kind)
     with pytest.raises(LedgerError, match=f"a {kind} record, read as {other}"):
         rec.body_as(other)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("kind", sorted(EXAMPLES))
+def test_step_and_name_are_the_bodys_for_every_kind(kind: str) -> None:
+    """A reader of any kind (verify's comparison) gets a record's step and name typed, from its body alone."""
+    rec = Record.create("curate-20260101T000000Z-0123abcd", 0, None, kind, EXAMPLES[kind])
+    body = json.loads(rec.line())["body"]
+    assert rec.step == (body["step"] if "step" in body else None)
+    assert rec.name == (body["name"] if "name" in body else None)
+
+
+def test_step_and_name_of_a_body_that_has_other_types_are_none() -> None:
+    """An unvalidated record (verify reads a forged run with validation off) may carry anything there."""
+    for step, name in ((True, 3), ("7", None), (None, ["x"]), (2.0, {"a": 1})):
+        rec = Record("s", "r", 0, None, "t", "metric", {"step": step, "name": name}, "d")
+        assert rec.step is None and rec.name is None

@@ -102,6 +102,20 @@ class Record:
             raise LedgerError(f"run {self.run_id} seq {self.seq}: a {self.kind} record, read as {kind}")
         return self.body
 
+    @property
+    def step(self) -> int | None:
+        """The step the record is of (a checkpoint's, a metric's, a published checkpoint's), for readers of
+        any kind; None when its body has no integer step."""
+        step = self.body.get("step")
+        return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+    @property
+    def name(self) -> str | None:
+        """The name the record carries (an input's, an output's, an eval's, a publication's), for readers
+        of any kind; None when its body has no string name."""
+        name = self.body.get("name")
+        return name if isinstance(name, str) else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": self.schema, "run_id": self.run_id, "seq": self.seq, "prev": self.prev,

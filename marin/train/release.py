@@ -24,7 +24,7 @@ def publish(root: Path, run: Run, su: Setup, job: Job, params: ModelParams, n_pa
                          meta={"n_params": n_params, "step": steps})
     write_curve(root, run, job)
     print(f"{job.stage}: {n_params:,} parameters, {steps} steps, final model {job.model}: tensor digest "
-          f"{tensor_digest} (over its tensors), folder digest {rec.body['digest']} (over its files)")
+          f"{tensor_digest} (over its tensors), folder digest {rec.body_as('output')['digest']} (over its files)")
 
 
 def write_curve(root: Path, run: Run, job: Job) -> None:

@@ -77,7 +77,7 @@ def comparable(log: RunLog) -> tuple[dict[tuple[Any, ...], Record], list[Diverge
             continue
         if key in out:
             dups.append(Divergence(r.seq, r.kind, f"a second {r.kind} record for {key[1:]} (first at seq "
-                                   f"{out[key].seq})", step=r.body.get("step"), name=r.body.get("name"),
+                                   f"{out[key].seq})", step=r.step, name=r.name,
                                    independent=True))
             continue
         out[key] = r
@@ -94,7 +94,7 @@ def inexact(r: Record) -> list[Divergence]:
             if set(x) == {"value", "hex"} and isinstance(x["value"], int | float):
                 if float(x["value"]).hex() != x["hex"] and x["hex"] not in ("nan", "inf", "-inf"):
                     out.append(Divergence(r.seq, r.kind, f"{path}: decimal {x['value']!r} is not hex {x['hex']}",
-                                          step=r.body.get("step"), name=path.rsplit("/", 1)[-1], independent=True))
+                                          step=r.step, name=path.rsplit("/", 1)[-1], independent=True))
                 return
             for k, v in x.items():
                 walk(v, f"{path}/{k}")
@@ -107,8 +107,8 @@ def inexact(r: Record) -> list[Divergence]:
 
 
 def _describe(rec: Record, replayed: Record | None) -> Divergence:
-    kind, step = rec.kind, rec.body.get("step")
-    name = rec.body.get("name") if kind in ("input", "output", "eval") else None
+    kind, step = rec.kind, rec.step
+    name = rec.name if kind in ("input", "output", "eval") else None
     if replayed is None:
         return Divergence(rec.seq, kind, "recorded, but the replay did not produce it", step=step, name=name,
                           independent=True)
@@ -133,7 +133,7 @@ def values_divergence(rec: Record, replayed: dict[str, Any]) -> Divergence:
     va = values_of(rec)
     bad = [k for k in sorted(set(va) | set(replayed)) if va.get(k) != replayed.get(k)]
     what = ", ".join(f"{k} recorded {_f(va.get(k))} replayed {_f(replayed.get(k))}" for k in bad)
-    return Divergence(rec.seq, rec.kind, what, step=rec.body.get("step"), name=bad[0] if bad else None,
+    return Divergence(rec.seq, rec.kind, what, step=rec.step, name=bad[0] if bad else None,
                       recorded={k: va.get(k) for k in bad}, replayed={k: replayed.get(k) for k in bad})
 
 
@@ -152,7 +152,7 @@ def compare(recorded: RunLog, replay: RunLog) -> tuple[dict[str, int], list[Dive
     for key, rec in theirs.items():
         if key not in mine:
             out.append(Divergence(end, key[0], f"the replay produced {key[0]} {key[1:]}, which the run does not "
-                                  "record (a record was removed)", step=rec.body.get("step"),
+                                  "record (a record was removed)", step=rec.step,
                                   replayed=value_of(rec), independent=True))
     return counts, sorted(out, key=lambda d: d.seq)
 
