@@ -174,8 +174,8 @@ def test_step_and_name_are_the_bodys_for_every_kind(kind: str) -> None:
     """A reader of any kind (verify's comparison) gets a record's step and name typed, from its body alone."""
     rec = Record.create("curate-20260101T000000Z-0123abcd", 0, None, kind, EXAMPLES[kind])
     body = json.loads(rec.line())["body"]
-    assert rec.step == (body["step"] if "step" in body else None)
-    assert rec.name == (body["name"] if "name" in body else None)
+    assert rec.step == body.get("step")
+    assert rec.name == body.get("name")
 
 
 def test_step_and_name_of_a_body_that_has_other_types_are_none() -> None:
