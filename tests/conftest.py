@@ -6,7 +6,6 @@ subprocesses (``python -m pipeline.<stage>`` or ``dvc repro``), exactly as a use
 
 from __future__ import annotations
 
-import atexit
 import fcntl
 import hashlib
 import json
@@ -15,13 +14,14 @@ import random
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.caches import share_caches
 
 REPO = Path(__file__).resolve().parents[1]
 # sha256 of the vendored copies of public standards, taken from the upstream files when they were
@@ -50,24 +50,7 @@ PROJECT_FILES = ("marin", "pipeline", "schemas", "closures", "tokenizer", "dvc.y
                  "uv.lock", ".dvc/config", ".dvc/.gitignore", ".dvc/plots", ".dvcignore", ".gitignore",
                  "published-digests.json")  # a clone holds the published digests (marin reference check)
 BIN = Path(sys.executable).parent
-# One persistent JAX compilation cache for every stage the tests run (set here in the controller,
-# inherited by the xdist workers): a tiny train stage costs ~7 CPU s instead of ~19 when the same
-# step was compiled before. A cached executable gives the same bits as a fresh compile:
-# tests/test_train.py::test_two_fresh_runs_are_bit_identical compares the two.
-# Made by the controller (the xdist workers inherit it) and removed when it exits, as the bytecode cache below.
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="marin-tests-jax-cache-")
-    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], True)
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-# One bytecode cache for every Python process of the session (workers, stages, `marin`, `mlflow server`),
-# outside the venv and the projects: with PYTHONDONTWRITEBYTECODE set (as on some machines) and a venv
-# installed without .pyc files (uv's default), each process compiled mlflow (5.4 s -> 1.8 s to import from
-# the cache) and jax (2.1 s -> 0.8 s) from source again. Python checks each .pyc against its source's mtime.
-# Made by the controller (the xdist workers inherit it) and removed when it exits.
-os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-if "PYTHONPYCACHEPREFIX" not in os.environ:
-    os.environ["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="marin-tests-pycache-")
-    atexit.register(shutil.rmtree, os.environ["PYTHONPYCACHEPREFIX"], True)
+share_caches()  # the session's JAX compilation and bytecode caches (tests/caches.py)
 
 
 def env_for_subprocess() -> dict[str, str]:
