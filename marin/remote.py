@@ -8,6 +8,7 @@ and the published checkpoints of a train run fetched by digest (every file check
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -230,3 +231,58 @@ def remote_objects(root: Path, rec: InputBody, changed: list[str]) -> str:
         return f"; published at {pub['url']}"
     named = [f"{rel} = {remote.md5_url(by_path[rel])}" for rel in changed if rel in by_path]
     return f"; the remote objects behind them (DVC remote {pub['remote']}): {', '.join(named[:5])}" if named else ""
+
+
+MD5 = re.compile(r"[0-9a-f]{32}(\.dir)?")
+
+
+def fetch_md5(root: Path, md5: str, cache: Path) -> str | None:
+    """DVC's object with this md5 (for a ``.dir``: its listing and every file it names) fetched from
+    the project's default remote into the md5 cache ``cache``, as `dvc fetch` would, each fetch
+    bounded by the ``network`` params. None when done, else why not (no remote, not there, no answer)."""
+    if default_remote(root) is None:
+        return "no DVC remote is configured"
+    try:
+        with open_repo(root) as repo:
+            remote = open_remote(repo, None)
+            _get_md5(remote, md5, cache)
+            if md5.endswith(".dir"):
+                for entry in dir_listing(cache / md5[:2] / md5[2:]):
+                    _get_md5(remote, entry["md5"], cache)
+    except MarinError as e:
+        return str(e)
+    except Exception as e:  # the remote's own error (missing object, refused connection): said, not raised
+        return error_line(e)
+    return None
+
+
+def dir_listing(path: Path) -> list[dict[str, str]]:
+    """A DVC ``.dir`` object's listing, checked by shape: relative paths inside the directory, md5 ids."""
+    listing = readers.read_json(path, "dvc_dir", IntegrityError)
+    ok = isinstance(listing, list) and all(
+        isinstance(e, dict) and isinstance(e.get("md5"), str) and MD5.fullmatch(e["md5"]) is not None
+        and not e["md5"].endswith(".dir") and isinstance(e.get("relpath"), str) and e["relpath"]
+        and not os.path.isabs(e["relpath"]) and ".." not in Path(e["relpath"]).parts for e in listing)
+    if not ok:
+        raise IntegrityError(f"{path}: not a DVC directory listing (a list of md5 and relpath, each path inside "
+                             "the directory); remove it from the DVC cache and fetch it again")
+    return listing
+
+
+def _get_md5(remote: Remote, md5: str, cache: Path) -> None:
+    """One md5 object into ``cache``, kept only when its bytes have that md5 (a listing is checked by shape)."""
+    if MD5.fullmatch(md5) is None:
+        raise IntegrityError(f"{md5!r} is not a DVC md5 object id")
+    obj = cache / md5[:2] / md5[2:]
+    if obj.is_file():
+        return
+    obj.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=obj.parent) as tmp:
+        got = Path(tmp) / "object"
+        _get_within(remote, remote.odb.oid_to_path(md5), got, f"DVC object {md5}")
+        if md5.endswith(".dir"):
+            dir_listing(got)
+        elif hashing.file_digests(got)[1] != md5:
+            raise IntegrityError(f"the DVC remote {remote.name}'s object {remote.md5_url(md5)} does not have md5 {md5}")
+        os.replace(got, obj)
+

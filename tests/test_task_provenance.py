@@ -1,7 +1,9 @@
 """A lab's own harness task is in the provenance (issue 39, item 1): its folder and the data files it
 reads are dependencies of the evaluate stage in dvc.yaml and inputs of the evaluate run, by digest. One
-line appended to the task's JSONL makes `dvc status` and `marin status` name evaluate, and `marin
-verify` of the earlier run name the changed input; a dvc.yaml that does not list them is refused."""
+line appended to the task's JSONL makes `dvc status` and `marin status` name evaluate; `marin verify`
+of the earlier run restores the task as recorded from the git worktree at the run's commit and is
+BIT-EXACT, whether the edit is uncommitted or a committed task update (issue 55, item 1: it was called
+MISMATCH); a dvc.yaml that does not list them is refused."""
 
 from __future__ import annotations
 
@@ -59,9 +61,16 @@ def test_editing_a_lab_tasks_data_names_evaluate_everywhere(trained_project: Pro
     status = proj.marin("status")
     stale = [x for x in (status.stdout + status.stderr).splitlines() if x.startswith("stale: evaluate")]
     assert status.returncode == 1 and stale and any(data_dir in x for x in stale), status.stdout + status.stderr
+    if data_dir != "tasks":  # a routine task update, committed
+        proj.git("commit", "-qam", "one more lab item")
     rid = run[0]["run_id"]
+    before = (proj.root / "ledger/runs" / f"{rid}.jsonl").read_bytes()
     v = proj.marin("verify", rid)
-    assert v.returncode != 0 and data_dir in v.stdout + v.stderr, v.stdout + v.stderr
+    assert v.returncode == 0 and "BIT-EXACT" in v.stdout, v.stdout + v.stderr
+    commit = run[0]["body"]["code"]["git_commit"]
+    assert all(f"input task:{p}: restored from git worktree at {commit[:12]}" in v.stdout for p in want), v.stdout
+    after = (proj.root / "ledger/runs" / f"{rid}.jsonl").read_text().splitlines()[len(before.splitlines()):]
+    assert [json.loads(x)["body"]["result"] for x in after] == ["bit-exact"]
     assert proj.marin("ledger", "check").returncode == 0
 
 

@@ -194,18 +194,24 @@ def test_a_metric_forged_with_the_chain_recomputed_is_caught_only_by_replay(trai
     assert f"seq {m['seq']} metric step 6 loss" in p.stdout
 
 
-def test_a_swapped_data_shard_is_named(trained: Project) -> None:
+def test_a_swapped_data_shard_cannot_verify_here_and_records_nothing(trained: Project) -> None:
+    """The recorded bytes are nowhere (no DVC cache, the project's copy swapped): exit 4 naming the input
+    and the differing files, never a mismatch recorded against an honest run."""
     tokens = trained.root / "data" / "tokens"
     a, b = tokens / "train-00000-of-00003.parquet", tokens / "train-00001-of-00003.parquet"
     data_a, data_b = a.read_bytes(), b.read_bytes()
     a.write_bytes(data_b)
     b.write_bytes(data_a)
     path = run_file(trained, "train")
+    before = path.read_bytes()
     p = verify(trained, run_id(path))
-    assert p.returncode == 1, p.stdout + p.stderr
-    d = verifications(path)[0]["first_divergence"]
-    assert d["kind"] == "input" and d["name"] == "tokens"
-    assert a.name in d["what"] and b.name in d["what"]
+    assert p.returncode == 4, p.stdout + p.stderr
+    [line] = p.stderr.strip().splitlines()
+    assert "cannot verify here" in line and "tokens" in line and a.name in line and b.name in line, line
+    assert path.read_bytes() == before
+    a.write_bytes(data_a)  # the shards put back: the ledger, verify's record absent, is as it was
+    b.write_bytes(data_b)
+    assert trained.marin("ledger", "check").returncode == 0
 
 
 @pytest.mark.parametrize("recompute_recipe", [False, True], ids=["recipe-kept", "recipe-recomputed"])

@@ -6,7 +6,8 @@ Numbered steps, each with its own message, each a method of :class:`Verifier`:
 2. the recipe: its digest recomputed from the fields of ``run.started``, and the input
    records agree with the recipe's inputs;
 3. the workspace: a git worktree at the recorded commit, carrying the recorded params;
-4. the inputs: restored by digest (from the DVC cache, else the project's copy);
+4. the inputs: restored by digest (from the worktree at the recorded commit, the DVC cache, the
+   DVC remote, else the project's copy); recorded bytes found nowhere are exit 4, never a mismatch;
 5. the determinism class: the recorded XLA thread count, XLA flags and allow-listed
    environment are restored; the device count and mesh follow from the restored params;
 6. the replay: the recorded command (``--segments K``: K checkpoint intervals of a train
@@ -32,7 +33,7 @@ from typing import Any
 
 from marin import env, hashing
 from marin.errors import IntegrityError
-from marin.ledger.bodies import RunStarted, VerifiedRun
+from marin.ledger.bodies import InputBody, RunStarted, VerifiedRun
 from marin.ledger.check import check_run
 from marin.ledger.index import Index, seed, with_index
 from marin.ledger.query import Ledger
@@ -116,8 +117,7 @@ class Verifier:
 
         self.ws = Workspace.open(self.root, out.run_id, started, keep)  # 3
         try:
-            if not self.replay(segments, seed, xla_flags):
-                return self.finish()  # before the workspace is closed, as an input mismatch always has been
+            self.replay(segments, seed, xla_flags)
         finally:
             self.ws.close()
         return self.finish()
@@ -162,13 +162,11 @@ class Verifier:
                                f"{level}; this CPU ({cpu.model()}) lacks {', '.join(missing)}: "
                                "verify it on a CPU that has them")
 
-    def replay(self, segments: int | None, seed: int | None, xla_flags: tuple[str, ...]) -> bool:
-        """Steps 3-7 in the open workspace. False (the divergence in ``out``) when step 4 found an
-        input that no run recorded."""
+    def replay(self, segments: int | None, seed: int | None, xla_flags: tuple[str, ...]) -> None:
+        """Steps 3-7 in the open workspace."""
         ws, out, say = self.ws, self.out, self.say
         say(f"  3. workspace: git worktree at {ws.commit[:12]} with the recorded params")
-        if not self.restore_inputs(Ledger(self.root, self.index)):  # 4
-            return False
+        self.restore_inputs(Ledger(self.root, self.index))  # 4
         self.replay_env = ws.env(self.started, list(xla_flags))  # 5
         out.verifier = {"workspace": f"git worktree at {ws.commit}", "inputs": ws.restored,
                         "forced": {"xla_flags": list(xla_flags)} if xla_flags else {}}
@@ -180,33 +178,20 @@ class Verifier:
         else:
             self.replay_full()
         out.seconds["replay_s"] = round(time.perf_counter() - t1, 3)
-        return True
 
-    def restore_inputs(self, ledger: Ledger) -> bool:
-        """Step 4: every input put in the workspace by digest. False (the divergence in ``out``) when an
-        input's recorded content is nowhere and the project's copy is one no run recorded."""
+    def restore_inputs(self, ledger: Ledger) -> None:
+        """Step 4: every input put in the workspace by digest. An input whose recorded bytes are nowhere
+        here is CannotVerify (exit 4): the run is not shown wrong by a copy that changed since, so no
+        verdict is recorded against it."""
         by_name = {r.body_as("input")["name"]: r for r in self.log.of_kind("input")}
         producers = ledger.producers_of  # digest -> the runs that output it
         for i in self.started["inputs"]:
-            rec = by_name[i["name"]]
-            body = rec.body_as("input")
+            body = by_name[i["name"]].body_as("input")
             try:
                 source = self.ws.restore_input(body, _entries(producers, body["digest"]))
-                self.say(f"  4. input {i['name']}: restored from {source}")
             except InputUnavailable as e:
-                here = ledger.root / body["path"]
-                if not here.exists():
-                    raise CannotVerify(f"step 4: {e}; restore it (dvc pull / dvc checkout) and retry") from None
-                later = producers(hashing.path_digest(here))
-                if later:  # another recorded version, not a forgery: restore the recorded one
-                    raise CannotVerify(f"step 4: {e}; the project holds the version run {later[-1][0].run_id} "
-                                       "produced: restore the recorded one (dvc checkout, or keep a DVC cache) "
-                                       "and retry") from None
-                self.out.divergences = [Divergence(rec.seq, "input", f"{e}; no run recorded that content",
-                                                   name=i["name"], recorded=body["digest"], independent=True)]
-                self.say(f"  4. input {i['name']}: MISMATCH {e}")
-                return False
-        return True
+                raise CannotVerify(f"step 4: cannot verify here: {e}; {_restore_hint(ledger, body)}") from None
+            self.say(f"  4. input {i['name']}: restored from {source}")
 
     def replay_full(self) -> None:
         """Steps 6-7 without --segments: the recorded command in the workspace, then every record compared."""
@@ -324,6 +309,20 @@ class Verifier:
 def _entries(producers: Callable[[str], list[Any]], digest: str) -> list[dict[str, Any]] | None:
     """The file list a producing run recorded for a directory with this digest."""
     return next((found for _, body in producers(digest) if (found := body.get("entries")) is not None), None)
+
+
+def _restore_hint(ledger: Ledger, body: InputBody) -> str:
+    """What to do about an input whose recorded bytes are nowhere: the project's copy changed since
+    the run (a later version, recorded or not), or is gone."""
+    here = ledger.root / body["path"]
+    if not here.exists():
+        return "restore it (git checkout, dvc pull or dvc checkout) and retry"
+    later = ledger.producers_of(hashing.path_digest(here))
+    if later:
+        return (f"the project holds the version run {later[-1][0].run_id} produced: restore the recorded one "
+                "(dvc checkout, or keep a DVC cache or remote) and retry")
+    return (f"{body['path']} changed since the run: put the recorded bytes back (git checkout of the recorded "
+            "commit, dvc pull) and retry")
 
 
 def _module(command: list[str]) -> str:

@@ -92,17 +92,27 @@ class Workspace:
         path.write_text(yaml.safe_dump(deep_merge(base or {}, recorded), sort_keys=False))
 
     def restore_input(self, rec: InputBody, entries: list[dict[str, Any]] | None = None) -> str:
-        """Put the input recorded by ``rec`` (an input record body) at its path in the workspace,
-        from the DVC cache or the project's copy, whichever has the recorded digest. ``entries``:
-        the producing run's file list of a directory input, to name the files that differ."""
+        """Put the input recorded by ``rec`` (an input record body) at its path in the workspace, from
+        the first place that holds the recorded digest: the worktree itself (a git-tracked input at the
+        recorded commit), the DVC cache, the project's DVC remote, the project's copy. ``entries``: the
+        producing run's file list of a directory input, to name the files that differ."""
         dest, want = self.root / rec["path"], rec["digest"]
         tried: list[str] = []
+        if dest.exists():
+            got = hashing.path_digest(dest)
+            if got == want:
+                return self._restored(rec, f"git worktree at {self.commit[:12]}")
+            tried.append(f"commit {self.commit[:12]} holds {rec['path']} as {got}")
         md5 = rec.get("dvc_md5")
         if md5:
             if self._from_dvc_cache(md5, dest) and hashing.path_digest(dest) == want:
                 return self._restored(rec, f"DVC cache (md5 {md5})")
-            tried.append(f"the DVC cache has no copy with md5 {md5}")
             _remove(dest)
+            why = self._from_dvc_remote(md5, dest)
+            if why is None and hashing.path_digest(dest) == want:
+                return self._restored(rec, f"the DVC remote (md5 {md5})")
+            _remove(dest)
+            tried.append(f"neither the DVC cache nor its remote has md5 {md5} (remote: {why or 'other bytes'})")
         src = self.project / rec["path"]
         if src.exists():
             got = hashing.path_digest(src)
@@ -130,13 +140,29 @@ class Workspace:
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(obj, dest)
             return True
-        for entry in readers.read_json(obj, "dvc_dir", CannotVerify):
+        from marin.remote import dir_listing
+
+        for entry in dir_listing(obj):
             f = cache / entry["md5"][:2] / entry["md5"][2:]
             if not f.is_file():
                 return False
             (dest / entry["relpath"]).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(f, dest / entry["relpath"])
         return True
+
+    def _from_dvc_remote(self, md5: str, dest: Path) -> str | None:
+        """Fetch the object into the project's DVC cache from its default remote (as `dvc fetch`
+        would, bounded by the ``network`` params), then restore it from there; None when restored,
+        else why not (no remote, the remote lacks it, no answer)."""
+        from marin.remote import fetch_md5
+
+        cache = _dvc_cache(self.project, create=True)
+        if cache is None:
+            return "not a DVC project"
+        why = fetch_md5(self.project, md5, cache)
+        if why is None and not self._from_dvc_cache(md5, dest):
+            return "fetched, but not complete in the cache"
+        return why
 
     def env(self, started: RunStarted, forced_flags: list[str]) -> dict[str, str]:
         """The replay's environment: the verifier's, with the recorded determinism settings put back."""
@@ -230,8 +256,9 @@ def _changed_files(project: Path, rec: InputBody, entries: list[dict[str, Any]] 
     return f" (files differing from the record: {', '.join(changed[:5])}{remote_objects(project, rec, changed)})"
 
 
-def _dvc_cache(project: Path) -> Path | None:
-    """The md5 object directory of the project's DVC cache (DVC 3 layout), if any."""
+def _dvc_cache(project: Path, create: bool = False) -> Path | None:
+    """The md5 object directory of the project's DVC cache (DVC 3 layout), if any (``create``: made
+    when absent, for a fetch)."""
     try:
         from dvc.repo import Repo  # pyright: ignore[reportMissingTypeStubs]
 
@@ -239,6 +266,8 @@ def _dvc_cache(project: Path) -> Path | None:
             path = Path(repo.cache.local.path)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
     except Exception:  # not a DVC project, or DVC cannot open it: no cache to use
         return None
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
     return path if path.is_dir() else None
 
 
