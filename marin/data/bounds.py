@@ -5,7 +5,8 @@ Each member or value on its own may be within its bound and the whole still be a
 members of 1 MiB of deflated zeros (10 MB) expand to 10 GiB, a million empty tar headers cost
 their ``TarInfo`` objects, a few MB of zstd Parquet decode to GBs. The bounds here are on the
 whole: at most :data:`MAX_MEMBERS` members, at most ``MAX_RATIO`` times the stored size in all,
-at most :data:`MAX_ROW_GROUP_BYTES` decoded per Parquet row group (Arrow builds one at a time).
+at most :data:`MAX_ROW_GROUP_BYTES` decoded per Parquet row group (Arrow builds one at a time), and
+a Parquet file's strings at most ``MAX_RATIO`` times its size once their dictionaries are expanded.
 """
 
 from __future__ import annotations
@@ -104,3 +105,13 @@ def row_groups(path: Path, meta: Any, columns: list[str], where: str) -> None:
             continue
         raise StageError(f"{where} row group {g} ({', '.join(columns)}) {why}; refusing the file unread: write it "
                          "with smaller row groups (pyarrow: row_group_size), or fetch it again")
+
+
+def decoded(path: Path, total: int, where: str) -> None:
+    """Refuse a Parquet file whose string values, as their dictionaries' lengths say, decode to over
+    MAX_RATIO times its size in all (a footer counts a dictionary page once, however many rows use it)."""
+    limit = max(path.stat().st_size * MAX_RATIO, RATIO_MIN_BYTES)
+    if total > limit:
+        raise StageError(f"{where}: its strings decode to {total:,} bytes or more, over {MAX_RATIO}x its "
+                         f"{path.stat().st_size:,} stored bytes (a dictionary bomb?); refusing the file before "
+                         "they are decoded: split the file or drop its repeated rows, or fetch it again")

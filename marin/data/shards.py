@@ -18,16 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from marin.config import CurateParams, Extract, Source
-from marin.data import archive, bounds
+from marin.data import archive, parquet_rows
 from marin.errors import StageError
 from marin.fsutil import shown
 
 SHARD_BYTES = 4 << 20  # input per shard: cheap to ship, and many shards per worker on a real corpus
-SHARD_ROWS = 2048  # Parquet rows per shard
 
 
 @dataclass(frozen=True)
@@ -66,7 +63,7 @@ class Shard:
     stream: int  # one member as read by one extract: groups are joined only within it
     member: str
     first: int  # number of the first line (JSONL) or row (Parquet), from 1
-    data: Any  # text: [(member, bytes | Oversize)]; jsonl: bytes | Oversize (a skipped line); parquet: RecordBatch
+    data: Any  # text: [(member, bytes | Oversize)]; jsonl: bytes | Oversize (a skipped line); parquet: Rows
 
 
 def shards(sources: list[tuple[Source, Path]], p: CurateParams, spool: Path) -> Iterator[Shard]:
@@ -94,7 +91,7 @@ def shards(sources: list[tuple[Source, Path]], p: CurateParams, spool: Path) -> 
                                                     over=over):
                         yield make(first, chunk)
                 else:
-                    yield from (make(first, batch) for first, batch in _parquet_batches(m, path, ex, spool))
+                    yield from (make(first, rows) for first, rows in _parquet_rows(m, path, ex, p, spool))
             if bundle:
                 yield Shard(shown(path), o, ex, p, stream, bundle[0][0], 1, bundle)
             if not found:
@@ -181,7 +178,8 @@ def _skip_line(stream: archive.Readable, buf: bytes, size: int) -> tuple[int, by
         skipped += len(block)
 
 
-def _parquet_batches(m: archive.Member, path: Path, ex: Extract, spool: Path) -> Iterator[tuple[int, pa.RecordBatch]]:
+def _parquet_rows(m: archive.Member, path: Path, ex: Extract, p: CurateParams,
+                  spool: Path) -> Iterator[tuple[int, parquet_rows.Rows]]:
     where = f"{shown(path)}: member {m.name!r}"
     local = m.path
     if local is None:  # inside a tar or zip: Parquet needs to seek, so the member is copied out (to disk)
@@ -189,19 +187,18 @@ def _parquet_batches(m: archive.Member, path: Path, ex: Extract, spool: Path) ->
         with open(local, "wb") as f:
             shutil.copyfileobj(m.stream, f, 1 << 20)
     try:
-        with pq.ParquetFile(local) as pf:
-            columns = _parquet_columns(pf.schema_arrow, ex, where)
-            bounds.row_groups(local, pf.metadata, columns, where)  # the footer, before a page is decoded
-            row = 1
-            for batch in pf.iter_batches(batch_size=SHARD_ROWS, columns=columns, use_threads=False):
-                yield row, batch
-                row += batch.num_rows
+        yield from parquet_rows.rows(local, partial(_parquet_columns, ex=ex, where=where), ex.text_field or "",
+                                     p.max_document_bytes, where, partial(_over_row, where, p))
     except (pa.ArrowException, OSError) as e:
         raise StageError(f"{where}: not a readable Parquet file ({e}); check the extract's format, or fetch "
                          "it again") from None
     finally:
         if local != m.path:
             local.unlink(missing_ok=True)
+
+
+def _over_row(where: str, p: CurateParams, row: int, n: int) -> Oversize:
+    return oversize(f"{where} row {row}", n, p)
 
 
 def _parquet_columns(schema: pa.Schema, ex: Extract, where: str) -> list[str]:
@@ -211,7 +208,7 @@ def _parquet_columns(schema: pa.Schema, ex: Extract, where: str) -> list[str]:
             raise StageError(f"{where}: no column {c!r} (it has {', '.join(schema.names)}); set text_field, "
                              "license_field and group_by to its columns")
         t = schema.field(c).type
-        if c in (ex.text_field, ex.license_field) and not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+        if c in (ex.text_field, ex.license_field) and not parquet_rows.is_text(t):
             raise StageError(f"{where}: column {c!r} is {t}, not text; name a string column")
     return list(dict.fromkeys(columns))
 
@@ -268,16 +265,11 @@ def _own_license(value: object, ex: Extract, where: str, at: str) -> str | None:
 
 
 def _parquet_records(sh: Shard) -> Iterator[Record]:
-    ex, batch = sh.ex, sh.data
+    ex, batch, over = sh.ex, sh.data.batch, sh.data.over
     where = f"{sh.archive}: member {sh.member!r}"
-    column = batch.column(ex.text_field)
-    sizes = pc.binary_length(column).to_pylist()  # pyright: ignore[reportAttributeAccessIssue]
-    big = [i for i, n in enumerate(sizes) if n is not None and n > sh.p.max_document_bytes]
-    if big:  # never copied into Python: Arrow holds the batch already
-        column = pc.if_else(pc.greater(pc.binary_length(column), sh.p.max_document_bytes), None, column)  # pyright: ignore[reportAttributeAccessIssue]
-    texts: list[Any] = column.to_pylist()
-    for i in big:
-        texts[i] = oversize(f"{where} row {sh.first + i}", sizes[i], sh.p)
+    texts: list[Any] = batch.column(ex.text_field).to_pylist()  # an oversize row's is null: never decoded
+    for i, n in over.items():
+        texts[i] = Oversize(n)
     owns = batch.column(ex.license_field).to_pylist() if ex.license_field else [None] * len(texts)
     keys = zip(*(batch.column(k).to_pylist() for k in ex.group_by), strict=True) if ex.group_by else None
     for i, (text, own) in enumerate(zip(texts, owns, strict=True)):

@@ -1,0 +1,1 @@
+../../../../marin/data/parquet_rows.py
