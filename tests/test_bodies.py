@@ -119,3 +119,26 @@ def test_the_verification_body_is_the_outcome_and_valid() -> None:
     assert set(body) == _keys(bodies.VerificationBody)[1]
     assert (body["result"], body["exit_code"]) == (out.result, out.exit_code)
     assert body["first_divergence"] == out.divergences[0].to_dict()
+
+
+@pytest.mark.parametrize(("compared", "diverged", "nothing"), [
+    ({}, False, True),
+    ({"metric": 0, "output": 0}, False, True),
+    ({"metric": 3}, False, False),
+    ({}, True, False),  # a divergence is a verdict (mismatch), whatever was counted
+])
+def test_a_verification_that_compared_nothing_is_no_verdict(compared: dict[str, int], diverged: bool,
+                                                            nothing: bool) -> None:
+    """Issue 55, item 5: BIT-EXACT over no record is not a verdict; verify refuses it (exit 4, nothing
+    recorded) and a report never counts such a record (``compared_nothing``)."""
+    from marin.verify.compare import Divergence
+    from marin.verify.outcome import Outcome
+
+    out = Outcome("fetch-20260101T000000Z-0123abcd", "fetch")
+    out.compared = dict(compared)
+    out.divergences = [Divergence(2, "output", "differs", independent=True)] if diverged else []
+    assert out.verified_nothing is nothing
+    body = bodies.VerificationBody(verified=bodies.VerifiedRun(run_id=out.run_id, recipe_digest="", finished_digest=""),
+                                   mode="full", result=out.result, exit_code=out.exit_code, verifier={},
+                                   compared=out.compared, first_divergence=None, time={})
+    assert bodies.compared_nothing(body) is (not any(compared.values()))

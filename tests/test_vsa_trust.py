@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tests.conftest import Project
-from tests.test_verify import records, run_file, run_id, verifications
+from tests.test_verify import records, rewrite_chain, run_file, run_id, verifications
 
 pytestmark = pytest.mark.slow
 
@@ -220,6 +220,16 @@ def test_each_forgery_of_a_record_is_named_and_counts_only_in_its_window(trained
     for words, bad in forged.items():
         why = vsa.backing_problem(bad, log, kid, "2100-01-01T00:00:00Z")
         assert why is not None and words in why, (words, why)
+    # a record of a skipped replay (compared nothing), chained and signed as marin would: no verdict (issue 55, 5)
+    path = run_file(proj, "fetch")
+    recs = records(path)
+    recs[-1]["body"]["compared"] = {}
+    rewrite_chain(path, recs)
+    assert proj.marin("ledger", "check").returncode == 0
+    log = load_run(proj.root, fetch)
+    empty = vsa.summary("fetch", log.records[-1], kid)
+    why = vsa.backing_problem(empty, log, kid, "2100-01-01T00:00:00Z")
+    assert why is not None and "compared no record" in why, why
 
 
 @pytest.mark.parametrize(("doc", "words"), [

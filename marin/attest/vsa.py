@@ -28,7 +28,7 @@ from typing import Any
 from marin import env, fsutil, hashing
 from marin.attest import dsse, keyring, verifiers
 from marin.errors import MarinError
-from marin.ledger.bodies import VerificationBody
+from marin.ledger.bodies import VerificationBody, compared_nothing
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog, load_run
 
@@ -256,6 +256,8 @@ def backing_problem(stmt: dict[str, Any], log: RunLog, kid: str, as_of: str) -> 
                 "no `marin verify` it summarises is in the ledger")
     if ref.get("digest") != rec.digest:
         return f"it cites verification record seq {seq} as {ref.get('digest')}, the ledger's is {rec.digest}"
+    if compared_nothing(rec.body_as("verification")):
+        return f"verification record seq {seq} compared no record: it verified nothing"
     signer = (rec.body_as("verification").get("signer") or {}).get("keyid")
     if signer != kid:
         return (f"verification record seq {seq} names " + (f"key {signer} as its signer, not {kid}" if signer else

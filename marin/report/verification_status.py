@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from marin.ledger.bodies import compared_nothing
 from marin.report.facts import Context, Facts
 from marin.report.page import Page, table
 
@@ -14,7 +15,8 @@ def facts(f: Facts, c: Context) -> list[dict[str, Any]]:
     """One row per run of the lineage: the fact ids of its strongest, latest verification, or none."""
     out: list[dict[str, Any]] = []
     for log in c.lineage():
-        run_id, vs = log.run_id, log.of_kind("verification")
+        run_id = log.run_id
+        vs = [v for v in log.of_kind("verification") if not compared_nothing(v.body_as("verification"))]
         if not vs:
             out.append({"run_id": run_id, "stage": log.stage, "result": None})
             continue

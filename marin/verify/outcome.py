@@ -49,6 +49,11 @@ class Outcome:
         return "class-differs" if self.class_diffs else "mismatch"
 
     @property
+    def verified_nothing(self) -> bool:
+        """No divergence, but no record compared either: no verdict at all (never BIT-EXACT)."""
+        return not self.divergences and not any(n > 0 for n in self.compared.values())
+
+    @property
     def exit_code(self) -> Literal[0, 1, 3]:
         return EXIT[self.result]
 

@@ -296,6 +296,9 @@ class Verifier:
         out.verifier.setdefault("code", log.code)
         out.verifier.setdefault("determinism_class", {})
         out.cpu = cpu_differences(log.env, out.verifier["env"])
+        if out.verified_nothing:
+            raise CannotVerify(f"step 7: the replay of {log.run_id} compared no record: nothing was verified, so "
+                               "nothing is recorded; check that the recorded command writes its records, and retry")
         file = RunFile(log.path, log.run_id, functools.partial(seed, log.path, log.run_id, self.index))
         verified = VerifiedRun(run_id=log.run_id, recipe_digest=log.recipe_digest,
                                finished_digest=log.end.digest)
