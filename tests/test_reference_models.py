@@ -175,6 +175,9 @@ def test_a_reference_is_a_stage_of_its_own_and_evaluate_no_longer_tracks_the_lis
     for name in ("evaluate", "export"):
         assert "evaluate" not in got[name].params and "evaluate.harness" in got[name].params
         assert not any("references" in p for p in got[name].params)
+    # the report shows the references' scores: DVC runs it after every reference stage (issue 57, item 1)
+    assert "metrics/reference/pythia-160m.json" in got["report"].deps
+    assert not any("metrics/reference" in d for s in got.values() if s.name != "report" for d in s.deps)
 
 
 def test_the_card_states_parameters_and_tokens_or_not(tmp_path) -> None:

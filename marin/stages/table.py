@@ -111,6 +111,7 @@ TRAINING = tuple(s.name for s in STAGES if s.trains)  # checkpoints, segments, r
 SOURCE_STAGES = tuple(s.name for s in STAGES if s.fetches)  # their inputs come from outside the ledger
 CLI_MODULE = "marin.cli"  # the entry point of runs that no pipeline stage makes (publish)
 
+SHOWS_REFERENCES = ("report",)  # stages that show the references' scores: they run after every reference stage
 REFERENCE = "reference_"  # a stage per evaluate.references entry: reference_<name> (pipeline/reference.py)
 REFERENCE_FN = "marin.evaluate.reference_stage:run_stage"
 
@@ -146,10 +147,14 @@ def declared(root: Path) -> tuple[Stage, ...]:
     # the keys params.yaml spells out (DVC refuses one it lacks); it has `evaluate`: no default lists references
     keys = tuple(f"evaluate.{k}" for k in given["evaluate"] if k != "references")
 
-    def narrow(s: Stage) -> Stage:
-        return replace(s, params=tuple(p for x in s.params for p in (keys if x == "evaluate" else (x,))))
+    refs = tuple(reference(r.name, r.path) for r in loaded.evaluate.references)
+    shown = {f"{r.name}_metrics": r.out("reference_metrics").as_posix() for r in refs}  # the report's references table
 
-    return (*map(narrow, STAGES), *(reference(r.name, r.path) for r in loaded.evaluate.references))
+    def narrow(s: Stage) -> Stage:
+        s = replace(s, params=tuple(p for x in s.params for p in (keys if x == "evaluate" else (x,))))
+        return replace(s, inputs={**s.inputs, **shown}) if s.name in SHOWS_REFERENCES else s
+
+    return (*map(narrow, STAGES), *refs)
 
 
 def get(name: str) -> Stage | None:
