@@ -108,8 +108,10 @@ class NetworkParams:
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 20.0  # a silent server is given up after 3 x 20 s and the backoff (62 s; 60 s: 182 s)
     retries: int = 2
-    total_timeout_s: float = 600.0  # one download, every try included: a trickling server ends here
+    total_timeout_s: float = 600.0  # one download, every try included
     max_bytes: int = 16 << 30  # one download's bytes, at most
+    min_rate_bytes_s: float = 10240.0  # a try that gets less over min_rate_window_s ends: a trickling server (0: none)
+    min_rate_window_s: float = 30.0
 
 
 @dataclass(frozen=True)

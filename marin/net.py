@@ -1,8 +1,8 @@
 """Bounded network operations: every request marin makes has a connect timeout, a read timeout
 and a bounded number of tries, and a failure is one line naming the URL. A download also has a
-total deadline over all its tries (a server that trickles a byte a second never times out a
-read) and a byte cap, and speaks http(s) only: no ``file:`` (``/dev/zero`` never ends), ``ftp:``
-or ``data:`` address, and no redirect to one.
+total deadline over all its tries, a rate floor within each (a server that trickles a byte a
+second never times out a read) and a byte cap, and speaks http(s) only: no ``file:``
+(``/dev/zero`` never ends), ``ftp:`` or ``data:`` address, and no redirect to one.
 
 The bounds come from params.yaml's optional ``network`` section (:class:`marin.config.NetworkParams`;
 defaults there). The same approach, set up here, serves each client: urllib for ``url``
@@ -12,6 +12,7 @@ S3 DVC remote (:func:`bound_dvc_remotes`), and MLflow's REST client (:func:`mlfl
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import http.client
 import os
@@ -33,6 +34,7 @@ TRANSIENT = (TimeoutError, socket.timeout, ConnectionError, urllib.error.URLErro
 DEFAULT = NetworkParams()
 SCHEMES = ("http", "https")
 MLFLOW_TIMEOUT_S = 10  # after a stage, MLflow is best effort: a short bound, no retry (the ledger has it all)
+TICK = 0.25  # seconds between two looks at a download's deadline and rate
 
 
 class NetworkError(MarinError):
@@ -53,17 +55,56 @@ def bounds(t: NetworkParams) -> str:
             "tries (network.* in params.yaml)")
 
 
-class Deadline:
-    """The end of one download, every try included: when it passes, each socket the download
-    opened is shut, which wakes a read that is blocked, or crawling, at once."""
+class RateFloor:
+    """The bytes of a try's last ``min_rate_window_s`` against ``min_rate_bytes_s``: ``add`` counts
+    what arrived, ``check`` (every TICK) gives the rate seen when it is under the floor."""
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds, self.at, self.passed = seconds, time.monotonic() + seconds, False
+    def __init__(self, t: NetworkParams) -> None:
+        self.floor, self.window, self.got = t.min_rate_bytes_s, t.min_rate_window_s, 0
+        self._marks: collections.deque[tuple[float, int]] | None = None  # (time, bytes so far); None: not counting
+
+    def start(self) -> None:
+        """A try begins: the window counts from now (a retry starts over, as its bytes do)."""
+        self._marks = collections.deque([(time.monotonic(), self.got)])
+
+    def stop(self) -> None:
+        self._marks = None
+
+    def add(self, n: int) -> None:
+        self.got += n
+
+    def check(self) -> float | None:
+        marks, now, got = self._marks, time.monotonic(), self.got
+        if marks is None or self.floor <= 0:
+            return None
+        while len(marks) > 1 and marks[1][0] <= now - self.window:  # the first mark: the last one a window ago
+            marks.popleft()
+        marks.append((now, got))
+        t0, n0 = marks[0]
+        if now - t0 < self.window:
+            return None
+        rate = (got - n0) / (now - t0)
+        return rate if rate < self.floor else None
+
+
+def too_slow(url: str, rate: float, t: NetworkParams) -> str:
+    return (f"{url}: {rate:.0f} bytes/s over the last {t.min_rate_window_s:g} s, under network.min_rate_bytes_s "
+            f"({t.min_rate_bytes_s:g} bytes/s); check the server, or lower network.min_rate_bytes_s in params.yaml "
+            "(0: no floor)")
+
+
+class Deadline:
+    """The end of one download: ``total_timeout_s`` over every try, or a try under the rate floor.
+    Either way each socket the download opened is shut, which wakes a read that is blocked, or
+    crawling, at once."""
+
+    def __init__(self, t: NetworkParams) -> None:
+        self.at, self.passed, self.slow = time.monotonic() + t.total_timeout_s, False, None
+        self.floor = RateFloor(t)
         self._socks: list[socket.socket] = []
         self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
+        self._closed = threading.Event()
+        threading.Thread(target=self._watch, name="download deadline", daemon=True).start()
 
     def left(self) -> float:
         return max(0.0, self.at - time.monotonic())
@@ -71,17 +112,31 @@ class Deadline:
     def watch(self, sock: socket.socket) -> None:
         with self._lock:
             self._socks.append(sock)
-            if self.passed:
+            if self.ended():
                 _shut(sock)
 
-    def _expire(self) -> None:
-        with self._lock:
-            self.passed = True
-            for sock in self._socks:
-                _shut(sock)
+    def ended(self) -> bool:
+        return self.passed or self.slow is not None
+
+    def error(self, url: str, t: NetworkParams, what: str) -> NetworkError | None:
+        """Why the download ended (the rate floor, the deadline), or None while it runs."""
+        if self.slow is not None:
+            return NetworkError(f"{what}{too_slow(url, self.slow, t)}")
+        return _late(url, t, what) if self.passed else None
+
+    def _watch(self) -> None:
+        while not self._closed.wait(min(TICK, self.left())):
+            slow = self.floor.check()
+            if slow is None and self.left() > 0:
+                continue
+            with self._lock:
+                self.slow, self.passed = slow, slow is None
+                for sock in self._socks:
+                    _shut(sock)
+            return
 
     def close(self) -> None:
-        self._timer.cancel()
+        self._closed.set()
 
 
 def _shut(sock: socket.socket) -> None:
@@ -106,8 +161,8 @@ def retrying(url: str, fn: Callable[[], T], t: NetworkParams, transient: tuple[t
             if e.code < 500 or i == t.retries:
                 raise NetworkError(f"{what}{url}: HTTP {e.code} {e.reason}; check the URL") from None
         except transient as e:
-            if deadline is not None and deadline.passed:
-                raise _late(url, t, what) from None
+            if deadline is not None and (ended := deadline.error(url, t, what)):
+                raise ended from None
             if i == t.retries:
                 raise NetworkError(f"{what}{url}: no answer ({cause(e)}) after {bounds(t)}; check the URL and the "
                                    "server, or raise the bounds") from None
@@ -190,14 +245,16 @@ def _opener(t: NetworkParams, deadline: Deadline) -> urllib.request.OpenerDirect
     return opener
 
 
-def _copy(r: Any, f: Any, url: str, t: NetworkParams, what: str) -> None:
-    """The body of ``r`` into ``f``, refused past ``t.max_bytes`` (a declared length at once)."""
+def _copy(r: Any, f: Any, url: str, t: NetworkParams, what: str, floor: RateFloor) -> None:
+    """The body of ``r`` into ``f``, refused past ``t.max_bytes`` (a declared length at once), counted
+    for the rate ``floor``."""
     declared = (r.headers.get("Content-Length") or "").strip()
     if declared.isdigit() and int(declared) > t.max_bytes:
         raise _too_big(url, t, what, f"the server declares {int(declared)} bytes, more than")
     n = 0
     while chunk := r.read1(1 << 20):  # read1: whatever has arrived, so the deadline is seen between reads too
         n += len(chunk)
+        floor.add(len(chunk))
         if n > t.max_bytes:
             raise _too_big(url, t, what, "the server sent more than")
         f.write(chunk)
@@ -210,18 +267,23 @@ def _too_big(url: str, t: NetworkParams, what: str, did: str) -> NetworkError:
 
 def download(url: str, out: Path, t: NetworkParams, what: str = "") -> None:
     """``url`` (http or https) into the file ``out``, within the bounds: each try's timeouts, at
-    most ``t.max_bytes``, and ``t.total_timeout_s`` over all tries; a retry starts over."""
+    most ``t.max_bytes``, at least ``t.min_rate_bytes_s`` over each window of a try, and
+    ``t.total_timeout_s`` over all tries; a retry starts over."""
     if problem := scheme_problem(url):
         raise NetworkError(f"{what}{url[:200]}: {problem}")
-    deadline = Deadline(t.total_timeout_s)
+    deadline = Deadline(t)
     opener = _opener(t, deadline)
 
     def once() -> None:
-        with opener.open(url, timeout=max(0.001, min(t.connect_timeout_s, deadline.left()))) as r, \
-                open(out, "wb") as f:
-            _copy(r, f, url, t, what)
-        if deadline.passed:  # shut while reading: what arrived may be only a part
-            raise _late(url, t, what)
+        deadline.floor.start()
+        try:
+            with opener.open(url, timeout=max(0.001, min(t.connect_timeout_s, deadline.left()))) as r, \
+                    open(out, "wb") as f:
+                _copy(r, f, url, t, what, deadline.floor)
+        finally:
+            deadline.floor.stop()  # the backoff between tries is not a slow transfer
+        if ended := deadline.error(url, t, what):  # shut while reading: what arrived may be only a part
+            raise ended
 
     try:
         retrying(url, once, t, what=what, deadline=deadline)

@@ -2,7 +2,8 @@
 (``<remote>/marin/sha256/<2 hex>/<62 hex>``), the ``publication`` records of ``marin publish``,
 and the published checkpoints of a train run fetched by digest (every file checked) for
 ``marin verify --segments`` on a machine that lacks them. Each fetch is bounded by the project's
-``network`` params: at most ``max_bytes``, within ``total_timeout_s`` (:func:`_get_within`).
+``network`` params: at most ``max_bytes``, at least ``min_rate_bytes_s``, within ``total_timeout_s``
+(:func:`_get_within`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +42,7 @@ class Remote:
     fs: Any  # dvc_objects FileSystem
     base: str  # the remote's root inside ``fs``
     odb: Any  # DVC's md5 object store on the remote
-    bounds: NetworkParams = net.DEFAULT  # each fetch: network.max_bytes, within network.total_timeout_s
+    bounds: NetworkParams = net.DEFAULT  # each fetch: network.max_bytes, min_rate_bytes_s and total_timeout_s
 
     def object_path(self, digest: str) -> str:
         """Where marin keeps the object with this sha256."""
@@ -162,37 +164,70 @@ def _fetch(remote: Remote, digest: str, dest: Path, what: str) -> None:
 
 
 def _get_within(remote: Remote, src: str, dest: Path, what: str) -> None:
-    """``fs.get_file(src, dest)`` within ``remote.bounds``: at most ``max_bytes``, and done within
-    ``total_timeout_s``. The copy runs in a thread, as an fsspec read has no deadline of its own (a
-    trickling server never times out a read; a fifo in a local remote never opens): past the deadline
-    the thread is told to stop and abandoned, and the fetch fails in one line."""
-    t, stop, outcome = remote.bounds, threading.Event(), []
+    """``src`` into ``dest`` within ``remote.bounds``: at most ``max_bytes``, at least ``min_rate_bytes_s``
+    over each ``min_rate_window_s``, and done within ``total_timeout_s``. The copy runs in a thread, as
+    an fsspec read has no deadline of its own (a trickling server never times out a read; a fifo in a
+    local remote never opens): past a bound the copy is told to stop, its thread is abandoned, and
+    the fetch fails in one line."""
+    t, url, outcome = remote.bounds, remote.url_of(src), []
+    count = _counter(t, f"{what}: {url}")
 
     def copy() -> None:
         try:
-            n = 0
-            with remote.fs.open(src, "rb") as f, open(dest, "wb") as out:
-                while not stop.is_set() and (chunk := f.read(CHUNK)):
-                    n += len(chunk)
-                    if n > t.max_bytes:
-                        raise RemoteError(f"{what}: {remote.url_of(src)} is more than network.max_bytes "
-                                          f"({t.max_bytes} bytes); refusing it; raise network.max_bytes in "
-                                          "params.yaml if the object is that big")
-                    out.write(chunk)
+            if remote.fs.protocol == "local":  # a read returns what the disk has
+                with remote.fs.open(src, "rb") as f, open(dest, "wb") as out:
+                    while chunk := f.read(CHUNK):
+                        count.relative_update(len(chunk))
+                        out.write(chunk)
+            else:  # s3fs reads 50 MiB blocks (at 1 MB/s nothing for 50 s): its own copy counts each 64 KiB
+                remote.fs.get_file(src, str(dest), callback=count)
             outcome.append(None)
         except BaseException as e:  # re-raised in the caller's thread
             outcome.append(e)
 
     worker = threading.Thread(target=copy, name=f"fetch {src}", daemon=True)
+    end = time.monotonic() + t.total_timeout_s
+    count.floor.start()
     worker.start()
-    worker.join(t.total_timeout_s)
+    while worker.is_alive() and (left := end - time.monotonic()) > 0:
+        if (rate := count.floor.check()) is not None:
+            count.stopped = True
+            raise RemoteError(f"{what}: {net.too_slow(url, rate, t)}")
+        worker.join(min(net.TICK, left))
     if worker.is_alive():
-        stop.set()
-        raise RemoteError(f"{what}: {remote.url_of(src)} not fetched within network.total_timeout_s "
-                          f"({t.total_timeout_s:g} s); check the remote, or raise network.total_timeout_s in "
-                          "params.yaml")
+        count.stopped = True
+        raise RemoteError(f"{what}: {url} not fetched within network.total_timeout_s ({t.total_timeout_s:g} s); "
+                          "check the remote, or raise network.total_timeout_s in params.yaml")
     if outcome and outcome[0] is not None:
         raise outcome[0]
+
+
+def _counter(t: NetworkParams, where: str) -> Any:
+    """An fsspec progress callback that bounds the copy it watches: each piece counted for the rate
+    floor, the copy refused past ``max_bytes`` (a declared size at once), and ended once ``stopped``."""
+    from fsspec.callbacks import Callback  # 140 ms: only when something is fetched
+
+    class Counter(Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.floor, self.stopped = net.RateFloor(t), False
+
+        def set_size(self, size: int | None) -> None:
+            if size is not None and size > t.max_bytes:
+                raise self.too_big()
+
+        def relative_update(self, inc: int = 1) -> None:
+            if self.stopped:
+                raise RemoteError(f"{where}: stopped")
+            self.floor.add(inc)
+            if self.floor.got > t.max_bytes:
+                raise self.too_big()
+
+        def too_big(self) -> RemoteError:
+            return RemoteError(f"{where} is more than network.max_bytes ({t.max_bytes} bytes); refusing it; raise "
+                               "network.max_bytes in params.yaml if the object is that big")
+
+    return Counter()
 
 
 def _fetch_checkpoint(remote: Remote, pub: dict[str, Any], dest: Path) -> None:

@@ -231,6 +231,26 @@ def trickle(conn: socket.socket) -> None:
         time.sleep(1)
 
 
+def drip(data: bytes, piece: int, every_s: float, length: bool = True):
+    """A 200 with ``data`` as the body, ``piece`` bytes every ``every_s`` (its length declared or not)."""
+    def answer(conn: socket.socket) -> None:
+        declared = b"Content-Length: %d\r\n" % len(data) if length else b""
+        conn.sendall(b"HTTP/1.1 200 OK\r\n" + declared + b"Connection: close\r\n\r\n")
+        for i in range(0, len(data), piece):
+            conn.sendall(data[i:i + piece])
+            time.sleep(every_s)
+    return answer
+
+
+def page(html: str):
+    """A 200 with ``html`` as a text/html body (pip's find-links page)."""
+    body = html.encode()
+    def answer(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\nConnection: close"
+                     b"\r\n\r\n" % len(body) + body)
+    return answer
+
+
 def zeros(conn: socket.socket) -> None:
     """A 200 whose body is zeros as fast as the client reads them, without end (no length declared)."""
     conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")

@@ -59,10 +59,13 @@ def test_a_registry_task_runs_by_name_on_its_pinned_dataset_in_the_project(train
     _harness(proj, [ds])
     assert proj.marin("stages", "--write").returncode == 0
     assert FOLDER in proj.run("git", "diff", "dvc.yaml").stdout  # a dependency of evaluate
+    before = proj.ledger_files()
     p = proj.stage("evaluate", check=False)  # the placeholder pin: the digest found is printed, as for a corpus
     [line] = p.stderr.strip().splitlines()
     found = re.search(rf"{FOLDER} has sha256 ([0-9a-f]{{64}}), params.yaml pins 0{{64}}", line)
     assert found and found.group(1) != "0" * 64, line
+    assert p.returncode != 0, line  # a refused pin fails the stage (issue 57: it was written into a result only)
+    assert all(proj.ledger_files()[k] == v for k, v in before.items())
 
     _harness(proj, [{**ds, "sha256": found.group(1)}])
     _commit(proj, "lambada_openai on its dataset in the project")

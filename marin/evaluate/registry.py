@@ -62,6 +62,7 @@ def write_overrides(root: Path, hp: HarnessParams, names: list[str], dest: Path)
                             "hub); fetch it once into a project folder and list it in evaluate.harness.datasets "
                             "(docs/guide/harness.md)")
             continue
+        check_pin(root, listed[hub])  # a refused pin fails the stage: its items are not the pinned ones
         try:
             files = split_files(root, listed[hub], cfg)
         except StageError as err:
@@ -75,9 +76,8 @@ def write_overrides(root: Path, hp: HarnessParams, names: list[str], dest: Path)
 
 
 def split_files(root: Path, ds: HubDataset, cfg: dict[str, Any]) -> dict[str, str]:
-    """The project-relative file of each split the task uses, from ``ds``'s folder, once its pin
-    holds; a StageError (the rest of a line) when the pin, a needed split or the format is wrong."""
-    check_pin(root, ds)
+    """The project-relative file of each split the task uses, from ``ds``'s folder (its pin checked
+    before); a StageError (the rest of a line) when a needed split or the format is wrong."""
     sub = f"{task_files.inside(root, ds.path, 'evaluate.harness.datasets')}/{cfg.get('dataset_name') or 'default'}"
     files: dict[str, str] = {}
     for key in SPLITS:
