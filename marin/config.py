@@ -99,6 +99,7 @@ class RuntimeParams:
     data: DataRuntime = DataRuntime()
     processes: int = 1  # jax.distributed processes; the mesh's data axis has processes * devices devices
     determinism: str = "portable"  # portable (bits pinned to x86-64-v3) | native (this CPU's fastest kernels)
+    # | universal (float64 steps rounded to float32 with a rounding log: the same bits on x86-64 and aarch64)
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,9 @@ class DeterminismClass(TypedDict):
     xla_cpu_threads: NotRequired[int]
     prng_impl: NotRequired[str]
     x64: NotRequired[bool]
-    profile: NotRequired[Literal["portable", "native"]]
+    profile: NotRequired[Literal["portable", "native", "universal"]]
+    tau: NotRequired[float]  # universal: the rounding log's threshold, in float32 ulps
+    rounding: NotRequired[str]  # universal: how a step's results become float32
     isa_level: NotRequired[str]
     isa_flags: NotRequired[list[str]]
     onednn_max_cpu_isa: NotRequired[str | None]

@@ -51,6 +51,8 @@ CAPS: dict[str, Cap] = {
     "json": Cap(16 * MiB, 16 * MiB, "a JSON file", "regenerate it with the stage that writes it"),
     "samples": Cap(4096 * MiB, 16 * MiB, "a harness samples file", "rerun the evaluate stage (dvc repro evaluate)"),
     "text": Cap(16 * MiB, 16 * MiB, "a text file", "trim it"),
+    "rounding_log": Cap(4096 * MiB, 64 * KiB, "a rounding log", "restore the run's rounding.jsonl (its checkpoints "
+                        "folder, or its model folder: dvc checkout)"),
 }
 
 

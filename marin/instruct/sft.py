@@ -33,7 +33,7 @@ from marin.errors import ParamsError, StageError
 from marin.ledger import Input
 from marin.ledger.bodies import LoaderPosition
 from marin.model import ModelConfig, weights
-from marin.train import distributed, loop, runtime, seeds, step
+from marin.train import distributed, loop, runtime, seeds, step, universal
 from marin.train.loader import sample_windows
 
 if TYPE_CHECKING:
@@ -86,10 +86,12 @@ def encoded(path: Path, tok: Tokenizer, eos_id: int, seq_len: int) -> tuple[np.n
     return tuple(np.stack(c) for c in zip(*rows, strict=True))  # type: ignore[return-value]
 
 
-def heldout_loss(graphdef: nnx.GraphDef, rows: tuple[np.ndarray, np.ndarray, np.ndarray], batch: int) -> loop.ValLoss:
-    """params -> the mean NLL over the assistant tokens of the first ``batch`` held-out conversations."""
+def heldout_loss(graphdef: nnx.GraphDef, rows: tuple[np.ndarray, np.ndarray, np.ndarray], batch: int,
+                 wide: bool = False) -> loop.ValLoss:
+    """params -> the mean NLL over the assistant tokens of the first ``batch`` held-out conversations
+    (``wide``: ``graphdef`` computes in float64, the universal profile)."""
     x, y, w = (a[:batch] for a in rows)
-    nll = step.eval_nll_fn(graphdef)
+    nll = universal.eval_nll_fn(graphdef) if wide else step.eval_nll_fn(graphdef)
     return lambda params: float((distributed.host_array(nll(params, x, y)).astype(np.float64) * w).sum()
                                 / max(float(w.sum()), 1.0))
 
@@ -125,9 +127,10 @@ def setup(root: Path, params: Params) -> loop.Setup:
         return jax.jit(lambda p: step.TrainState(p, optimizer.init(p), jnp.zeros((), jnp.int32), rng),
                        out_shardings=shardings)(base)
 
-    return loop.Setup(cfg, mesh, optimizer, step.lr_schedule(tp), graphdef, abstract, shardings, loader,
-                      step.make_train_step(graphdef, optimizer, shardings, mesh), tokm,
-                      heldout_loss(graphdef, heldout, tp.batch_size), tp, init)
+    compute, train_step, rounding = loop.train_step_for(rt, cfg, graphdef, optimizer, shardings, mesh)
+    return loop.Setup(cfg, mesh, optimizer, step.lr_schedule(tp), graphdef, abstract, shardings, loader, train_step,
+                      tokm, heldout_loss(compute, heldout, tp.batch_size, wide=rounding is not None), tp, init,
+                      rounding=rounding)
 
 
 def model_meta(root: Path, su: loop.Setup) -> dict[str, Any]:

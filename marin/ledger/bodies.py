@@ -119,10 +119,20 @@ class CheckpointBody(TypedDict):
     leaves: int
 
 
+class RoundingSummary(TypedDict):
+    """A universal run's rounding log at a metric record: entries per step since ``from_step``, and
+    the digest of the log through the record's step."""
+
+    entries: list[int]
+    from_step: int
+    log_digest: str
+
+
 class MetricBody(TypedDict):
     step: int
     values: dict[str, Exact]
     timing: NotRequired[dict[str, float]]
+    rounding: NotRequired[RoundingSummary]
 
 
 class Sample(TypedDict):

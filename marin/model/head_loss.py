@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marin.model.ops import after, plain_dot
+from marin.model.ops import after, plain_dot, wide
 
 HEAD_CHUNK = 512  # tokens per chunk: at vocab 4096 its f32 logits are 8 MiB
 
@@ -50,7 +50,7 @@ def head_cross_entropy(x: jax.Array, head: jax.Array, targets: jax.Array,
 
 def _chunk(x: jax.Array, head: jax.Array, t: jax.Array, scale: jax.Array) -> tuple[jax.Array, ...]:
     """One chunk: (per-token nll, hits, dx, dhead) with the gradients of sum(scale * nll)."""
-    logits = (x @ head).astype(jnp.float32)  # (c, V)
+    logits = (x @ head).astype(wide(x.dtype))  # (c, V)
     top = logits.max(-1, keepdims=True)
     e = jnp.exp(logits - top)
     z = e.sum(-1, keepdims=True)
@@ -67,7 +67,7 @@ def _forward(x: jax.Array, head: jax.Array, targets: jax.Array,
              weights: jax.Array) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, ...]]:
     total = jnp.maximum(weights.sum(), 1.0)
     scale = weights * (1.0 / total)
-    loss = hits = jnp.zeros((), jnp.float32)
+    loss = hits = jnp.zeros((), wide(x.dtype))
     dxs, dhead = [], None
     head = plain_dot(head)  # (D, V) materialized once (the tied embedding transposed), not per chunk
     for s, e in chunks(x.shape[0]):

@@ -49,6 +49,12 @@ def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
     return x @ w
 
 
+def wide(dtype: Any) -> Any:
+    """The dtype norms, softmax and logits are computed in: float32 for float32 and bfloat16 compute,
+    float64 for float64 (the universal profile's step), so a float32 trace is unchanged."""
+    return jnp.promote_types(dtype, jnp.float32)
+
+
 def plain_dot(a: jax.Array) -> jax.Array:
     """``a`` materialized where it is: behind an optimization barrier XLA cannot fold a transpose
     (or any layout change) of ``a`` back into the dot that consumes it."""

@@ -22,7 +22,8 @@ Shape letters: B batch, T sequence, D d_model, H query heads, K kv heads, G = H 
 query heads per kv head, Dh head dim, F d_ff, V vocab.
 
 Parameters are always float32; `ModelConfig.dtype` is the compute dtype of the matmuls.
-Normalisation, softmax and the returned logits are computed in float32.
+Normalisation, softmax and the returned logits are computed in float32, or in float64 when the
+compute dtype is float64 (the universal determinism profile: :func:`marin.model.ops.wide`).
 
 Parameter layout (what checkpoints, ``model.safetensors`` and exports see): one module
 per projection, kernels ``(d_in, d_out)`` (``y = x @ kernel``, the transpose of a
@@ -46,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from marin.model.ops import after, matmul, plain_dot, swiglu_down
+from marin.model.ops import after, matmul, plain_dot, swiglu_down, wide
 
 if TYPE_CHECKING:
     from marin.config_data import ModelParams
@@ -115,8 +116,8 @@ def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[np.ndarray, 
 def apply_rope(x: jax.Array, cos: np.ndarray | jax.Array, sin: np.ndarray | jax.Array) -> jax.Array:
     """Rotates channel pairs (i, i + Dh/2) of x (..., T, Dh) by position-dependent angles;
     cos/sin (T, Dh/2) broadcast against x's leading axes (pass them expanded to match).
-    Computed in float32 (a no-op cast for float32 x)."""
-    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)  # (..., T, Dh/2) each
+    Computed in float32 (a no-op cast for float32 x), float64 for float64 x."""
+    x1, x2 = jnp.split(x.astype(wide(x.dtype)), 2, axis=-1)  # (..., T, Dh/2) each
     out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)  # (..., T, Dh)
     return out.astype(x.dtype)
 
@@ -135,7 +136,7 @@ class RMSNorm(nnx.Module):
         self.scale = nnx.Param(jnp.ones((dim,), jnp.float32))  # (D,)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        x32 = x.astype(jnp.float32)  # (B, T, D)
+        x32 = x.astype(wide(x.dtype))  # (B, T, D): float32, or float64 under the universal profile
         inv_rms = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
         return (x32 * inv_rms * self.scale[...]).astype(x.dtype)
 
@@ -213,7 +214,7 @@ def _blocks_fwd(q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, tu
     outs, ps = [], []
     for start, end in attention_blocks(k.shape[2]):
         s = jnp.einsum("bkqd,bksd->bkqs", q[:, :, start * g:end * g], k[:, :, :end],
-                       preferred_element_type=jnp.float32)  # (B, K, G*c, end)
+                       preferred_element_type=wide(q.dtype))  # (B, K, G*c, end)
         s = jnp.where(block_mask(start, end, g), s, jnp.finfo(jnp.float32).min)
         e = jnp.exp(s - s.max(-1, keepdims=True))
         ps.append(e * (1.0 / e.sum(-1, keepdims=True)))
@@ -231,13 +232,14 @@ def _blocks_bwd(q: jax.Array, k: jax.Array, v: jax.Array, ps: tuple[jax.Array, .
     """One batch chunk's (dq, dk, dv); dk and dv sum the blocks' gradients over their keys."""
     t = k.shape[2]
     g = q.shape[2] // t
-    rows = jnp.sum(do.astype(jnp.float32) * o.astype(jnp.float32), -1, keepdims=True)  # (B, K, T*G, 1)
+    acc = wide(do.dtype)
+    rows = jnp.sum(do.astype(acc) * o.astype(acc), -1, keepdims=True)  # (B, K, T*G, 1)
     dqs, dks, dvs = [], [], []
     for (start, end), p in zip(attention_blocks(t), ps, strict=True):
         sl = slice(start * g, end * g)
         p_t = plain_dot(jnp.swapaxes(p.astype(v.dtype), 2, 3))  # (B, K, end, G*c): a plain dot (matmul)
         dvs.append(_pad_keys(jnp.einsum("bksq,bkqd->bksd", p_t, do[:, :, sl]), t))
-        dp = jnp.einsum("bkqd,bksd->bkqs", do[:, :, sl], v[:, :, :end], preferred_element_type=jnp.float32)
+        dp = jnp.einsum("bkqd,bksd->bkqs", do[:, :, sl], v[:, :, :end], preferred_element_type=acc)
         ds = (p * (dp - rows[:, :, sl])).astype(q.dtype)  # masked entries: p = 0, so ds = 0
         dqs.append(jnp.einsum("bkqs,bksd->bkqd", ds, k[:, :, :end]))  # (B, K, G*c, Dh)
         ds_t = plain_dot(jnp.swapaxes(ds, 2, 3))
@@ -322,7 +324,7 @@ class Transformer(nnx.Module):
             logits = matmul(x, self.embed.embedding[...].astype(x.dtype).T)  # (B, T, V)
         else:
             logits = linear(x, self.lm_head)  # (B, T, V)
-        return logits.astype(jnp.float32)
+        return logits.astype(wide(x.dtype))
 
     def hidden(self, tokens: jax.Array) -> jax.Array:
         """The final normed hidden states (B, T, D) that the output projection takes."""

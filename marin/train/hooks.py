@@ -24,7 +24,7 @@ from tqdm import tqdm
 from marin import hashing, progress
 from marin.errors import StageError
 from marin.ledger import Run
-from marin.ledger.bodies import CheckpointBody, Exact, LoaderPosition
+from marin.ledger.bodies import CheckpointBody, Exact, LoaderPosition, MetricBody, RoundingSummary
 from marin.tracking.live import Live
 from marin.train import checkpoint, weights
 from marin.train.step import TrainState
@@ -37,12 +37,14 @@ Values = dict[str, Exact]  # the exact metrics of a step: loss, lr, grad_norm, a
 @dataclass(frozen=True)
 class StepInfo:
     """One optimizer step, done: ``step`` steps completed (1-based), the state after it, and at a
-    log step its exact metrics (host-synced) and the tokens per second since the last log step."""
+    log step its exact metrics (host-synced), the tokens per second since the last log step and, under
+    the universal profile, its rounding log's summary (marin.train.universal)."""
 
     step: int
     state: TrainState
     values: Values | None = None
     tokens_per_s: float | None = None
+    rounding: RoundingSummary | None = None
 
 
 class TrainHook(Protocol):
@@ -78,8 +80,11 @@ class MetricRecorder:
         if info.values is None or info.tokens_per_s is None:
             return
         if not replayed("metric", info.step, self.recorded, info.values):
-            self.run.record("metric", {"step": info.step, "values": info.values,
-                                       "timing": {"tokens_per_s": round(info.tokens_per_s, 3)}})
+            body: MetricBody = {"step": info.step, "values": info.values,
+                                "timing": {"tokens_per_s": round(info.tokens_per_s, 3)}}
+            if info.rounding is not None:
+                body["rounding"] = info.rounding
+            self.run.record("metric", body)
 
     def on_end(self) -> None:
         pass

@@ -21,6 +21,7 @@ from marin.train import seeds, step
 from marin.train.hooks import TrainHook, Values
 from marin.train.loader import BatchSource
 from marin.train.step import Batch, ModelParams, TrainState
+from marin.train.universal import RoundingLog, UniversalStep
 
 ValLoss = Callable[[ModelParams], "float | None"]  # the validation loss of the params (None: no validation data)
 
@@ -44,12 +45,13 @@ class Setup:
     abstract: TrainState  # of ShapeDtypeStructs (jax.eval_shape)
     shardings: TrainState  # of NamedShardings, the state's layout over the mesh
     loader: BatchSource  # the token windows (Loader), or a fine-tune's rows
-    train_step: step.PacedStep
+    train_step: step.PacedStep | UniversalStep
     tokenizer: TokenizerEntry  # the tokenize manifest's tokenizer entry
     val_loss: ValLoss  # mean NLL on a fixed batch of validation windows (the validation-loss curve)
     tp: TrainParams  # the optimization section: params.train, or params.sft for the fine-tune
     init: Callable[[Params], TrainState] | None = None  # the state at step 0, when not a fresh init (a fine-tune's)
     train_tokens: int = 0  # tokens of the training split (the tokenize manifest): epochs = tokens seen / these
+    rounding: RoundingLog | None = None  # the universal profile's rounding log (marin.train.universal)
 
     def init_state(self, params: Params) -> TrainState:
         if self.init is not None:
@@ -84,10 +86,14 @@ class Setup:
     def metric_values(self, metrics: dict[str, jax.Array], i: int, params: ModelParams) -> Values:
         """The exact metrics of step ``i`` (a host sync), and the validation loss of ``params``."""
         m = jax.device_get(metrics)
-        values: Values = {"loss": exact(m["loss"]), "lr": exact(float(np.asarray(self.schedule(i)))),
-                          "grad_norm": exact(m["grad_norm"]), "accuracy": exact(m["accuracy"])}
+        raw = {"loss": float(m["loss"]), "lr": float(np.asarray(self.schedule(i))),
+               "grad_norm": float(m["grad_norm"]), "accuracy": float(m["accuracy"])}
         val = self.val_loss(params)
-        return values if val is None else {**values, "val_loss": exact(val)}
+        if val is not None:
+            raw["val_loss"] = val
+        if self.rounding is not None:  # float64 under universal: rounded to float32 with the log, at step i + 1
+            raw = self.rounding.values(i + 1, raw)
+        return {k: exact(v) for k, v in raw.items()}
 
 
 @dataclass

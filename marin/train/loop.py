@@ -14,6 +14,7 @@ loop (:func:`train_steps`) knows nothing of the ledger or MLflow: the hooks the 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import time
 from collections.abc import Sequence
@@ -22,18 +23,19 @@ from typing import Any
 
 import jax
 import numpy as np
+import optax
 from flax import nnx
 
 from marin import stages
-from marin.config import Params, TrainParams
+from marin.config import Params, RuntimeParams, TrainParams
 from marin.data import manifest
 from marin.ledger import Input
 from marin.ledger.hash_cache import hash_cache
 from marin.model import ModelConfig, count_params
 from marin.tracking.live import Live
-from marin.train import distributed, release, runtime, seeds, step
+from marin.train import distributed, release, rounding_log, runtime, seeds, step, universal
 from marin.train.budget import Budget
-from marin.train.hooks import Checkpointer, LiveMetrics, MetricRecorder, Progress, StepInfo, TrainHook
+from marin.train.hooks import CKPT, Checkpointer, LiveMetrics, MetricRecorder, Progress, StepInfo, TrainHook
 from marin.train.job import HookContext, Job, Setup, ValLoss
 from marin.train.loader import CACHE, Loader, open_stream
 from marin.train.resume import begin
@@ -48,9 +50,11 @@ def model_config(params: Params, vocab_size: int) -> ModelConfig:
                        tie_embeddings=m.tie_embeddings, rope_theta=m.rope_theta, dtype=m.dtype)
 
 
-def validation_loss_fn(graphdef: nnx.GraphDef, shards: list[Path], eos: int, seq_len: int, batch: int) -> ValLoss:
+def validation_loss_fn(graphdef: nnx.GraphDef, shards: list[Path], eos: int, seq_len: int, batch: int,
+                       wide: bool = False) -> ValLoss:
     """The mean NLL (nats per token) of the params on the first ``batch`` validation windows
-    (marin.data.documents' windows: every document token once); a fixed batch, so the curve is cheap."""
+    (marin.data.documents' windows: every document token once); a fixed batch, so the curve is cheap.
+    ``wide``: ``graphdef`` computes in float64 (the universal profile)."""
     from marin.data.documents import documents, windows
 
     rows: list[tuple[np.ndarray, np.ndarray, int]] = []
@@ -62,7 +66,7 @@ def validation_loss_fn(graphdef: nnx.GraphDef, shards: list[Path], eos: int, seq
         return lambda params: None
     xs, ys = np.stack([r[0] for r in rows[:batch]]), np.stack([r[1] for r in rows[:batch]])
     mask = np.arange(seq_len)[None, :] < np.array([r[2] for r in rows[:batch]])[:, None]
-    nll = step.eval_nll_fn(graphdef)
+    nll = universal.eval_nll_fn(graphdef) if wide else step.eval_nll_fn(graphdef)
     # host_array: on several processes the result may be spread over them (a collective, so all call it)
     return lambda params: float((distributed.host_array(nll(params, xs, ys)).astype(np.float64) * mask).sum()
                                 / mask.sum())
@@ -80,11 +84,23 @@ def setup(root: Path, params: Params) -> Setup:
     hashes = hash_cache(root)  # the digests Plan.make just took of the same files
     stream = open_stream(shards, tok["tokenizer"]["eos_id"], root / CACHE, lambda p: hashes(p)[0])
     loader = Loader(stream, cfg.max_seq_len, tp.batch_size, seeds.key_bytes(params.seed, "data_order"))
-    val = validation_loss_fn(graphdef, [root / TOKENS / s["file"] for s in tok["splits"]["validation"]["shards"]],
-                             tok["tokenizer"]["eos_id"], cfg.max_seq_len, tp.batch_size)
-    return Setup(cfg, mesh, optimizer, step.lr_schedule(tp), graphdef, abstract, shardings, loader,
-                 step.make_train_step(graphdef, optimizer, shardings, mesh), tok["tokenizer"], val, tp,
-                 train_tokens=tok["splits"]["train"]["tokens"])
+    compute, train_step, rounding = train_step_for(rt, cfg, graphdef, optimizer, shardings, mesh)
+    val = validation_loss_fn(compute, [root / TOKENS / s["file"] for s in tok["splits"]["validation"]["shards"]],
+                             tok["tokenizer"]["eos_id"], cfg.max_seq_len, tp.batch_size, wide=rounding is not None)
+    return Setup(cfg, mesh, optimizer, step.lr_schedule(tp), graphdef, abstract, shardings, loader, train_step,
+                 tok["tokenizer"], val, tp, train_tokens=tok["splits"]["train"]["tokens"], rounding=rounding)
+
+
+def train_step_for(rt: RuntimeParams, cfg: ModelConfig, graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation,
+                   shardings: TrainState, mesh: jax.sharding.Mesh
+                   ) -> tuple[nnx.GraphDef, step.PacedStep | universal.UniversalStep, universal.RoundingLog | None]:
+    """(the graphdef that evaluates, the compiled step, the rounding log): under the universal profile a
+    float64 model and step (marin.train.universal), else ``graphdef`` and the float32 step."""
+    if rt.determinism != "universal":
+        return graphdef, step.make_train_step(graphdef, optimizer, shardings, mesh), None
+    wide, _ = step.abstract_state(dataclasses.replace(cfg, dtype="float64"), optimizer)
+    log = universal.RoundingLog.from_env()
+    return wide, universal.make_step(wide, optimizer, shardings, mesh, log), log
 
 
 def standard_hooks(ctx: HookContext) -> list[TrainHook]:
@@ -123,6 +139,8 @@ def run(root: Path, params: Params, topo: distributed.Topology | None = None, jo
         if topo.primary and su.train_tokens:  # pretraining; a fine-tune's data is not the token stream
             tokens = su.tp.steps * su.tp.batch_size * su.cfg.max_seq_len
             _announce_budget(Budget(tokens, su.train_tokens, n_params), su.tp.max_epochs_warning)
+        if su.rounding is not None:  # beside the checkpoints, cut back to the step this run starts from
+            su.rounding.open(root / CKPT / b.run_id / rounding_log.LOG_FILE, int(b.state.step))
         state = train_steps(su, b.state, job.hooks(HookContext(root, job.stage, su, b, topo.primary)))
         host_params = jax.tree.map(distributed.host_array, state.params)  # a collective for sharded params
         if b.run is not None:
@@ -138,17 +156,23 @@ def train_steps(su: Setup, state: TrainState, hooks: Sequence[TrainHook]) -> Tra
     for i in range(int(state.step), tp.steps):
         state, metrics = su.step(state, i)
         done, steps_since = i + 1, steps_since + 1
-        values = tok_s = None
+        values = tok_s = rounding = None
         if is_log_step(tp, done):  # host sync only here; every process evaluates (the val loss is a collective)
             values = su.metric_values(metrics, i, state.params)
             now = time.perf_counter()
             tok_s = steps_since * tokens_per_step / (now - t_last)
             t_last, steps_since = now, 0
-        info = StepInfo(done, state, values, tok_s)
+        if su.rounding is not None:  # the log through this step, durable before its checkpoint
+            su.rounding.end_step(done, durable=done % tp.checkpoint_every == 0 or done == tp.steps)
+            if values is not None:
+                rounding = su.rounding.summary((i // tp.log_every) * tp.log_every + 1, done)
+        info = StepInfo(done, state, values, tok_s, rounding)
         for hook in hooks:
             hook.on_step(info)
     for hook in hooks:
         hook.on_end()
+    if su.rounding is not None:
+        su.rounding.close()
     return state
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from marin import fsutil
+from marin import fsutil, hashing
 from marin.ledger import Run
 from marin.ledger.store import read_run
-from marin.train import weights
+from marin.train import rounding_log, weights
 from marin.train.step import ModelParams
 
 if TYPE_CHECKING:
@@ -18,8 +19,13 @@ if TYPE_CHECKING:
 def publish(root: Path, run: Run, su: Setup, job: Job, params: ModelParams, n_params: int, steps: int) -> None:
     """The released model and the training curve (exact values, so it repeats bit for bit)."""
     with fsutil.atomic_dir(root / job.model) as tmp:
-        tensor_digest = weights.save(tmp, params, su.cfg, {
-            "n_params": n_params, "step": steps, "recipe_digest": run.recipe_digest, **job.model_meta(root, su)})
+        meta = {"n_params": n_params, "step": steps, "recipe_digest": run.recipe_digest, **job.model_meta(root, su)}
+        if su.rounding is not None and su.rounding.path is not None:  # universal: the whole log, beside the weights
+            shutil.copyfile(su.rounding.path, tmp / rounding_log.LOG_FILE)
+            meta["rounding_log"] = {"file": rounding_log.LOG_FILE, "tau": su.rounding.tau,
+                                    "entries": su.rounding.total(),
+                                    "digest": hashing.file_digest(tmp / rounding_log.LOG_FILE)}
+        tensor_digest = weights.save(tmp, params, su.cfg, meta)
         rec = run.output("model", job.model, source=tmp, tensor_digest=tensor_digest,  # recorded, then published
                          meta={"n_params": n_params, "step": steps})
     write_curve(root, run, job)

@@ -33,7 +33,8 @@ if TYPE_CHECKING:  # imported after the runtime is configured
 
 
 def distances(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
-    """For every tensor whose bytes differ: max |a-b| and max |a-b| / max(|a|, tiny)."""
+    """For every tensor whose bytes differ: max |a-b|, max |a-b| / max(|a|, tiny), and the flat index of
+    its first differing value."""
     out = {}
     for name in sorted(set(a) | set(b)):
         x, y = a.get(name), b.get(name)
@@ -47,8 +48,15 @@ def distances(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, d
         diff = np.abs(xf - yf)
         rel = diff / np.maximum(np.abs(xf), np.finfo(np.float64).tiny)
         out[name] = {"max_abs": float(diff.max()), "max_rel": float(rel.max()),
-                     "differing": int(np.count_nonzero(x != y)), "size": int(x.size)}
+                     "differing": int(np.count_nonzero(x != y)), "size": int(x.size),
+                     "first_index": _first(x, y)}
     return out
+
+
+def _first(x: np.ndarray, y: np.ndarray) -> int:
+    """The flat index of the first element whose bytes differ (a NaN or a signed zero included)."""
+    bits = f"u{x.dtype.itemsize}"
+    return int(np.flatnonzero(x.reshape(-1).view(bits) != y.reshape(-1).view(bits))[0])
 
 
 # The training job each training stage runs, by module and name: imported only after the runtime is
@@ -94,10 +102,16 @@ def segments(root: Path, ckpt_dir: Path, intervals: list[tuple[int, int]], stage
             results.append({"start": start, "end": end, "start_digest": None, "missing": start})
             continue
         metrics: dict[str, Any] = {}
+        if su.rounding is not None:  # universal: the recorded log's directions (MARIN_ROUNDING_LOG), from start
+            su.rounding.open(None, start)
         for i in range(start, end):
             state, m = su.step(state, i)
             if loop.is_log_step(su.tp, i + 1):
                 metrics[str(i + 1)] = su.metric_values(m, i, state.params)
+            if su.rounding is not None:
+                su.rounding.end_step(i + 1, durable=False)
+        if su.rounding is not None:
+            su.rounding.close()
         res: dict[str, Any] = {"start": start, "end": end, "start_digest": start_digest,
                                "end_digest": checkpoint.state_digest(state), "metrics": metrics, "distances": None}
         if end in on_disk:  # name the tensors that differ from what the recorded run left on disk

@@ -46,7 +46,7 @@ def xla_flags(rt: RuntimeParams, inherited: str) -> list[str]:
     """XLA_FLAGS for ``rt``: the inherited flags less those the runtime owns, then its own."""
     owned = (_DEVICE_FLAG, *(f.split("=", 1)[0] for f in PORTABLE_XLA_FLAGS))
     flags = [f for f in inherited.split() if not f.startswith(owned)]
-    if rt.determinism == "portable":
+    if rt.determinism in ("portable", "universal"):  # universal: its float32 parts (init) pinned on x86 too
         flags.extend(PORTABLE_XLA_FLAGS)
     if rt.devices > 1:
         flags.append(f"{_DEVICE_FLAG}={rt.devices}")
@@ -54,9 +54,13 @@ def xla_flags(rt: RuntimeParams, inherited: str) -> list[str]:
 
 
 def check_cpu(rt: RuntimeParams) -> None:
-    """A portable run needs a CPU at the profile's level: below it the bits would not be the profile's."""
+    """A portable run needs a CPU at the profile's level: below it the bits would not be the profile's.
+    A universal run needs one process (its rounding log is kept by the process that rounds)."""
     from marin import cpu
 
+    if rt.determinism == "universal" and rt.processes > 1:
+        raise StageError(f"runtime.determinism: universal runs in one process (runtime.processes is {rt.processes}); "
+                         "set runtime.processes: 1, or runtime.determinism: portable")
     if rt.determinism != "portable":
         return
     if not cpu.is_x86_64():  # measured on emulated aarch64: YNNPACK's reductions sum in another order
@@ -79,8 +83,12 @@ def configure(rt: RuntimeParams) -> None:
                              "configure the runtime first (marin.train.runtime.configure)")
     check_cpu(rt)
     os.environ["NPROC"] = str(rt.xla_cpu_threads)
-    if rt.determinism == "portable":
+    if rt.determinism in ("portable", "universal"):
         os.environ[ONEDNN_ISA_VAR] = PORTABLE_ONEDNN_ISA
+    if rt.determinism == "universal":  # float64 steps (marin.train.universal); the other profiles as before
+        os.environ["JAX_ENABLE_X64"] = "1"
+        if "jax" in sys.modules:
+            sys.modules["jax"].config.update("jax_enable_x64", True)
     os.environ["XLA_FLAGS"] = " ".join(xla_flags(rt, os.environ.get("XLA_FLAGS", "")))
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -111,7 +119,8 @@ def single_process(rt: RuntimeParams) -> RuntimeParams:
 
 def determinism_class(rt: RuntimeParams, fp: Env) -> DeterminismClass:
     """What can change the bits of a JAX computation here. Under the portable profile the CPU enters
-    only as the profile's level (any CPU at it is in the class); under native, as its features."""
+    only as the profile's level (any CPU at it is in the class); under native, as its features; under
+    universal not at all (its steps are rounded with a log), and the class names the threshold tau."""
     import jax
 
     devices = jax.devices()[: global_devices(rt)]
@@ -120,7 +129,7 @@ def determinism_class(rt: RuntimeParams, fp: Env) -> DeterminismClass:
     if rt.processes > 1:  # the collectives cross processes (gloo on CPU): see docs/architecture.md
         mesh.update(processes=rt.processes, devices_per_process=rt.devices,
                     cpu_collectives=str(jax.config.jax_cpu_collectives_implementation))  # pyright: ignore[reportAttributeAccessIssue]
-    return cast("DeterminismClass", {  # with the CPU's part, a jax class (a TypedDict takes no ``**`` of a dict)
+    det = cast("dict[str, Any]", {  # with the CPU's part, a jax class (a TypedDict takes no ``**`` of a dict)
         "kind": "jax",
         "backend": jax.default_backend(),
         "device_kind": devices[0].device_kind,
@@ -135,12 +144,21 @@ def determinism_class(rt: RuntimeParams, fp: Env) -> DeterminismClass:
         "machine": fp["machine"],
         **cpu_class(rt, fp),
     })
+    if rt.determinism == "universal":  # the bits do not depend on the machine: x86-64 and aarch64 are one class
+        del det["machine"]
+    return cast("DeterminismClass", det)
 
 
 def cpu_class(rt: RuntimeParams, fp: Env) -> dict[str, Any]:
     """The CPU's part of the class: the profile and its level (portable), or the features the
     kernels dispatch on (native); and oneDNN's ISA cap, which decides the weight gradients' bits."""
     onednn = {"onednn_max_cpu_isa": os.environ.get(ONEDNN_ISA_VAR)}
+    if rt.determinism == "universal":
+        from marin.train import rounding_log
+
+        return {"profile": "universal", "tau": rounding_log.tau(), **onednn,
+                "rounding": "float64 steps from float32 state, rounded to nearest even but where the rounding "
+                            "log says (values within tau float32 ulps of a midpoint)"}
     if rt.determinism == "portable":
         return {"profile": "portable", "isa_level": PORTABLE_LEVEL, **onednn}
     return {"profile": "native", "isa_flags": fp["isa_flags"], **onednn}

@@ -27,6 +27,7 @@ class Divergence:
     step: int | None = None
     name: str | None = None
     tensor: str | None = None
+    index: int | None = None  # the flat index in ``tensor`` (a checkpoint's first differing value, a log entry)
     recorded: Any = None
     replayed: Any = None
     independent: bool | None = None  # True: not explained by a determinism class difference
@@ -39,6 +40,7 @@ class Divergence:
         where += f" step {self.step}" if self.step is not None else ""
         where += f" {self.name}" if self.name is not None else ""
         where += f" tensor {self.tensor}" if self.tensor is not None else ""
+        where += f" index {self.index}" if self.index is not None else ""
         return f"{where}: {self.what}"
 
 

@@ -43,7 +43,7 @@ from marin.ledger.store import NoSuchRun, RunFile, RunLog, load_run, read_all
 from marin.paths import ledger_dir
 from marin.remote import checkpoints_dir
 from marin.stages import TRAINING
-from marin.verify import samples
+from marin.verify import rounding, samples
 from marin.verify.compare import Divergence, class_differences, compare, cpu_differences, metric_distances
 from marin.verify.outcome import Outcome, Say, counts, json_run, render
 from marin.verify.segments import check_segments, replay_segments, stage_args
@@ -168,6 +168,7 @@ class Verifier:
         say(f"  3. workspace: git worktree at {ws.commit[:12]} with the recorded params")
         self.restore_inputs(Ledger(self.root, self.index))  # 4
         self.replay_env = ws.env(self.started, list(xla_flags))  # 5
+        self.replay_env.update(rounding.replay_env(self.root, self.log, self.index))  # universal: its log
         out.verifier = {"workspace": f"git worktree at {ws.commit}", "inputs": ws.restored,
                         "forced": {"xla_flags": list(xla_flags)} if xla_flags else {}}
         say(f"  5. determinism class: XLA_FLAGS={self.replay_env.get('XLA_FLAGS', '')!r} "
@@ -208,6 +209,7 @@ class Verifier:
                                  + samples.check(self.root, ws.root, log, out.divergences), key=lambda d: d.seq)
         if out.stage in TRAINING:
             self.checkpoint_tensors(replay)
+            rounding.explain(out, log, self.replay_env)  # a changed rounding log: named at its entry
         if out.class_diffs:
             out.distances = {"metrics": metric_distances(log, replay), **(out.distances or {})}
         self.say(f"  7. compared {sum(out.compared.values())} records ({counts(out.compared)})")
@@ -265,6 +267,7 @@ class Verifier:
             elif s in by_step and first is not None:
                 by_step[s].tensor = first
                 by_step[s].what += f"; first differing tensor {first}: max |diff| {dist[first]['max_abs']:.3g}"
+                by_step[s].index = dist[first].get("first_index")  # None from a tool that names none
         out.compared["checkpoint_tensors"] = len(recs) - len(missing)
         if out.class_diffs:
             out.distances = {"tensors": tensor_max,
