@@ -98,7 +98,7 @@ def test_the_training_budget_in_epochs_and_tokens_per_parameter() -> None:
     b = Budget(tokens_seen=400 * 32 * 128, unique_tokens=18_170, n_params=1_000_000)  # a 132 KB BYOD corpus
     assert b.epochs == pytest.approx(90.18, abs=0.01) and b.tokens_per_param == pytest.approx(1.6384)
     assert b.line() == "train: 1,638,400 tokens seen = 90.2 epochs of 18,170 unique training tokens, " \
-                       "1.64 tokens per parameter"
+                       "1.64 tokens per parameter (Chinchilla compute-optimal: ~20, Hoffmann et al. 2022)"
     assert b.warning(4).startswith("marin: warning: train: 90.2 epochs (1,638,400 tokens seen, 18,170 unique) is "
                                    "past train.max_epochs_warning (4): ") and "\n" not in b.warning(4)
     assert b.warning(90.5) is None and Budget(100, 200, 10).warning(4) is None

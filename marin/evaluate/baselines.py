@@ -17,6 +17,7 @@ use :func:`mark`, so the three say the same thing.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 CONSTANT = ("acc", "acc_norm", "exact_match")  # 0/1 per sample, averaged: a constant answer has a score
@@ -80,6 +81,26 @@ def mark(value: float, stderr: float | None, better: str, baselines: list[float]
     best = max(sign * b for b in baselines)
     gap = sign * value - best
     return BETTER if gap > 2 * stderr else WORSE if gap < -2 * stderr else SAME
+
+
+# Recorded baselines that mean nothing to a reader, shown as n/a with the reason: a chance of 0 (an open
+# vocabulary has no choices to guess among), and the unigram model's 0/1 score where a task is not multiple
+# choice (its greedy answer ignores the context: one answer to every item, which the constant answer bounds)
+NO_CHANCE, NO_UNIGRAM = "n/a: open vocabulary", "n/a: the same answer to every item"
+
+
+def shown(metric: str, known: Mapping[str, float], output_type: str) -> list[str]:
+    """The ``known`` baselines of ``metric`` (name -> value) as the terminal prints them: ``n/a`` with
+    the reason where one has no meaning (``output_type``: the task's, in lm-eval's words)."""
+    out = []
+    for name, v in known.items():
+        if name == "chance" and v == 0:
+            out.append(f"chance {NO_CHANCE}")
+        elif name == "unigram" and metric in CONSTANT and output_type not in ("multiple_choice", ""):
+            out.append(f"unigram {NO_UNIGRAM}")
+        else:
+            out.append(f"{name} {v:.4f}")
+    return out
 
 
 def mark_of(xs: list[Any]) -> str | None:

@@ -171,21 +171,27 @@ def constant_values(examples: list[dict[str, Any]], tok: Tokenizer, eos: str) ->
     return out
 
 
-def task_lines(name: str, values: dict[str, Any], constant: dict[str, Any]) -> list[str]:
-    """The terminal's lines by task: each score ± stderr beside the constant answer's, and the mark."""
+def task_lines(by_model: dict[str, dict[str, Any]], constant: dict[str, Any]) -> list[str]:
+    """The terminal's summary, one line per task: each score by model (``base → instruct``) beside
+    the constant answer's, then the scores that are not better than baseline, each named once."""
     from marin.evaluate import baselines as bl
 
-    out = []
+    models, out = list(by_model), []
     for task in sorted({k.split("/")[0] for k in constant}):
-        parts = []
+        scores, marks = [], {}
         for key, _ in SCORES:
-            v, se = values[f"{task}/{key}"]["value"], values[f"{task}/{key}_stderr"]["value"]
-            c = constant[f"{task}/{key}"]["value"]
-            where = bl.mark(v, se, "higher", [c, *([constant[f"{task}/choice_chance"]["value"]]
-                                                   if key == "choice_acc" else [])])
-            parts.append(f"{key.replace('_', ' ')} {v:.3f} ± {se:.3f} (constant answer {c:.3f})"
-                         + (f": {where}" if where != bl.BETTER else ""))
-        out.append(f"evaluate_instruct: {name} {task} ({values[f'{task}/examples']} examples): " + "; ".join(parts))
+            c, label = constant[f"{task}/{key}"]["value"], key.replace("_", " ")
+            vals = {m: (v[f"{task}/{key}"]["value"], v[f"{task}/{key}_stderr"]["value"]) for m, v in by_model.items()}
+            base = [c, *([constant[f"{task}/choice_chance"]["value"]] if key == "choice_acc" else [])]
+            where = {m: bl.mark(v, se, "higher", base) for m, (v, se) in vals.items()}
+            scores.append(f"{label} {' → '.join(f'{v:.3f}' for v, _ in vals.values())} ({c:.3f})")
+            for w in dict.fromkeys(where.values()):
+                who = [m for m in models if where[m] == w]
+                if w is not None and w != bl.BETTER:
+                    marks.setdefault(w, []).append(label + ("" if len(who) == len(models) else f" ({', '.join(who)})"))
+        n = by_model[models[0]][f"{task}/examples"]
+        out.append(f"evaluate_instruct: {task}, {n} examples, {' → '.join(models)} (constant answer): "
+                   + ", ".join(scores) + "".join(f"; {w}: {', '.join(ls)}" for w, ls in marks.items()))
     return out
 
 
@@ -227,6 +233,7 @@ def run_stage(root: Path, params: Params) -> None:
         run.record("eval", {"name": "constant_answer_instructions", "split": "heldout_instructions",
                             "values": constant})
         answers: dict[str, list[Sample]] = {}
+        by_model: dict[str, dict[str, Any]] = {}  # each model's recorded values, for the terminal's summary
         for name, model in loaded.items():
             rows = answer_all(model, tok, examples, n)
             answers[f"{name}_instructions"] = [_sample(r) for r in rows]
@@ -238,8 +245,9 @@ def run_stage(root: Path, params: Params) -> None:
             print(f"evaluate_instruct: {name}: exact match {s['exact_match']:.3f}, containment "
                   f"{s['containment']:.3f}, choice accuracy {s['choice_acc']:.3f}, token accuracy {s['token_acc']:.3f} "
                   f"on {len(rows)} held-out instructions")
-            for line in task_lines(name, values, constant):
-                print(line)
+            by_model[name] = values
+        for line in task_lines(by_model, constant):  # one line per task, every model in it
+            print(line)
         tracing.record_samples(root, run, answers, TRACE, params.trace.min_tokens)
         metrics_file.write(root, run, metrics, ("instruct_eval_metrics", METRICS), ("instruct_eval_context", CONTEXT),
                            metrics_file.instructions_headline)

@@ -295,9 +295,10 @@ def baseline_values(config: dict[str, Any], res: dict[str, Any], name: str) -> d
     return out
 
 
-def terminal_line(name: str, vals: dict[str, Any], unigram: dict[str, Any]) -> str:
-    """One task's results for the terminal: each metric with its stderr, baselines and mark, the
-    samples scored out of the task's items (and the limit, where set), the shots."""
+def terminal_line(name: str, vals: dict[str, Any], unigram: dict[str, Any], output_type: str = "") -> str:
+    """One task's results for the terminal: each metric with its stderr, baselines (``n/a`` and why,
+    where one has no meaning) and mark, the samples scored out of the task's items (and the limit,
+    where set), the shots."""
     from marin.evaluate import baselines as bl
 
     parts = []
@@ -307,9 +308,10 @@ def terminal_line(name: str, vals: dict[str, Any], unigram: dict[str, Any]) -> s
             f"constant/{m}")}
         known = {k: v for k, v in known.items() if isinstance(v, int | float)}
         where = bl.mark(vals[m], se if isinstance(se, float) else None, vals.get(f"better/{m}", "higher"),
-                        list(known.values()))
+                        list(known.values()))  # as the report and the card mark it: every baseline recorded
+        shown = bl.shown(m, known, output_type)
         parts.append(f"{m} {vals[m]:.4f}" + (f" ± {se:.4f}" if isinstance(se, float) else "")
-                     + (" (" + ", ".join(f"{k} {v:.4f}" for k, v in known.items()) + ")" if known else "")
+                     + (" (" + ", ".join(shown) + ")" if shown else "")
                      + (f": {where}" if where and where != bl.BETTER else ""))
     limit = f", limit {vals['limit']}" if "limit" in vals else ""
     return (f"evaluate: harness {name}: {'; '.join(parts)} ({vals['samples']} of {vals['items']} samples{limit}, "
@@ -362,7 +364,8 @@ def evaluate(root: Path, hp: HarnessParams, run: Run, model: tuple[Any, Any, dic
                          UnigramLM(counts, tokenizer, eos, seq_len), lambda body: run.record("eval", body),
                          prefix="unigram", decon=decon)
     for name in ran:
-        print(terminal_line(name, results[name], base.get(name, {})))
+        print(terminal_line(name, results[name], base.get(name, {}),
+                            str(logs.get(name, {}).get("configs", {}).get("output_type", ""))))
     return {name: {**{k: v for k, v in results[name].items() if isinstance(v, int | float)
                       or k.startswith("better/")},
                    **{f"unigram/{k}": v for k, v in base.get(name, {}).items()

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The reference a reader needs beside tokens per parameter: Hoffmann et al. 2022 ("Chinchilla") found about 20
+# training tokens per parameter compute-optimal
+CHINCHILLA = "Chinchilla compute-optimal: ~20, Hoffmann et al. 2022"
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -25,7 +29,7 @@ class Budget:
 
     def line(self) -> str:
         return (f"train: {self.tokens_seen:,} tokens seen = {self.epochs:.3g} epochs of {self.unique_tokens:,} unique "
-                f"training tokens, {self.tokens_per_param:.3g} tokens per parameter")
+                f"training tokens, {self.tokens_per_param:.3g} tokens per parameter ({CHINCHILLA})")
 
     def warning(self, max_epochs: float) -> str | None:
         """One line when the run goes past ``max_epochs`` epochs, else None."""
