@@ -126,7 +126,8 @@ def _lineage(sub: Sub) -> None:
                                    "recorded tree still shown, when the file on disk is none of its recorded "
                                    "versions or a run file in the lineage has a line that does not parse.")
     p.add_argument("target", metavar="TARGET",
-                   help="a run id, a digest (sha256:<hex> or a unique hex prefix of 8+ digits) or a path")
+                   help="a run id (or a short one: a unique prefix, its 8-hex tail), a digest (sha256:<hex> or a "
+                        "unique hex prefix of 8+ digits) or a path")
     p.add_argument("--format", choices=("text", "prov-json"), default="text",
                    help="an indented tree (default) or W3C PROV-JSON")
     p.add_argument("--output", type=Path, metavar="FILE", help="write to FILE instead of stdout")
@@ -157,7 +158,8 @@ def _diff(sub: Sub) -> None:
     p = sub.add_parser("diff", help="compare two ledger runs and name their first divergence",
                        description="Compare two runs: params, code, determinism class, inputs, outputs and "
                                    "metrics, and name the first record where they diverge. Exit 0 when identical.")
-    p.add_argument("run_a", metavar="RUN_A", help="a run id (see `marin ledger log`)")
+    p.add_argument("run_a", metavar="RUN_A", help="a run id (see `marin ledger log`), a unique prefix of one, or its "
+                   "8-hex tail (as MLflow's run names show it)")
     p.add_argument("run_b", metavar="RUN_B", help="the run id to compare it with")
     p.set_defaults(fn=cmd.diff)
 
@@ -165,7 +167,8 @@ def _diff(sub: Sub) -> None:
 def _verify(sub: Sub) -> None:
     p = sub.add_parser("verify", help="replay a recorded run and compare it bit for bit",
                        description=VERIFY_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("target", help="a run id; with --upstream, also a digest or a path (models/final)")
+    p.add_argument("target", help="a run id (or a unique prefix, or its 8-hex tail); with --upstream, also a digest "
+                   "or a path (models/final)")
     p.add_argument("--segments", type=int, metavar="K", help="train runs: replay K drawn checkpoint intervals")
     p.add_argument("--seed", type=int, help="seed of the --segments draw (default: random, recorded)")
     p.add_argument("--upstream", action="store_true", help="verify TARGET and every run in its lineage")

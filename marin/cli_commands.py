@@ -95,10 +95,10 @@ def ledger_log(args: argparse.Namespace) -> int:
 
 
 def ledger_repair(args: argparse.Namespace) -> int:
-    from marin.ledger.store import RunFile, run_path
+    from marin.ledger.store import RunFile, resolve_run_id, run_path
 
-    path = run_path(args.root, args.run_id)
-    torn = RunFile(path, args.run_id).repair()
+    path = run_path(args.root, resolve_run_id(args.root, args.run_id))  # a short id too
+    torn = RunFile(path, path.name.removesuffix(".jsonl")).repair()
     if torn is None:
         print(f"{path.name}: last line is complete; nothing to repair")
     else:

@@ -13,7 +13,7 @@ from typing import Any
 
 from marin.config import flatten
 from marin.errors import MarinError
-from marin.ledger.store import RunLog, load_run
+from marin.ledger.store import RunLog, load_run, resolve_run_id
 
 
 @dataclass
@@ -33,7 +33,7 @@ def _compare(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]
 
 
 def _load(root: Path, run_id: str) -> RunLog:
-    log = load_run(root, run_id)
+    log = load_run(root, resolve_run_id(root, run_id))  # a short id too: a unique prefix, the 8-hex tail
     if log.started is None:
         raise MarinError(f"{log.path}: has no run.started record")
     return log
@@ -43,7 +43,7 @@ def diff(root: Path, run_a: str, run_b: str) -> Diff:
     """Two runs of the ledger under ``root`` compared section by section, and their first divergence."""
     a, b = _load(root, run_a), _load(root, run_b)
     sa, sb = a.start.body, b.start.body
-    d = Diff(run_a, run_b)
+    d = Diff(a.run_id, b.run_id)
     d.sections["params"] = _compare(flatten(sa["params"]), flatten(sb["params"]))
     code_keys = ("git_commit", "dirty", "diff_digest", "code_digest", "closure_digest", "lock_digest")
     d.sections["code"] = _compare({k: sa["code"].get(k) for k in code_keys}, {k: sb["code"].get(k) for k in code_keys})

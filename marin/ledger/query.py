@@ -10,6 +10,7 @@ ledger through here; the derived index (built once per command) is passed down.
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 from collections.abc import Iterator, Mapping
@@ -23,7 +24,7 @@ from marin.fsutil import not_regular
 from marin.ledger import listing
 from marin.ledger.hash_cache import hash_cache
 from marin.ledger.index import Index, RunRow
-from marin.ledger.store import RunLog, load_run
+from marin.ledger.store import AmbiguousRun, NoSuchRun, RunLog, load_run, resolve_run_id
 from marin.paths import relpath
 from marin.stages import SOURCE_STAGES  # their inputs come from outside the ledger
 
@@ -132,20 +133,34 @@ class Ledger:
         return sorted(found, key=lambda c: (c[0].records[0].time, c[0].run_id))
 
     def resolve(self, target: str) -> Target:
-        """A run id, a digest (``sha256:<hex>`` or a unique hex prefix of 8+ digits), or a path."""
+        """A run id (or a short one: :func:`marin.ledger.store.resolve_run_id`), a digest
+        (``sha256:<hex>`` or a unique hex prefix of 8+ digits), or a path."""
         if self.runs.is_read(target) or (self.index.run(target) or _NO_RUN).stage is not None:
             return Target("run", target)
+        run = None if os.path.lexists(self.root / target) else self._short_run(target)  # a path's name wins
         hexpart = target.removeprefix("sha256:")
         if len(hexpart) >= MIN_PREFIX and re.fullmatch("[0-9a-f]+", hexpart):
             found = self.index.digests_with_prefix(f"sha256:{hexpart}")
-            if len(found) > 1:
-                shown = ", ".join(f"sha256:{d[7:19]}" for d in found[:5])
+            if len(found) > 1 or (found and run is not None):
+                shown = ", ".join([*([f"run {run}"] if run else []), *(f"sha256:{d[7:19]}" for d in found[:5])])
                 more = "" if len(found) < 6 else " or more"
-                raise AmbiguousTarget(f"digest prefix {target!r} is ambiguous: {len(found)}{more} digests match "
-                                      f"({shown}); give more digits")
+                raise AmbiguousTarget(f"digest prefix {target!r} is ambiguous: {len(found)}{more} digests "
+                                      f"{'and a run ' if run else ''}match ({shown}); give more digits")
             if found:
                 return Target("digest", found[0])
+        if run is not None:
+            return Target("run", run)
         return self._resolve_path(target)
+
+    def _short_run(self, target: str) -> str | None:
+        """The started run that a short run id names (a unique prefix, the 8-hex tail), else None."""
+        try:
+            run_id = resolve_run_id(self.root, target)
+        except AmbiguousRun as e:
+            raise AmbiguousTarget(str(e)) from None
+        except NoSuchRun:
+            return None
+        return run_id if (self.index.run(run_id) or _NO_RUN).stage is not None else None
 
     def _resolve_path(self, target: str) -> Target:
         path = Path(target) if Path(target).is_absolute() else self.root / target

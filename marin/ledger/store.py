@@ -77,6 +77,33 @@ def run_path(root: Path, run_id: str) -> Path:
     return path
 
 
+class AmbiguousRun(NoSuchRun):
+    """A short run id that more than one run's id matches."""
+
+
+SHOWN_CANDIDATES = 10  # an ambiguous short id lists this many of the runs it matches, then how many more
+
+
+def resolve_run_id(root: Path, given: str) -> str:
+    """The whole id of run ``given`` in the ledger under ``root``: a run id, a unique prefix of one, or
+    a run's 8-hex tail (MLflow shows ``train 1a2b3c4d``). NoSuchRun when no run matches, AmbiguousRun
+    (one line listing them) when several do. Every command that takes a run id resolves it here."""
+    folder = ledger_dir(root)
+    if _RUN_ID.fullmatch(given) is None:
+        raise NoSuchRun(f"{given}: no such run in {folder}; see `marin ledger log`")
+    if _why_odd(folder / f"{given}.jsonl") == "":
+        return given
+    ids = [p.name.removesuffix(".jsonl") for p in run_files(folder)]
+    found = [r for r in ids if r.startswith(given) or r.rsplit("-", 1)[-1] == given]
+    if not found:
+        raise NoSuchRun(f"{given}: no such run in {folder}; see `marin ledger log`")
+    if len(found) > 1:
+        more = f" and {len(found) - SHOWN_CANDIDATES} more" if len(found) > SHOWN_CANDIDATES else ""
+        raise AmbiguousRun(f"run id {given!r} is ambiguous: {len(found)} runs match ("
+                           f"{', '.join(found[:SHOWN_CANDIDATES])}{more}); give more of the id")
+    return found[0]
+
+
 def load_run(root: Path, run_id: str, validate: bool = True, skip: tuple[str, ...] = ()) -> RunLog:
     """Read run ``run_id`` of the ledger under ``root`` (see :func:`read_run`); NoSuchRun when missing."""
     return read_run(run_path(root, run_id), validate, skip)

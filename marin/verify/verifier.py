@@ -39,7 +39,7 @@ from marin.ledger.index import Index, seed, with_index
 from marin.ledger.query import Ledger
 from marin.ledger.records import Record
 from marin.ledger.run import recipe_code, recipe_digest
-from marin.ledger.store import NoSuchRun, RunFile, RunLog, load_run, read_all
+from marin.ledger.store import NoSuchRun, RunFile, RunLog, load_run, read_all, resolve_run_id
 from marin.paths import ledger_dir
 from marin.remote import checkpoints_dir
 from marin.stages import TRAINING
@@ -62,15 +62,16 @@ def verify(root: Path, run_id: str, *, segments: int | None = None, seed: int | 
     log = _load(root, run_id)  # 1
     if segments is not None:
         check_segments(root, log, segments, index)
-    out = Outcome(run_id, log.stage, "segments" if segments else "full", signer=signer)
+    out = Outcome(log.run_id, log.stage, "segments" if segments else "full", signer=signer)
     return Verifier(root, log, index, out, say, t0).run(segments, seed, xla_flags, keep)
 
 
 def _load(root: Path, run_id: str) -> RunLog:
     """Step 1: the run, its ledger file intact, succeeded, and a replayable recipe."""
     try:
+        run_id = resolve_run_id(root, run_id)  # a short id too: a unique prefix, the 8-hex tail MLflow shows
         log = load_run(root, run_id)
-    except NoSuchRun as e:
+    except NoSuchRun as e:  # an ambiguous short id too, listing the runs it matches
         raise CannotVerify(f"step 1: {e}") from None
     problems = check_run(log)
     if problems:
