@@ -101,10 +101,37 @@ def stage_ledger_for_experiment(root: Path) -> None:
         git(root, "add", "--", "ledger", ":(exclude,glob)ledger/runs/sweep-*")  # the train launcher adds last
 
 
+VERBOSE = ("-v", "--verbose")  # the one option a stage takes: a traceback instead of one line
+
+
+class StageUsage(MarinError):
+    """A stage's entry point given an argument it does not take (``--help`` among them)."""
+
+    exit_code = 2
+
+
+def check_arguments(name: str, argv: list[str]) -> int:
+    """0 when ``argv`` is what stage ``name``'s entry point takes (``-v``; a reference stage, its
+    reference's name), else StageUsage saying how to run the stage: it reads params.yaml, not argv."""
+    ref = name.removeprefix(table.REFERENCE) if name.startswith(table.REFERENCE) else None
+    extra = [a for a in argv if a not in VERBOSE]
+    if extra == ([ref] if ref else []) and ref != "":
+        return 0
+    takes = "no arguments but -v" if ref is None else "a reference's name and -v"
+    module, stage = (f"pipeline.{name}", name) if ref is None else \
+        (f"pipeline.reference {ref or '<name>'}", f"{table.REFERENCE}{ref or '<name>'}")
+    got = f"got {' '.join(extra)!r}" if extra else "got none"
+    raise StageUsage(f"{module.split()[0]} takes {takes} ({got}): run the stage with `dvc repro {stage}` or "
+                     f"`python -m {module}` in the project; its settings are in params.yaml")
+
+
 def stage_main(name: str) -> None:
     """Entry point of a pipeline/ script: :func:`execute` of the stage declared as ``name`` in the
-    project around the working directory, guarded, then exit. A stage that uses JAX first restarts
+    project around the working directory, guarded, then exit. An argument it does not take (``--help``)
+    is refused first, before anything is imported or run. A stage that uses JAX first restarts
     its process with the allocator a training step needs (:mod:`marin.allocator`)."""
+    if refused := guarded(lambda: check_arguments(name, sys.argv[1:])):
+        sys.exit(refused)
     static = table.get(name)
     if static is not None and static.uses_jax:
         from marin.allocator import restart_with_fast_allocator
