@@ -80,3 +80,11 @@ def test_the_readme_is_a_front_door_whose_test_command_ci_finds() -> None:
     pipeline = readme.split("## Run the pipeline (fresh machine, one command)\n\n```bash\n", 1)[1].split("\n", 1)[0]
     assert pipeline == ("python3 -m pip install uv && uv sync --frozen && uv run marin keygen --if-missing && "
                         "uv run dvc repro && uv run marin ledger check")
+
+
+def test_the_readmes_first_paragraph_names_every_stage_of_the_pipeline() -> None:
+    from marin.stages.table import NAMES
+
+    first = (REPO / "README.md").read_text().split("\n\n")[1]  # after the title
+    named = re.findall(r"`([a-z_]+)`", first)
+    assert sorted(set(named)) == sorted(NAMES) and f" {len(NAMES)} stages " in first
