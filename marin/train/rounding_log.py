@@ -55,9 +55,10 @@ def entry(step: int, tensor: str, index: int, direction: int) -> bytes:
     return (json.dumps({"step": step, "tensor": tensor, "index": index, "direction": direction}) + "\n").encode()
 
 
-def entries(path: Path) -> Iterator[tuple[int, str, int, int]]:
+def entries(path: Path, partial: bool = False) -> Iterator[tuple[int, str, int, int]]:
     """(step, tensor, index, direction) of every entry of a rounding log, in its order; a line that is
-    not one is a RoundingError naming it."""
+    not one is a RoundingError naming it, or (``partial``: a killed run's log, whose last line may be
+    cut short) the end of the log."""
     for n, line in enumerate(readers.lines(path, "rounding_log", RoundingError), 1):
         try:
             e = json.loads(line)
@@ -70,6 +71,8 @@ def entries(path: Path) -> Iterator[tuple[int, str, int, int]]:
                     and direction in (0, 1)):
                 raise ValueError("an entry is {step, tensor, index >= 0, direction 0 or 1}")
         except (ValueError, KeyError, TypeError, AttributeError) as err:
+            if partial and n > 1:
+                return
             raise RoundingError(f"{path} line {n}: not a rounding log entry ({err})") from None
         yield step, tensor, index, direction
 

@@ -82,12 +82,13 @@ class RoundingLog:
 
     def open(self, path: Path | None, start: int) -> None:
         """Write to ``path`` (None: count and digest only), keeping what it holds through step ``start``
-        (a resumed run's checkpoint) and dropping the rest, which the resumed run computes again."""
+        (a resumed run's checkpoint: those entries were made durable before the checkpoint was recorded)
+        and dropping the rest, which the resumed run computes again (a line cut short by a kill included)."""
         self.path, self.step, self.counts = path, start, {}
         self.used = set((self.recorded or {}).get(start, {}))  # the steps before ``start`` are not this run's
         kept: list[bytes] = []
         if path is not None and path.is_file() and start > 0:
-            for step, tensor, index, direction in rounding_log.entries(path):
+            for step, tensor, index, direction in rounding_log.entries(path, partial=True):
                 if step <= start:
                     kept.append(rounding_log.entry(step, tensor, index, direction))
                     self.counts[step] = self.counts.get(step, 0) + 1
