@@ -16,7 +16,8 @@ from typing import Any
 import rfc8785
 
 from marin.errors import IntegrityError
-from marin.fsutil import open_regular
+from marin.filetree import tree_problem
+from marin.fsutil import open_regular, shown
 
 PREFIX = "sha256:"
 _CHUNK = 1 << 20
@@ -58,17 +59,16 @@ def unchanged(path: str | os.PathLike[str], before: os.stat_result, after: os.st
     if (before.st_size, before.st_mtime_ns, before.st_ctime_ns) == (after.st_size, after.st_mtime_ns,
                                                                       after.st_ctime_ns):
         return
-    from marin.fsutil import shown
-
     moved = f"size {before.st_size:,} -> {after.st_size:,} bytes" if before.st_size != after.st_size else \
         f"modified {(after.st_mtime_ns - before.st_mtime_ns) / 1e9:+.3f} s later"
     raise ChangedWhileRead(f"{shown(path)}: changed while it was read ({moved}); its digest would not be the "
                            "file's: wait until nothing writes to it, then run again")
 
 
-def file_digest(path: str | os.PathLike[str]) -> str:
-    """sha256 of a file's bytes, streamed; ChangedWhileRead if the file changed meanwhile."""
-    with open_regular(path, follow=True) as f:  # a fifo would block the digest forever
+def file_digest(path: str | os.PathLike[str], *, follow: bool = True) -> str:
+    """sha256 of a file's bytes, streamed; ChangedWhileRead if the file changed meanwhile. A link is
+    followed unless ``follow`` is False (then it is an OSError, as a fifo is)."""
+    with open_regular(path, follow=follow) as f:  # a fifo would block the digest forever
         before = os.fstat(f.fileno())
         digest = fmt(hashlib.file_digest(f, "sha256").digest())  # pyright: ignore[reportArgumentType]
         unchanged(path, before, os.fstat(f.fileno()))
@@ -103,12 +103,13 @@ FileHashes = Callable[[Path], tuple[str, str, int]]
 
 
 def digest_path(path: str | os.PathLike[str], file_hashes: FileHashes | None = None) -> PathDigest:
-    """sha256, DVC md5 and size of ``path`` with each file read once (``file_hashes`` may cache them)."""
+    """sha256, DVC md5 and size of ``path`` with each file read once (``file_hashes`` may cache them);
+    a folder's entries as :func:`tree_files` (with links to files)."""
     p, fh = Path(path), file_hashes or file_digests
     if not p.is_dir():
         sha, md5, size = fh(p)
         return PathDigest(sha, md5, size, None)
-    files = sorted((f.relative_to(p).as_posix(), f) for f in p.rglob("*") if f.is_file())
+    files = tree_files(p, links=True)
     hashed = [(rel, *fh(f)) for rel, f in files]
     entries = tuple((rel, sha, size) for rel, sha, _, size in hashed)
     digest = json_digest([{"path": r, "digest": d, "size": s} for r, d, s in entries])
@@ -117,22 +118,39 @@ def digest_path(path: str | os.PathLike[str], file_hashes: FileHashes | None = N
                       sum(s for _, _, s in entries), entries)
 
 
-def dir_entries(path: str | os.PathLike[str]) -> list[tuple[str, str, int]]:
-    """(relative posix path, file digest, size) of every file under ``path``, sorted."""
-    root = Path(path)
+class NotPlain(IntegrityError):
+    """A hashed folder holds an entry that is not a regular file or folder: no digest leaves it out."""
+
+
+def tree_files(root: Path, *, links: bool) -> list[tuple[str, Path]]:
+    """(relative posix path, path) of every file under the folder ``root``, sorted; NotPlain naming the
+    first entry that is a fifo, socket, device or kernel pseudo-file, or a link (unless ``links``: then
+    a link to a regular file counts as that file, as a DVC checkout's link to its cache does)."""
+    bad = tree_problem(root, links=links)
+    if bad is not None:
+        raise NotPlain(f"{shown(root / bad[0])}: {bad[1]}; a folder's digest covers every entry, and this one "
+                       "has no bytes of its own to hash: remove it, or put a regular file there")
+    return sorted((f.relative_to(root).as_posix(), f) for f in root.rglob("*") if f.is_file())
+
+
+def dir_entries(path: str | os.PathLike[str], *, links: bool = True) -> list[tuple[str, str, int]]:
+    """(relative posix path, file digest, size) of every file under ``path``, sorted; an entry that is
+    not a regular file or folder is NotPlain (:func:`tree_files`), never skipped."""
     out = []
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            out.append((p.relative_to(root).as_posix(), file_digest(p), p.stat().st_size))
-    return sorted(out)
+    for rel, p in tree_files(Path(path), links=links):
+        try:
+            out.append((rel, file_digest(p, follow=links), p.stat().st_size))
+        except OSError as e:  # replaced by a link or a fifo since the walk
+            raise NotPlain(f"{shown(p)}: {e.strerror or e}; it changed while the folder was hashed") from None
+    return out
 
 
-def dir_digest(path: str | os.PathLike[str]) -> str:
+def dir_digest(path: str | os.PathLike[str], *, links: bool = True) -> str:
     """Digest of a directory tree: canonical JSON of its sorted (path, digest, size) list.
 
-    Independent of mtimes, permissions and file-system order.
+    Independent of mtimes, permissions and file-system order. ``links``: as :func:`dir_entries`.
     """
-    entries = [{"path": p, "digest": d, "size": s} for p, d, s in dir_entries(path)]
+    entries = [{"path": p, "digest": d, "size": s} for p, d, s in dir_entries(path, links=links)]
     return json_digest(entries)
 
 
@@ -144,7 +162,7 @@ def path_digest(path: str | os.PathLike[str]) -> str:
 def path_size(path: str | os.PathLike[str]) -> int:
     p = Path(path)
     if p.is_dir():
-        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        return sum(f.stat().st_size for _, f in tree_files(p, links=True))
     return p.stat().st_size
 
 
@@ -188,13 +206,9 @@ def dvc_md5(path: str | os.PathLike[str]) -> str:
         with open_regular(p, follow=True) as f:
             return hashlib.file_digest(f, "md5").hexdigest()  # pyright: ignore[reportArgumentType]
     entries = []
-    for f in p.rglob("*"):
-        if f.is_file():
-            with open_regular(f, follow=True) as fh:
-                entries.append(
-                    {"md5": hashlib.file_digest(fh, "md5").hexdigest(),  # pyright: ignore[reportArgumentType]
-                     "relpath": f.relative_to(p).as_posix()}
-                )
-    entries.sort(key=lambda e: e["relpath"])
+    for rel, f in tree_files(p, links=True):
+        with open_regular(f, follow=True) as fh:
+            entries.append({"md5": hashlib.file_digest(fh, "md5").hexdigest(),  # pyright: ignore[reportArgumentType]
+                            "relpath": rel})
     blob = json.dumps(entries, sort_keys=True).encode("utf-8")
     return hashlib.md5(blob).hexdigest() + ".dir"

@@ -53,14 +53,21 @@ def weights_path(directory: Path, config: dict[str, Any]) -> Path:
     return path
 
 
+def load(path: Path) -> dict[str, np.ndarray]:
+    """The tensors of the safetensors file ``path``; one IntegrityError naming it when it does not read as
+    one (safetensors bounds its header; a dtype numpy lacks is a TypeError)."""
+    try:
+        return load_file(str(path))
+    except (OSError, SafetensorError, TypeError, ValueError) as e:
+        said = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise IntegrityError(f"{shown(path)}: not a readable safetensors file ({said}); {ADVICE}") from None
+
+
 def read(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """(tensors by dotted name, config) of a saved model; the tensor digest is checked."""
     config = read_config(directory)
     path = weights_path(directory, config)
-    try:
-        tensors = load_file(str(path))
-    except (OSError, SafetensorError) as e:
-        raise IntegrityError(f"{shown(path)}: not a readable safetensors file ({e}); {ADVICE}") from None
+    tensors = load(path)
     digest = hashing.tree_digest(tensors)
     if digest != config["tensor_digest"]:
         raise IntegrityError(f"{shown(path)}: tensors hash to {digest}, {CONFIG} records {config['tensor_digest']}; "

@@ -53,6 +53,11 @@ CAPS: dict[str, Cap] = {
     "text": Cap(16 * MiB, 16 * MiB, "a text file", "trim it"),
     "rounding_log": Cap(4096 * MiB, 64 * KiB, "a rounding log", "restore the run's rounding.jsonl (its checkpoints "
                         "folder, or its model folder: dvc checkout)"),
+    "published": Cap(1 * MiB, 1 * MiB, "published digests", "restore the committed copy "
+                     "(git checkout -- published-digests.json), the file `marin reference write` writes"),
+    "model_config": Cap(4 * MiB, 4 * MiB, "a model's config", "download the model's files again"),
+    # only a weights file's header is read, within marin.evaluate.reference_folder.HEADER_CAP
+    "weights": Cap(1 << 40, 1 << 40, "a weights file", "use a model in shards of safetensors files"),
 }
 
 
@@ -124,6 +129,8 @@ def read_json(path: str | os.PathLike[str], kind: str = "json", error: type[Mari
         return json.loads(read_bytes(path, kind, error))
     except ValueError as e:
         raise error(f"{shown(path)}: not JSON ({e}); {CAPS[kind].fix}") from None
+    except RecursionError:
+        raise error(f"{shown(path)}: not JSON this reader takes (nested too deeply); {CAPS[kind].fix}") from None
 
 
 def lines(path: str | os.PathLike[str], kind: str, error: type[MarinError] = ReadError) -> Iterator[bytes]:

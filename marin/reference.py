@@ -18,11 +18,12 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from marin import config, hashing, readers, stages
+from marin import config, hashing, readers, schemas, stages
 from marin.errors import IntegrityError, MarinError
 from marin.fsutil import shown
 
 FILE = "published-digests.json"
+SCHEMA = "published-digests"  # schemas/published-digests.schema.json
 MODELS = (stages.MODEL, stages.INSTRUCT)
 METRICS = stages.declaration("evaluate").out("eval_metrics").as_posix()
 CONTEXT = stages.declaration("evaluate").out("eval_context").as_posix()  # the metrics' baselines, counts, settings
@@ -37,15 +38,13 @@ class ReferenceError(MarinError):
 def measured(root: Path) -> dict[str, Any]:
     """What the project's outputs give now: the params digest, each model's tensor digest (hashed
     from its weights file) and each metric of metrics/eval.json (floats as hex)."""
-    from safetensors.numpy import load_file
-
     from marin import model_folder
 
     out: dict[str, Any] = {"params_digest": params_digest(root), "models": {}, "metrics": {}}
     for m in MODELS:
         folder = root / m
         path = model_folder.weights_path(folder, model_folder.read_config(folder))
-        out["models"][m] = hashing.tree_digest(load_file(str(path)))
+        out["models"][m] = hashing.tree_digest(model_folder.load(path))
     from marin.evaluate import metrics_file
 
     doc = metrics_file.read(root, Path(METRICS), Path(CONTEXT), IntegrityError)
@@ -59,10 +58,15 @@ def params_digest(root: Path) -> str:
 
 
 def published(root: Path) -> dict[str, Any]:
+    """The published digests, read as a regular file within its cap and valid against
+    schemas/published-digests.schema.json (a stranger's clone supplies the file): else one line."""
     path = root / FILE
-    if not path.is_file():
-        raise ReferenceError(f"{shown(path)}: missing; this project publishes no reference digests")
-    return json.loads(readers.read_bytes(path, "config", ReferenceError))
+    try:
+        doc = readers.read_json(path, "published", ReferenceError)
+    except FileNotFoundError:
+        raise ReferenceError(f"{shown(path)}: missing; this project publishes no reference digests") from None
+    schemas.validate(doc, SCHEMA, shown(path), ReferenceError)
+    return doc
 
 
 def compare(pub: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -102,6 +106,7 @@ def write(root: Path, why: str) -> Path:
     doc = {"about": "marin reference check: the outputs `dvc repro` gives for the shipped params.yaml",
            "measured_on": f"{model()} ({platform.machine()}), {dt.date.today().isoformat()}", "why": why,
            **measured(root)}
+    schemas.validate(doc, SCHEMA, FILE, ReferenceError)  # never a file `check` would refuse
     path = root / FILE
     path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
     return path

@@ -66,3 +66,56 @@ def test_dvc_md5_matches_real_dvc(tmp_path) -> None:
 
         out = yaml.safe_load((tmp_path / f"{target}.dvc").read_text())["outs"][0]
         assert hashing.dvc_md5(tmp_path / target) == out["md5"], target
+
+
+def _fifo(root, outside) -> None:
+    os.mkfifo(root / "sub" / "pipe")
+
+
+def _socket(root, outside) -> None:
+    import contextlib
+    import socket
+
+    with contextlib.chdir(root / "sub"), socket.socket(socket.AF_UNIX) as s:  # a relative name: sun_path is short
+        s.bind("sock")
+
+
+def _file_link(root, outside) -> None:
+    (root / "sub" / "link").symlink_to(outside / "elsewhere.txt")
+
+
+NOT_PLAIN = {  # (make it, entry named, why, whether following links to files lets it through)
+    "fifo": (_fifo, "sub/pipe", "is a fifo", False),
+    "socket": (_socket, "sub/sock", "is a socket", False),
+    "link to a file outside": (_file_link, "sub/link", "is a symbolic link", True),
+    "link to /dev/zero": (lambda r, o: (r / "sub" / "zero").symlink_to("/dev/zero"), "sub/zero",
+                          "is a symbolic link", False),
+    "link to a folder": (lambda r, o: (r / "sub" / "d").symlink_to(o), "sub/d", "is a symbolic link", False),
+    "link that leads nowhere": (lambda r, o: (r / "sub" / "gone").symlink_to(o / "gone"), "sub/gone",
+                                "is a symbolic link", False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOT_PLAIN))
+def test_a_folder_digest_names_an_entry_it_cannot_hash_instead_of_skipping_it(tmp_path, case: str) -> None:
+    """Issue 55, defect 4: a fifo, socket, device or link in a hashed folder was left out of its digest
+    (or followed out of the folder); now every digest of a folder names it. A link to a regular file is
+    followed only where a DVC checkout may link its cache (the default), never for an input folder."""
+    make, entry, why, followed = NOT_PLAIN[case]
+    root, outside = tmp_path / "folder", tmp_path / "outside"
+    (root / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (root / "a.txt").write_text("a")
+    (outside / "elsewhere.txt").write_text("outside")
+    make(root, outside)
+    strict = (lambda p: hashing.dir_digest(p, links=False), lambda p: hashing.dir_entries(p, links=False))
+    default = (hashing.dir_digest, hashing.dir_entries, hashing.path_digest, hashing.path_size, hashing.dvc_md5,
+               hashing.digest_path)
+    for fn in strict + (() if followed else default):
+        with pytest.raises(hashing.NotPlain, match=rf"{entry}: {why}"):
+            fn(root)
+    if followed:  # hashed as the file it leads to: the digest of a copy
+        linked = hashing.dir_digest(root)
+        (root / "sub" / "link").unlink()
+        (root / "sub" / "link").write_text("outside")
+        assert hashing.dir_digest(root) == linked == hashing.dir_digest(root, links=False)

@@ -19,7 +19,7 @@ What a file is comes from its name, then its bytes are checked (:func:`kind`): `
 signature; any other name is one plain file, whatever its bytes (a file of zeros is not an
 empty tar). The archive itself must be a regular file or directory on a disk: a fifo, a
 device or a kernel pseudo-file (/proc, /sys, /dev: its size says nothing of its bytes) is
-refused (:func:`file_problem`).
+refused (:func:`marin.filetree.file_problem`).
 """
 
 from __future__ import annotations
@@ -45,25 +45,13 @@ from marin.data import bounds
 from marin.data.bounds import RATIO_MIN_BYTES
 from marin.data.streams import FORMATS, MAX_RATIO, Readable, Streams, read_exactly
 from marin.errors import StageError
-from marin.fsutil import SPECIAL, not_regular, shown
+from marin.filetree import file_problem, tree_problem
+from marin.fsutil import SPECIAL, shown
 
 MAX_MEMBER_BYTES = 4 << 30
 TAR_NAMES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
 ZIP_NAMES = (".zip",)
-_PSEUDO = ("/proc", "/sys", "/dev")  # kernel file systems: a file's size there says nothing of its bytes
 _DRIVE = re.compile(r"^[A-Za-z]:")
-
-
-def file_problem(path: Path) -> str | None:
-    """Why ``path`` (not followed, if a link) is not a regular file or directory on a disk: a
-    link, device, fifo or socket, or a kernel pseudo-file (under /proc, /sys, /dev); or None."""
-    mode = path.lstat().st_mode
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        return not_regular(mode)
-    real = os.path.realpath(path)
-    if any(real == d or real.startswith(d + "/") for d in _PSEUDO):
-        return f"is a kernel pseudo-file ({real}), not data on a disk"
-    return None
 
 
 def kind(path: Path) -> str:
@@ -145,18 +133,6 @@ def zip_problem(info: zipfile.ZipInfo) -> str | None:
             problem = (f"expands {ratio:,.0f} times ({info.file_size:,} bytes from {info.compress_size:,}), "
                        f"over the {MAX_RATIO}x limit (a zip bomb?)")
     return problem
-
-
-def tree_problem(root: Path) -> tuple[str, str] | None:
-    """(relative path, why) of the first entry under directory ``root`` that is not a
-    plain file or directory (a symlink, device, fifo, socket), or None."""
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        for name in sorted(dirnames + filenames):
-            p = Path(dirpath) / name
-            what = file_problem(p)
-            if what is not None:
-                return p.relative_to(root).as_posix(), what
-    return None
 
 
 def _refuse(archive: Path, name: str, why: str) -> StageError:

@@ -6,8 +6,11 @@ model's own tokenizer (``model`` records, whole and per corpus), and what the mo
 its parameters and training tokens (a ``card`` record). Writes metrics/reference/<name>.json (its measurements) and
 evals/reference/<name>.json (the rest: :mod:`marin.evaluate.metrics_file`).
 
-The folder is pinned by its tree digest (:func:`marin.hashing.dir_digest`) like a corpus, and is the
-run's ``model`` input: one changed byte makes ``dvc status`` name this stage only.
+The folder is checked before it is hashed or loaded (:mod:`marin.evaluate.reference_folder`: regular
+files only, safetensors weights only, no remote code, each header bounded and checked), then pinned by
+its tree digest (:func:`marin.hashing.dir_digest`, links refused) like a corpus, and is the run's
+``model`` input: one changed byte makes ``dvc status`` name this stage only. All of it happens before
+torch is imported, so a refused folder costs a second, not the minute torch and transformers take.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 from marin import hashing, readers, stages
 from marin.config import Params, Reference
 from marin.env_types import DeterminismClass
-from marin.errors import StageError
-from marin.evaluate import decontam, metrics_file
+from marin.errors import MarinError, StageError
+from marin.evaluate import decontam, metrics_file, reference_folder
+from marin.fsutil import shown
 from marin.stages import task_files
 
 if TYPE_CHECKING:
@@ -42,12 +46,14 @@ def find(params: Params, name: str) -> Reference:
 
 
 def check_pin(root: Path, ref: Reference) -> str:
-    """The folder (project-relative), once it is a project folder whose tree digest is the pinned one."""
-    rel = task_files.inside(root, ref.path, f"evaluate.references {ref.name}")
+    """The folder (project-relative), once it is a project folder of plain files that transformers can load
+    without running code (:func:`reference_folder.check`) whose tree digest is the pinned one."""
+    where = f"evaluate.references {ref.name}"
+    rel = task_files.inside(root, ref.path, where)
     if not (root / rel).is_dir():
-        raise StageError(f"evaluate.references {ref.name}: {rel} is not a folder; put the model's files there "
-                         "(docs/guide/harness.md)")
-    found = hashing.dir_digest(root / rel).removeprefix(hashing.PREFIX)
+        raise StageError(f"{where}: {rel} is not a folder; put the model's files there (docs/guide/harness.md)")
+    reference_folder.check(root / rel, where)
+    found = hashing.dir_digest(root / rel, links=False).removeprefix(hashing.PREFIX)
     if found != ref.sha256:
         raise StageError(f"evaluate.references {ref.name}: {rel} has sha256 {found}, params.yaml pins {ref.sha256}; "
                          "if you replaced its files on purpose, pin the new digest")
@@ -65,7 +71,12 @@ def card_facts(folder: Path) -> dict[str, Any]:
         text = readers.read_text(readme, "text", StageError)
         if text.startswith("---"):
             head = text.split("---", 2)[1] if text.count("---") >= 2 else ""
-            loaded = yaml.safe_load(head) or {}
+            try:
+                loaded = yaml.safe_load(head) or {}
+            except (yaml.YAMLError, RecursionError) as e:
+                said = (str(e).splitlines() or [type(e).__name__])[0]
+                raise StageError(f"{shown(readme)}: its YAML metadata does not parse ({said}); fix the card's "
+                                 "front matter") from None
             meta = loaded if isinstance(loaded, dict) else {}
     config = readers.read_json(folder / "config.json", "config", StageError) if (folder / "config.json").is_file() \
         else {}
@@ -80,16 +91,17 @@ def card_facts(folder: Path) -> dict[str, Any]:
 def run_stage(root: Path, params: Params) -> None:
     """Score the reference the running stage names (``reference_<name>``) on evaluate's requests and the
     validation text (its input ``text``: evaluate scores its tokens), as a ledger run."""
+    stage = stages.current()
+    name, validation, evalsets = stage.args, stage.input("text"), stage.input("evalsets")
+    ref = find(params, name)
+    folder = check_pin(root, ref)  # before torch is imported: a refused folder costs a second
+    card = card_facts(root / folder)
     import torch
 
     from marin import env
     from marin.evaluate import harness_run
     from marin.ledger import Input, Run
 
-    stage = stages.current()
-    name, validation, evalsets = stage.args, stage.input("text"), stage.input("evalsets")
-    ref = find(params, name)
-    folder = check_pin(root, ref)
     hp = params.evaluate.harness
     inputs = [Input("model", folder, license=ref.license), Input("text", validation.as_posix())]
     if (root / evalsets).is_dir():
@@ -108,7 +120,6 @@ def run_stage(root: Path, params: Params) -> None:
         lm = hf_model(root, folder, hp.batch_size)
         harness = harness_run.run_tasks(root, hp, lm, lambda body: run.record("eval", body), decon=decon)
         tallies = _bits_per_byte(root / validation, lm, run)
-        card = card_facts(root / folder)
         run.record("eval", {"name": "card", "split": "card", "values": {**card, "license": ref.license}})
         metrics = {"bits_per_byte": tallies[""].bits_per_byte, **card,
                    "per_corpus": {c: t.bits_per_byte for c, t in sorted(tallies.items()) if c},
@@ -133,7 +144,14 @@ def hf_model(root: Path, folder: str, batch_size: int) -> Any:
 
     hflm: Any = Built  # lm-eval's decorated constructor confuses type checkers
     with harness_run.offline(root):
-        return hflm(pretrained=str(root / folder), device="cpu", dtype="float32", batch_size=batch_size)
+        try:
+            return hflm(pretrained=str(root / folder), device="cpu", dtype="float32", batch_size=batch_size)
+        except MarinError:
+            raise
+        except Exception as e:  # whatever transformers refuses after the checks, said in one line
+            said = (str(e).strip().splitlines() or [""])[0][:300]
+            raise StageError(f"{folder}: transformers cannot load it ({type(e).__name__}: {said}); "
+                             "check the folder's config.json and weights") from None
 
 
 def _bits_per_byte(validation: Path, lm: Any, run: Run) -> dict[str, Any]:

@@ -101,7 +101,10 @@ def check_pin(root: Path, ds: HubDataset) -> None:
     if not folder.is_dir():
         raise StageError(f"evaluate.harness.datasets {ds.hub_id}: {ds.path} is not a folder; fetch the dataset's "
                          "files into it (docs/guide/harness.md)")
-    found = hashing.dir_digest(folder).removeprefix(hashing.PREFIX)
+    try:  # links refused: a pinned dataset holds its own bytes, never a way out of the project
+        found = hashing.dir_digest(folder, links=False).removeprefix(hashing.PREFIX)
+    except hashing.NotPlain as e:
+        raise StageError(f"evaluate.harness.datasets {ds.hub_id}: {e}") from None
     if found != ds.sha256:
         raise StageError(f"evaluate.harness.datasets {ds.hub_id}: {ds.path} has sha256 {found}, params.yaml pins "
                          f"{ds.sha256}; if you replaced its files on purpose, pin the new digest")

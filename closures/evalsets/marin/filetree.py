@@ -1,0 +1,1 @@
+../../../marin/filetree.py
