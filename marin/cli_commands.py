@@ -178,11 +178,11 @@ def trace(args: argparse.Namespace) -> int:
 
     if args.file is not None and not args.file.is_file():
         raise trace.TraceRefused(f"{args.file}: no such file; give a UTF-8 text file to --file")
-    text = readers.read_text(args.file, "text") if args.file else args.text
-    min_tokens = config.load(args.root / "params.yaml").trace.min_tokens
-    result = trace.run_command(args.root, text, args.run, args.model, args.index, min_tokens)
+    text = readers.read_text(args.file, "text") if args.file else trace.argument_text(args.text)
+    tp = config.load(args.root / "params.yaml").trace
+    result = trace.run_command(args.root, text, args.run, args.model, args.index, tp.min_tokens, tp.max_query_tokens)
     sys.stdout.write(json.dumps(result, ensure_ascii=False, indent=1) + "\n" if args.json
-                     else trace.render(result, min_tokens))
+                     else trace.render(result, tp.min_tokens))
     return 0
 
 

@@ -175,10 +175,11 @@ class DecontaminateParams:
 @dataclass(frozen=True)
 class TraceParams:
     """Stage trace_index and ``marin trace`` (marin/evaluate/trace_index.py): the shortest span traced,
-    and the tokens of one index shard (what building holds in memory)."""
+    the tokens of one index shard (what building holds in memory), and the most tokens of a text traced."""
 
     min_tokens: int = 8  # OLMoTrace's shortest span
     shard_tokens: int = 1 << 22
+    max_query_tokens: int = 1 << 16  # `marin trace` only; 100 KB of prose is ~23,000 tokens (bench_trace.py)
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,13 @@ documents that hold them (OLMoTrace), searched in the index stage trace_index bu
 An answer counts only for the model the index was built for: before searching, the index's recorded
 ``data/tokens`` digest (its trace_index run) must be the one the model's training run read, and for an
 instruct model also its instruction train set, both looked up in the ledger; else one line naming both
-digests. A text the tokenizer cannot encode (its ids do not decode back to it) is refused in one line."""
+digests. A text the tokenizer cannot encode (its ids do not decode back to it), an argument that is not
+UTF-8, and a text over ``trace.max_query_tokens`` tokens are refused in one line; the search's memory is
+linear in the text (:mod:`marin.evaluate.sa_search`)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,10 +28,32 @@ from marin.paths import relpath
 
 INDEX, MODEL = stages.declaration("trace_index").out("trace_index"), Path(stages.MODEL)  # marin/stages/table.py
 TOKENIZER = stages.declaration("evaluate_instruct").input("tokenizer")
+# a text of more characters than this for each token of the cap is refused before it is encoded: tokenizing
+# holds ~460 bytes a token (15 MB of text took 16.7 CPU s and 2.4 GB), and no text this long fits the cap
+CHARS_PER_TOKEN = 16
 
 
 class TraceRefused(MarinError):
-    """The index is not that of the model's training data, or the run has no samples."""
+    """The index is not that of the model's training data, the run has no samples, or the text is not
+    one marin traces (not UTF-8, or too long)."""
+
+
+def argument_text(text: str | None) -> str | None:
+    """The TEXT argument, refused in one line when its bytes are not UTF-8 (Python hands them over as
+    lone surrogates, which no tokenizer takes)."""
+    if text is None:
+        return None
+    try:
+        return os.fsencode(text).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TraceRefused(f"the TEXT argument is not UTF-8 (byte {e.start}); pass UTF-8 text, or the file "
+                           "with --file") from None
+
+
+def _capped(what: str, tokens: int, cap: int) -> None:
+    if tokens > cap:
+        raise TraceRefused(f"{what} is {tokens:,} tokens, over the {cap:,} `marin trace` takes "
+                           "(trace.max_query_tokens); trace a shorter passage")
 
 
 def _inputs(log: RunLog) -> dict[str, str]:
@@ -117,10 +142,15 @@ def recorded_texts(root: Path, run_id: str) -> tuple[str, list[tuple[str, np.nda
 
 
 def run_command(root: Path, text: str | None, run_id: str | None, model: Path, index_dir: Path,
-                min_tokens: int) -> dict[str, Any]:
-    """What ``marin trace`` prints: the check, then the trace of the text or of a run's samples."""
+                min_tokens: int, max_tokens: int) -> dict[str, Any]:
+    """What ``marin trace`` prints: the check, then the trace of the text or of a run's samples (each at
+    most ``max_tokens`` tokens)."""
     from marin.data import tokenize as tk
 
+    if text is not None and len(text) > CHARS_PER_TOKEN * max_tokens:
+        raise TraceRefused(f"the text is {len(text):,} characters, more than {CHARS_PER_TOKEN} for each of the "
+                           f"{max_tokens:,} tokens `marin trace` takes (trace.max_query_tokens); trace a shorter "
+                           "passage")
     tok = tk.load(root / TOKENIZER)
     if run_id is not None:
         model_digest, texts = recorded_texts(root, run_id)
@@ -129,6 +159,8 @@ def run_command(root: Path, text: str | None, run_id: str | None, model: Path, i
         path = model if model.is_absolute() else root / model
         model_digest, name = hashing.digest_path(path).digest, model.as_posix()
         texts = [("", encode(tok, text or ""))]
+    for label, ids in texts:
+        _capped(f"{label} of run {run_id}" if label else "the text", len(ids), max_tokens)
     checked = check_index(root, index_dir if index_dir.is_absolute() else root / index_dir, model_digest, name)
     traced = [{"label": label, **trace_ids(checked.index, tok, ids, min_tokens)} for label, ids in texts]
     return {"index": checked.digest, "index_run": checked.run_id, "trained_by": checked.trained_by,

@@ -138,7 +138,7 @@ def merge(tokens_path: Path, work: Path, sizes: list[int], out: Path, block: int
             pos = offer.pos[sel]
             if k > 1:
                 pos = pos[order(tokens, pos, np.repeat(np.arange(k), take), offer.keys[sel])]
-            pos.astype(dtype).tofile(f)
+            sarray.write_array(f, pos.astype(dtype))
             cur += take
 
 

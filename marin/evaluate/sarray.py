@@ -14,13 +14,13 @@ distinct, so ``ceil(log2(longest repeat))`` sorts of the shard; memory is a few 
 shard's length, whatever the corpus. The shards' arrays are then merged into one
 (:mod:`marin.evaluate.sa_merge`), so a search is one binary search whatever the number of shards.
 
-A search takes many query suffixes at once: each step of the binary search gathers, for every query,
-the window of tokens at its middle suffix and compares it with the query in one numpy operation.
+The searches, in memory linear in the query, are :mod:`marin.evaluate.sa_search`'s.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -29,7 +29,6 @@ TOKEN_LIMIT = 0xFFFF  # token ids must be below it: a key lane holds a token, an
 TOKENS_DTYPE, SHARD_SA_DTYPE = np.dtype("<u4"), np.dtype("<i4")
 BEFORE, AFTER = -2, 1 << 40  # query padding: sorts before every continuation, or after every one
 END = -1  # past a document's SEP, or past the last token: before every token
-FIRST = 8  # tokens compared first in a search step
 FIRST_IDS, FIRST_DTYPE = 1 << 16, np.dtype("<i8")  # the table of where each first token's suffixes start
 KEY_TOKENS, LANES = 8, 4  # a suffix's key: its first 8 tokens, 4 16-bit lanes to a uint64 column
 KEY_DTYPE = np.dtype("<u8")
@@ -122,8 +121,14 @@ def append_shard(folder: Path, work: Path, tokens: np.ndarray) -> int:
     for path, data in ((folder / TOKENS_FILE, t), (work / "sa.i32", sa.astype(SHARD_SA_DTYPE)),
                        (work / "keys.u64", shard_keys(t, sa).astype(KEY_DTYPE))):
         with open(path, "ab") as f:
-            data.tofile(f)
+            write_array(f, data)
     return len(t)
+
+
+def write_array(f: BinaryIO, data: np.ndarray) -> None:
+    """``data``'s bytes written to ``f``: a full disk raises the system's error (ENOSPC), where numpy's
+    ``tofile`` says only "N requested and M written"."""
+    f.write(np.ascontiguousarray(data).data)
 
 
 def first_table(counts: np.ndarray) -> np.ndarray:
@@ -135,8 +140,8 @@ def first_table(counts: np.ndarray) -> np.ndarray:
 
 class Store:
     """The index's tokens and its one suffix array, memory-mapped (only the pages a search touches are
-    read), searched for many query rows at once. A comparison with a query always ends at or before the
-    suffix's document's SEP (a query holds none), so a window may run on past it unmasked."""
+    read). A comparison with a query always ends at or before the suffix's document's SEP (a query holds
+    none), so a window may run on past it unmasked."""
 
     def __init__(self, folder: Path, tokens: int):
         # plain arrays over the maps (np.asarray: no copy), without memmap's per-index overhead
@@ -145,77 +150,18 @@ class Store:
         self.first = np.asarray(_map(folder / FIRST_FILE, FIRST_DTYPE))
         self.n = len(self.sa)
 
-    def _windows(self, starts: np.ndarray, width: int) -> np.ndarray:
+    def window(self, starts: np.ndarray, width: int) -> np.ndarray:
+        """Row i: ``width`` tokens from ``starts[i]`` on (int64), END past the last token; unmasked past a SEP."""
         idx = starts[:, None] + np.arange(width, dtype=np.int64)
         inside = idx < len(self.tokens)
         return np.where(inside, self.tokens[np.minimum(idx, max(len(self.tokens) - 1, 0))].astype(np.int64), END)
 
-    def compare(self, starts: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per row: the sign of (query - the suffix at ``starts``) and their common prefix length. Compared
-        a few tokens first, then 4 times as many for the rows still equal: most differ within the first few."""
-        rows_n, width = queries.shape
-        sign = np.zeros(rows_n, dtype=np.int64)
-        lcp = np.full(rows_n, width, dtype=np.int64)
-        rows, lo, step = np.arange(rows_n), 0, FIRST
-        while lo < width and len(rows):
-            hi = min(width, lo + step)
-            win = self._windows(starts[rows] + lo, hi - lo)
-            differ = win != queries[rows, lo:hi]
-            some = differ.any(axis=1)
-            first = np.argmax(differ, axis=1)[some]
-            done = rows[some]
-            sign[done] = np.sign(queries[done, lo + first] - win[some, first])
-            lcp[done] = lo + first
-            rows, lo, step = rows[~some], hi, step * 4
-        return sign, lcp
-
     def suffix(self, at: np.ndarray) -> np.ndarray:
         """Where the suffix at rank ``at`` (clipped into the array) starts in ``tokens``."""
         return self.sa[np.clip(at, 0, max(self.n - 1, 0))].astype(np.int64)
-
-    def lower_bound(self, queries: np.ndarray) -> np.ndarray:
-        """Per row: how many suffixes sort before its query (where it would be inserted): one binary
-        search, started within the suffixes that begin with the query's first token (the first-token
-        table), so O(log n) steps over the whole index."""
-        head = queries[:, 0]
-        known = (head >= 0) & (head < FIRST_IDS)
-        at = np.where(known, head, 0)
-        lo = np.where(known, self.first[at], 0).astype(np.int64)
-        hi = np.where(known, self.first[at + 1], self.n).astype(np.int64)
-        while (open_ := lo < hi).any():
-            mid = (lo + hi) // 2
-            sign, _ = self.compare(self.suffix(mid), queries)
-            go_right = open_ & (sign > 0)
-            lo = np.where(go_right, mid + 1, lo)
-            hi = np.where(open_ & ~go_right, mid, hi)
-        return lo
-
-    def longest(self, queries: np.ndarray) -> np.ndarray:
-        """Per query row (padded with BEFORE): the longest prefix of it that occurs in the index; the
-        longest match is next to the query's place in the suffix array."""
-        at = self.lower_bound(queries)
-        best = np.zeros(len(queries), dtype=np.int64)
-        for near in (at - 1, at):
-            ok = (near >= 0) & (near < self.n)
-            _, lcp = self.compare(self.suffix(near), queries)
-            best = np.maximum(best, np.where(ok, lcp, 0))  # padding never matches: at most the query's length
-        return best
-
-    def occurrences(self, patterns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per pattern row (padded with BEFORE): the suffix-array range [lo, hi) of its occurrences."""
-        upper = np.where(patterns == BEFORE, AFTER, patterns)
-        return self.lower_bound(patterns), self.lower_bound(upper)
 
 
 def _map(path: Path, dtype: np.dtype) -> np.ndarray:
     if path.stat().st_size == 0:
         return np.zeros(0, dtype=dtype)
     return np.memmap(path, dtype=dtype, mode="r")
-
-
-def suffix_rows(ids: np.ndarray, width: int | None = None) -> np.ndarray:
-    """Row i: ``ids[i:]`` padded with BEFORE to ``width`` (default len(ids)); int64."""
-    m = len(ids)
-    w = m if width is None else width
-    idx = np.arange(m)[:, None] + np.arange(w)
-    return np.where(idx < m, np.asarray(ids, dtype=np.int64)[np.minimum(idx, max(m - 1, 0))], BEFORE)

@@ -25,6 +25,7 @@ import json
 import math
 import shutil
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ import numpy as np
 
 from marin import readers
 from marin.errors import MarinError
-from marin.evaluate import sa_merge, sarray
+from marin.evaluate import sa_merge, sa_search, sarray
 
 FORMAT = "marin-trace-index/2"
 INDEX_JSON, DOCS, UNIGRAM = "index.json", "docs.jsonl", "unigram.u64"
@@ -99,8 +100,9 @@ class _Builder:
         sa_merge.merge(self.folder / sarray.TOKENS_FILE, self.work, self.sizes, self.folder / sarray.sa_file(n),
                        max(1, self.shard_tokens // 4))
         shutil.rmtree(self.work)
-        sarray.first_table(self.counts).tofile(self.folder / sarray.FIRST_FILE)
-        self.counts.astype("<u8").tofile(self.folder / UNIGRAM)
+        for name, data in ((sarray.FIRST_FILE, sarray.first_table(self.counts)), (UNIGRAM, self.counts.astype("<u8"))):
+            with open(self.folder / name, "wb") as f:
+                sarray.write_array(f, data)
         meta = {"format": FORMAT, "documents": self.docs, "tokens": self.tokens, "shards": self.shards,
                 "shard_tokens": self.shard_tokens, "shard_sizes": self.sizes}
         (self.folder / INDEX_JSON).write_text(json.dumps(meta, sort_keys=True, indent=1) + "\n")
@@ -111,9 +113,14 @@ def build(docs: Iterable[Doc], folder: Path, shard_tokens: int) -> dict[str, Any
     """Index ``docs`` in order into ``folder`` (created); the counts written to ``index.json``."""
     folder.mkdir(parents=True, exist_ok=True)
     b = _Builder(folder, shard_tokens)
-    for doc in docs:
-        b.add(doc)
-    return b.finish()
+    try:
+        for doc in docs:
+            b.add(doc)
+        return b.finish()
+    except BaseException:
+        with suppress(OSError):  # a full disk fails its flush too: closed here, not later by the collector
+            b.table.close()
+        raise
 
 
 @dataclass(frozen=True)
@@ -147,9 +154,7 @@ class Index:
 
     def longest(self, ids: np.ndarray) -> np.ndarray:
         """Per position of ``ids``: the longest run of them from there that occurs in the index."""
-        if len(ids) == 0 or self.store.n == 0:
-            return np.zeros(len(ids), dtype=np.int64)
-        return self.store.longest(sarray.suffix_rows(ids))
+        return sa_search.longest(self.store, ids)
 
     def spans(self, ids: np.ndarray, min_tokens: int, longest: np.ndarray | None = None) -> list[Span]:
         """The maximal spans of ``ids`` of at least ``min_tokens`` tokens that occur in the index, in
@@ -166,9 +171,8 @@ class Index:
     def _counted(self, ids: np.ndarray, found: list[tuple[int, int]]) -> list[Span]:
         if not found:
             return []
-        width = max(n for _, n in found) + 1  # one padding column at least: the upper bound needs it
-        pats = np.stack([sarray.suffix_rows(ids[i:i + n], width)[0] for i, n in found])
-        lo, hi = self.store.occurrences(pats)
+        start, length = (np.array(x, dtype=np.int64) for x in zip(*found, strict=True))
+        lo, hi = sa_search.occurrences(self.store, np.asarray(ids, dtype=np.int64), start, length)
         hits = [np.sort(self.store.sa[a:min(b, a + MAX_DOCS)]).tolist() for a, b in zip(lo.tolist(), hi.tolist(),
                                                                                          strict=True)]
         return [Span(i, n, int(c), self.log10_unigram(ids[i:i + n]), h)

@@ -1,0 +1,1 @@
+../../../../marin/evaluate/sa_search.py
