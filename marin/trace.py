@@ -23,7 +23,7 @@ from marin.evaluate.trace_index import Index
 from marin.evaluate.tracing import encode, trace_ids
 from marin.ledger.hash_cache import hash_cache
 from marin.ledger.query import Ledger
-from marin.ledger.store import RunLog
+from marin.ledger.store import NoSuchRun, RunLog, resolve_run_id
 from marin.paths import relpath
 
 INDEX, MODEL = stages.declaration("trace_index").out("trace_index"), Path(stages.MODEL)  # marin/stages/table.py
@@ -127,9 +127,11 @@ def render(result: dict[str, Any], min_tokens: int) -> str:
 def recorded_texts(root: Path, run_id: str) -> tuple[str, list[tuple[str, np.ndarray]]]:
     """The model input a recorded run generated with, and each generated sample's (label, ids): the
     greedy samples of an evaluate run, the answers of an evaluate_instruct run."""
+    try:
+        run_id = resolve_run_id(root, run_id)  # a short id, as MLflow shows it, too
+    except NoSuchRun as e:
+        raise TraceRefused(str(e)) from None
     ledger = Ledger(root, skip=("metric",))
-    if run_id not in ledger.runs:
-        raise TraceRefused(f"no run {run_id!r} in the ledger; see `marin ledger log`")
     log = ledger.runs[run_id]
     model = {"evaluate": "model", "evaluate_instruct": "instruct_model"}.get(log.stage)
     if model is None:

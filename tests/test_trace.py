@@ -152,7 +152,7 @@ def test_trace_names_the_documents_of_copied_passages_and_nothing_else(trained_p
     assert rc == 0 and got["texts"][0]["spans"] == [], got
 
     [evaluate] = [r[0]["run_id"] for r in proj.runs("evaluate")]
-    rc, got = _trace(proj, "--run", evaluate)
+    rc, got = _trace(proj, "--run", evaluate.rsplit("-", 1)[1])  # the 8-hex tail MLflow's run names show
     assert rc == 0 and [t["label"] for t in got["texts"]] == [f"greedy_samples #{i + 1}" for i in
                                                               range(len(proj.params["evaluate"]["prompts"]))]
     [index_run] = [r[0]["run_id"] for r in proj.runs("trace_index")]
