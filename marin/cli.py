@@ -147,6 +147,8 @@ def _trace(sub: Sub) -> None:
     src.add_argument("--file", type=Path, metavar="FILE", help="trace the UTF-8 text in FILE")
     src.add_argument("--run", metavar="RUN", help="trace the samples an evaluate or evaluate_instruct run recorded")
     p.add_argument("--json", action="store_true", help="print the trace as JSON")
+    p.add_argument("--min-tokens", type=int, metavar="N",
+                   help="the shortest span traced, in tokens (default: trace.min_tokens in params.yaml)")
     p.add_argument("--model", type=Path, default=Path(stages.MODEL),
                    help="the model whose training data the index must be (default models/final; --run: the run's)")
     p.add_argument("--index", type=Path, default=stages.declaration("trace_index").out("trace_index"),

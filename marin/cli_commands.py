@@ -180,9 +180,10 @@ def trace(args: argparse.Namespace) -> int:
         raise trace.TraceRefused(f"{args.file}: no such file; give a UTF-8 text file to --file")
     text = readers.read_text(args.file, "text") if args.file else trace.argument_text(args.text)
     tp = config.load(args.root / "params.yaml").trace
-    result = trace.run_command(args.root, text, args.run, args.model, args.index, tp.min_tokens, tp.max_query_tokens)
+    least = trace.chosen_min_tokens(args.min_tokens, tp.min_tokens)
+    result = trace.run_command(args.root, text, args.run, args.model, args.index, least, tp.max_query_tokens)
     sys.stdout.write(json.dumps(result, ensure_ascii=False, indent=1) + "\n" if args.json
-                     else trace.render(result, tp.min_tokens))
+                     else trace.render(result, least))
     return 0
 
 

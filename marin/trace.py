@@ -50,6 +50,19 @@ def argument_text(text: str | None) -> str | None:
                            "with --file") from None
 
 
+MIN_TOKENS_RANGE = (1, 4096)  # as schemas/params.schema.json bounds trace.min_tokens
+
+
+def chosen_min_tokens(given: int | None, default: int) -> int:
+    """``--min-tokens``, checked against the range params.yaml's trace.min_tokens has, else the default."""
+    low, high = MIN_TOKENS_RANGE
+    if given is None:
+        return default
+    if not low <= given <= high:
+        raise TraceRefused(f"--min-tokens {given}: give a span length from {low} to {high} tokens")
+    return given
+
+
 def _capped(what: str, tokens: int, cap: int) -> None:
     if tokens > cap:
         raise TraceRefused(f"{what} is {tokens:,} tokens, over the {cap:,} `marin trace` takes "
@@ -115,6 +128,10 @@ def render(result: dict[str, Any], min_tokens: int) -> str:
         head = f"{t['label']}: " if t.get("label") else ""
         lines.append(f"{head}{len(t['spans'])} span(s) in {t['tokens']} tokens, {t['covered']} inside a span "
                      f"({share:.1%}), longest {t['longest']}")
+        if not t["spans"] and t.get("longest_match"):  # no span: the nearest thing to one, so a reader sees it
+            m = t["longest_match"]
+            lines.append(f"  longest match, under {min_tokens} tokens: tokens {m['start']}-{m['start'] + t['longest']} "
+                         f"({t['longest']}): {m['text']!r}; `--min-tokens {t['longest']}` traces it")
         for s in t["spans"]:
             lines.append(f"  tokens {s['start']}-{s['start'] + s['length']} ({s['length']}), {s['count']} "
                          f"occurrence(s), log10 unigram p {s['log10_unigram']:.1f}: {s['text']!r}")
@@ -164,6 +181,7 @@ def run_command(root: Path, text: str | None, run_id: str | None, model: Path, i
     for label, ids in texts:
         _capped(f"{label} of run {run_id}" if label else "the text", len(ids), max_tokens)
     checked = check_index(root, index_dir if index_dir.is_absolute() else root / index_dir, model_digest, name)
-    traced = [{"label": label, **trace_ids(checked.index, tok, ids, min_tokens)} for label, ids in texts]
+    traced = [{"label": label, **trace_ids(checked.index, tok, ids, min_tokens, show_longest=True)}
+              for label, ids in texts]
     return {"index": checked.digest, "index_run": checked.run_id, "trained_by": checked.trained_by,
             "min_tokens": min_tokens, "texts": traced}

@@ -182,3 +182,28 @@ def test_a_full_disk_during_trace_index_is_one_line(trained_project: Project) ->
         assert log[-1]["kind"] == "run.finished" and log[-1]["body"]["status"] == "failed"
         assert_no_torn_line(proj)
         ledger_kept(proj, before)
+
+
+@pytest.mark.parametrize(("given", "default", "want"), [(None, 8, 8), (3, 8, 3), (1, 8, 1), (4096, 8, 4096),
+                                                        (0, 8, None), (-2, 8, None), (4097, 8, None)])
+def test_min_tokens_on_the_command_line_is_checked_as_params_yaml_is(given: int | None, default: int,
+                                                                     want: int | None) -> None:
+    from marin.trace import TraceRefused, chosen_min_tokens
+
+    if want is None:
+        with pytest.raises(TraceRefused, match="--min-tokens"):
+            chosen_min_tokens(given, default)
+    else:
+        assert chosen_min_tokens(given, default) == want
+
+
+def test_with_no_span_the_terminal_shows_the_longest_match() -> None:
+    from marin.trace import render
+
+    text = {"label": "", "tokens": 12, "covered": 0, "longest": 5, "longest_at": None, "spans": [],
+            "longest_match": {"start": 3, "text": "the king and his"}}
+    out = render({"index": "sha256:ab", "index_run": "trace-index-x", "trained_by": "train-x", "texts": [text]}, 8)
+    assert "longest match, under 8 tokens: tokens 3-8 (5): 'the king and his'; `--min-tokens 5` traces it" in out
+    spanned = {**text, "spans": [{"start": 0, "length": 9, "count": 1, "log10_unigram": -3.0, "text": "x",
+                                  "documents": []}]}
+    assert "longest match" not in render({"index": "a", "index_run": "b", "trained_by": "c", "texts": [spanned]}, 8)

@@ -150,6 +150,12 @@ def test_trace_names_the_documents_of_copied_passages_and_nothing_else(trained_p
     held_out = "\n".join(validation[0]["text"].split("\n")[1:4])
     rc, got = _trace(proj, held_out)
     assert rc == 0 and got["texts"][0]["spans"] == [], got
+    # no span: the longest match is shown, and --min-tokens of its length traces it (issue 57, item 4)
+    q, n = np.array(tok.encode(held_out).ids), got["texts"][0]["longest"]
+    start = got["texts"][0]["longest_match"]["start"]
+    assert 0 < n < 8 and _occurrences(docs, q[start:start + n]) and not _occurrences(docs, q[start:start + n + 1])
+    rc, got = _trace(proj, held_out, "--min-tokens", str(n))
+    assert rc == 0 and any(s["length"] == n and s["start"] == start for s in got["texts"][0]["spans"]), got
 
     [evaluate] = [r[0]["run_id"] for r in proj.runs("evaluate")]
     rc, got = _trace(proj, "--run", evaluate.rsplit("-", 1)[1])  # the 8-hex tail MLflow's run names show
@@ -160,7 +166,7 @@ def test_trace_names_the_documents_of_copied_passages_and_nothing_else(trained_p
     recorded = json.loads((root / "evals/trace/samples.json").read_text())  # evaluate traced its samples too
     assert recorded["traced"] and [{k: v for k, v in t.items() if k != "prompt"} for t in
                                    recorded["sets"]["greedy_samples"]] == [
-        {k: v for k, v in t.items() if k != "label"} for t in got["texts"]]
+        {k: v for k, v in t.items() if k not in ("label", "longest_match")} for t in got["texts"]]
     p = proj.marin("verify", index_run)
     assert p.returncode == 0 and "BIT-EXACT" in p.stdout, p.stdout + p.stderr
     assert proj.marin("ledger", "check").returncode == 0

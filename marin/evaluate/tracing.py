@@ -44,8 +44,10 @@ def _document(index: Index, tok: Tokenizer, span: Span, pos: int) -> dict[str, A
             "position": at, "snippet": snippet}
 
 
-def trace_ids(index: Index, tok: Tokenizer, ids: np.ndarray, min_tokens: int) -> dict[str, Any]:
-    """The trace of one text's ids: its spans, rarest first, with their documents."""
+def trace_ids(index: Index, tok: Tokenizer, ids: np.ndarray, min_tokens: int,
+              show_longest: bool = False) -> dict[str, Any]:
+    """The trace of one text's ids: its spans, rarest first, with their documents (``show_longest``: and
+    the longest verbatim run's text and start, span or not, as ``marin trace`` prints it)."""
     matches = index.longest(ids)
     spans = unigram_rank(index.spans(ids, min_tokens, matches))
     longest = int(matches.max(initial=0))  # the longest verbatim run, a span or shorter
@@ -53,8 +55,12 @@ def trace_ids(index: Index, tok: Tokenizer, ids: np.ndarray, min_tokens: int) ->
             "count": s.count, "log10_unigram": s.log10_unigram,
             "documents": [_document(index, tok, s, p) for p in s.hits]} for s in spans]
     at = next((k for k, s in enumerate(spans) if s.length == longest), None)  # None: shorter than any span
-    return {"tokens": len(ids), "covered": tokens_covered(spans, len(ids)), "longest": longest, "longest_at": at,
-            "spans": out}
+    traced = {"tokens": len(ids), "covered": tokens_covered(spans, len(ids)), "longest": longest, "longest_at": at,
+              "spans": out}
+    if show_longest and longest:
+        start = int(np.argmax(matches))
+        traced["longest_match"] = {"start": start, "text": tok.decode(ids[start:start + longest].tolist())}
+    return traced
 
 
 INDEX = stages.declaration("trace_index").out("trace_index")  # marin/stages/table.py
