@@ -40,6 +40,7 @@ def run(size: str, steps: int) -> dict[str, np.ndarray]:
     import dataclasses
 
     import jax
+    import jax.numpy as jnp
 
     from marin.config import TrainParams
     from marin.model import ModelConfig
@@ -55,7 +56,7 @@ def run(size: str, steps: int) -> dict[str, np.ndarray]:
     _, abstract = step.abstract_state(cfg, opt)
     shardings = step.state_shardings(abstract, mesh, "replicated")
     wide, _ = step.abstract_state(dataclasses.replace(cfg, dtype="float64"), opt)
-    us = universal.make_step(wide, opt, shardings, mesh, universal.RoundingLog(2.0**-16))
+    us = universal.make_step(wide, tp, shardings, mesh, universal.RoundingLog(2.0**-18), keep=True)
     state = jax.jit(lambda: step.init_state(cfg, jax.random.key(0), jax.random.key(1), opt)[1],
                     out_shardings=shardings)()
     rng = np.random.default_rng(0)
@@ -63,10 +64,12 @@ def run(size: str, steps: int) -> dict[str, np.ndarray]:
     t0 = time.time()
     for i in range(steps):
         toks = rng.integers(0, v, (b, t + 1)).astype(np.int32)
-        state, _, new64, metrics = us.jitted(state, {"inputs": toks[:, :-1], "targets": toks[:, 1:]})
-        for path, leaf in jax.tree_util.tree_flatten_with_path(new64)[0]:
-            if leaf.dtype == np.float64:
-                out[f"{i + 1} {jax.tree_util.keystr(path)}"] = np.asarray(leaf).reshape(-1)
+        state, metrics = us(state, {"inputs": jnp.asarray(toks[:, :-1]), "targets": jnp.asarray(toks[:, 1:])})
+        assert us.kept is not None
+        for prefix, tree in zip(("grad", "", "scale "), us.kept, strict=True):
+            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+                if leaf.dtype == np.float64:
+                    out[f"{i + 1} {prefix}{jax.tree_util.keystr(path)}"] = np.asarray(leaf).reshape(-1)
         for name, m in metrics.items():
             out[f"{i + 1} metric.{name}"] = np.asarray(m, np.float64).reshape(-1)
         print(f"step {i + 1}: loss {float(metrics['loss']).hex()} ({time.time() - t0:.1f} s)", flush=True)
@@ -74,30 +77,38 @@ def run(size: str, steps: int) -> dict[str, np.ndarray]:
 
 
 def compare(a: Path, b: Path) -> None:
+    """Per step: the largest |a - b| in float32 ulps of each value's scale (the gradient's: its tensor's
+    largest value; the state's: the recorded error scales) and of each value's own ulp, the values the
+    two would round differently, and the near values (the log's entries) at a few thresholds."""
     from marin.train import rounding
 
     x, y = np.load(a), np.load(b)
     steps = sorted({int(k.split(" ", 1)[0]) for k in x.files})
-    worst = 0.0
+    worst, worst_own = 0.0, 0.0
     for s in steps:
-        keys = [k for k in x.files if k.startswith(f"{s} ")]
-        most, differ, total, split, split_dist = 0.0, 0, 0, 0, 0.0
+        keys = [k for k in x.files if k.startswith(f"{s} ") and not k.startswith(f"{s} scale ")]
+        most, own, differ, total, split = 0.0, 0.0, 0, 0, 0
+        near = {e: 0 for e in (16, 18, 20)}
         for k in keys:
             p, q = x[k], y[k]
+            scale = x[k.replace(f"{s} ", f"{s} scale ", 1)] if f"{s} scale {k.split(' ', 1)[1]}" in x.files else None
+            if scale is None and "grad" not in k and "metric" not in k:
+                continue  # integer leaves have no scale
+            unit = np.ldexp(1.0, rounding.ulp_exponent(np.abs(scale) if scale is not None else np.abs(p).max()))
+            unit = np.maximum(unit, np.ldexp(1.0, rounding.ulp_exponent(p)))
             total += p.size
-            ulp = np.spacing(np.abs(p).astype(np.float32)).astype(np.float64)  # the value's float32 ulp
-            d = np.abs(p - q) / np.maximum(ulp, np.finfo(np.float32).smallest_subnormal)
-            most, differ = max(most, float(d.max())), differ + int(np.count_nonzero(p != q))
-            ra, rb = rounding.round_f32(p), rounding.round_f32(q)
-            bad = ra.view(np.uint32) != rb.view(np.uint32)
-            if bad.any():
-                split += int(bad.sum())
-                split_dist = max(split_dist, float(np.abs(rounding.midpoint_distance(p[bad])).max()))
-        worst = max(worst, most)
-        print(f"step {s}: {total} values, {differ} differ in float64, largest |a-b| {most:.3g} float32 ulp "
-              f"(2^{np.log2(most) if most else float('-inf'):.1f}); rounded differently: {split}"
-              + (f" (at most {split_dist:.3g} ulp from a midpoint)" if split else ""))
-    print(f"largest |a-b| over {len(steps)} steps: {worst:.3g} float32 ulp (2^{np.log2(worst) if worst else 0:.1f})")
+            most = max(most, float((np.abs(p - q) / unit).max()))
+            own = max(own, float((np.abs(p - q) / np.ldexp(1.0, rounding.ulp_exponent(p))).max()))
+            differ += int(np.count_nonzero(p != q))
+            split += int((rounding.round_f32(p).view(np.uint32) != rounding.round_f32(q).view(np.uint32)).sum())
+            for e in near:
+                near[e] += int(rounding.near_scaled(p, 2.0**-e, scale).sum())
+        worst, worst_own = max(worst, most), max(worst_own, own)
+        print(f"step {s}: {total} values, {differ} differ in float64; largest |a-b| {most:.3g} float32 ulp of its "
+              f"scale (2^{np.log2(most) if most else float('-inf'):.1f}), {own:.3g} of its own; rounded "
+              f"differently: {split}; near at tau 2^-16/18/20: {near[16]}/{near[18]}/{near[20]}")
+    print(f"largest |a-b| over {len(steps)} steps: 2^{np.log2(worst) if worst else float('-inf'):.1f} float32 ulp of "
+          f"the scale, 2^{np.log2(worst_own) if worst_own else float('-inf'):.1f} of the value's own")
 
 
 if __name__ == "__main__":

@@ -358,7 +358,7 @@ def s3():
 
 
 # Fixtures of their own module, shared by several test files
-pytest_plugins = ("tests.instruct_fixtures",)
+pytest_plugins = ("tests.instruct_fixtures", "tests.universal_fixtures")
 
 # The slowest files first (measured with --durations, 2026-12-06), so that with `-n 2 --dist loadfile` the
 # long ones run beside the many short ones instead of last on one worker. The order within a file (and
@@ -374,7 +374,7 @@ SLOWEST_FIRST = ("test_portable.py", "test_pipeline_dvc.py", "test_verify.py", "
 # A test that builds a project (a git repository, a copy of the pipeline, stages run as processes) is an
 # end-to-end test: marked slow whatever its file says, so `pytest -m "not slow"` is the unit tier.
 PROJECT_FIXTURES = frozenset({"project", "data_project", "_data_project", "trained_project", "_trained_project",
-                              "_shipped", "sft_project", "_sft_project", "s3"})
+                              "_shipped", "sft_project", "_sft_project", "s3", "_universal_project"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

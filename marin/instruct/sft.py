@@ -127,7 +127,7 @@ def setup(root: Path, params: Params) -> loop.Setup:
         return jax.jit(lambda p: step.TrainState(p, optimizer.init(p), jnp.zeros((), jnp.int32), rng),
                        out_shardings=shardings)(base)
 
-    compute, train_step, rounding = loop.train_step_for(rt, cfg, graphdef, optimizer, shardings, mesh)
+    compute, train_step, rounding = loop.train_step_for(rt, tp, cfg, graphdef, optimizer, shardings, mesh)
     return loop.Setup(cfg, mesh, optimizer, step.lr_schedule(tp), graphdef, abstract, shardings, loader, train_step,
                       tokm, heldout_loss(compute, heldout, tp.batch_size, wide=rounding is not None), tp, init,
                       rounding=rounding)

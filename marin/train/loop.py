@@ -84,15 +84,15 @@ def setup(root: Path, params: Params) -> Setup:
     hashes = hash_cache(root)  # the digests Plan.make just took of the same files
     stream = open_stream(shards, tok["tokenizer"]["eos_id"], root / CACHE, lambda p: hashes(p)[0])
     loader = Loader(stream, cfg.max_seq_len, tp.batch_size, seeds.key_bytes(params.seed, "data_order"))
-    compute, train_step, rounding = train_step_for(rt, cfg, graphdef, optimizer, shardings, mesh)
+    compute, train_step, rounding = train_step_for(rt, tp, cfg, graphdef, optimizer, shardings, mesh)
     val = validation_loss_fn(compute, [root / TOKENS / s["file"] for s in tok["splits"]["validation"]["shards"]],
                              tok["tokenizer"]["eos_id"], cfg.max_seq_len, tp.batch_size, wide=rounding is not None)
     return Setup(cfg, mesh, optimizer, step.lr_schedule(tp), graphdef, abstract, shardings, loader, train_step,
                  tok["tokenizer"], val, tp, train_tokens=tok["splits"]["train"]["tokens"], rounding=rounding)
 
 
-def train_step_for(rt: RuntimeParams, cfg: ModelConfig, graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation,
-                   shardings: TrainState, mesh: jax.sharding.Mesh
+def train_step_for(rt: RuntimeParams, tp: TrainParams, cfg: ModelConfig, graphdef: nnx.GraphDef,
+                   optimizer: optax.GradientTransformation, shardings: TrainState, mesh: jax.sharding.Mesh
                    ) -> tuple[nnx.GraphDef, step.PacedStep | universal.UniversalStep, universal.RoundingLog | None]:
     """(the graphdef that evaluates, the compiled step, the rounding log): under the universal profile a
     float64 model and step (marin.train.universal), else ``graphdef`` and the float32 step."""
@@ -100,7 +100,7 @@ def train_step_for(rt: RuntimeParams, cfg: ModelConfig, graphdef: nnx.GraphDef, 
         return graphdef, step.make_train_step(graphdef, optimizer, shardings, mesh), None
     wide, _ = step.abstract_state(dataclasses.replace(cfg, dtype="float64"), optimizer)
     log = universal.RoundingLog.from_env()
-    return wide, universal.make_step(wide, optimizer, shardings, mesh, log), log
+    return wide, universal.make_step(wide, tp, shardings, mesh, log), log
 
 
 def standard_hooks(ctx: HookContext) -> list[TrainHook]:

@@ -83,6 +83,38 @@ def _f32_ulps(shift: Any, xp: Any) -> Any:
     return bits.view(np.float64) if xp is np else jax.lax.bitcast_convert_type(bits, jnp.float64)
 
 
+def ulp_exponent(x: Any) -> Any:
+    """The exponent of each float64's float32 ulp (``lo``'s spacing): 2^-149 below float32's normals."""
+    xp = _xp(x)
+    e = ((_bits(xp.asarray(x, dtype=xp.float64), xp) >> _u64(xp, 52)) & _u64(xp, 0x7FF)).astype(xp.int64)
+    return xp.maximum(e - 1046, -149)
+
+
+def scaled_distance(x: Any, scale: Any = None) -> Any:
+    """The signed distance of each float64 from its float32 midpoint in units of the float32 ulp of
+    ``scale`` (per element, or one for the tensor; default: the tensor's largest finite magnitude), exactly;
+    a scale below the value counts as the value. Two machines' float64 results differ by a float64 rounding
+    or two of the largest terms that made them, so by a fraction of such a scale's ulp, not of each value's
+    own: a sum that cancels to a tiny value can be wrong in every bit it has (docs/determinism.md)."""
+    xp = _xp(x)
+    x = xp.asarray(x, dtype=xp.float64)
+    if scale is None:
+        scale = xp.max(xp.abs(xp.where(xp.isfinite(x), x, 0.0))) if x.size else xp.asarray(0.0, dtype=xp.float64)
+    scale = xp.abs(xp.asarray(scale, dtype=xp.float64))
+    k = xp.clip(ulp_exponent(scale) - ulp_exponent(x), 0, 1022).astype(xp.uint64)  # the value's ulp: 2^-k scale's
+    factor = (_u64(xp, 1023) - k) << _u64(xp, 52)
+    factor = factor.view(np.float64) if xp is np else jax.lax.bitcast_convert_type(factor, jnp.float64)
+    return midpoint_distance(x) * factor
+
+
+def near_scaled(x: Any, tau: float, scale: Any = None) -> Any:
+    """True where a float64 lies within ``tau`` float32 ulps of its scale from a float32 midpoint
+    (:func:`scaled_distance`): the universal profile's criterion for a logged value. An exact zero never
+    is: zeros come from terms that are absent (a row no token reaches) or cancel exactly, on every machine."""
+    xp = _xp(x)
+    return (xp.abs(scaled_distance(x, scale)) <= tau) & (xp.asarray(x) != 0)
+
+
 def midpoint_distance(x: Any) -> Any:
     """The signed distance of each float64 from its float32 midpoint, in float32 ulps ([-1/2, 1/2))."""
     return decompose(x)[1]

@@ -4,7 +4,8 @@ run keeps it, and the environment variables that choose the threshold and the lo
 
 One JSON object a line: a header ``{"format": "marin.rounding-log@1"}``, then one entry per logged value,
 ``{"step": S, "tensor": T, "index": I, "direction": D}`` (S: the steps done when the value was rounded,
-as checkpoints count; T: the state leaf's pytree path, or ``metric.<name>``; I: the flat index; D: 1 the
+as checkpoints count; T: the state leaf's pytree path, ``grad`` and the parameter's path, ``scalar.clip``,
+``scalar.lr`` or ``metric.<name>``; I: the flat index; D: 1 the
 magnitude rounded away from zero, 0 towards), in step order and, within a step, tensor and index order.
 """
 
@@ -18,13 +19,15 @@ from pathlib import Path
 from marin import readers
 from marin.errors import MarinError
 
-# Measured (docs/determinism.md): the largest |float64 difference| between x86-64 and aarch64 over the
-# emulated tests' steps was far below this, in float32 ulps; values nearer a midpoint than this are logged.
-TAU = 2.0**-16
+# In float32 ulps of a value's scale (marin.train.rounding.scaled_distance). Measured (docs/determinism.md):
+# x86-64 and aarch64 (qemu) differed by at most 2^-25.7 over 6 universal steps of the tests' tiny model, so
+# an honest pair stays ~100x inside tau/2 (a replay's windows: marin.train.universal).
+TAU = 2.0**-18
 FORMAT = "marin.rounding-log@1"
 LOG_FILE = "rounding.jsonl"  # beside a run's checkpoints (checkpoints/<run>/) and in its model folder
 TAU_VAR = "MARIN_ROUNDING_TAU"  # a threshold other than TAU at record time (tests, measurements): in the class
 REPLAY_VAR = "MARIN_ROUNDING_LOG"  # a recorded rounding log: the run takes its directions from it (a replay)
+GRAD = "grad"  # the gradient's tensors: grad['blocks'][0]..., rounded before the optimizer uses them
 
 Log = dict[int, dict[str, dict[int, int]]]  # step -> tensor -> flat index -> direction
 

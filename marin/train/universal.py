@@ -1,15 +1,20 @@
 """The ``universal`` determinism profile: each train (and sft) step computed in float64 from the float32
-state, the new state rounded to float32, and the rare rounding decisions that another machine could take
-the other way written to a rounding log that a replay follows (docs/determinism.md, "Universal bits").
+state, rounded to float32 where the step's results are kept, and the rare rounding decisions that another
+machine could take the other way written to a rounding log that a replay follows (docs/determinism.md,
+"Universal bits").
 
 Two CPUs (x86-64 and aarch64, or two x86 CPUs of other features) compute a float64 step with other
-summation orders and FMA contractions: their float64 results differ in the last bits, far below a float32
-ulp. Rounded to float32 they agree, unless a value lies within those bits of a float32 rounding
-midpoint. Every value within ``tau`` float32 ulps of one (:mod:`marin.train.rounding`) is logged as
-(step, tensor, flat index, direction); a replay rounds those positions as logged and everything else
-itself, and stops, naming step, tensor, index and distance, at a value within ``tau`` the log does not
-have or a logged position that is not within ``tau``. The metrics (loss, lr, gradient norm, accuracy,
-validation loss) are rounded the same way, as tensors ``metric.<name>``.
+summation orders and FMA contractions: their float64 results differ by a float64 rounding or a few of the
+largest terms that made each value, far below a float32 ulp of those terms. A value is *near* when it lies
+within ``tau`` float32 ulps of its *scale* (that largest term) from a float32 rounding midpoint
+(:func:`marin.train.rounding.scaled_distance`); every near value is logged as (step, tensor, flat index,
+direction). A step rounds twice: the gradient (its scale: the tensor's largest value, since a weight
+gradient sums many terms and may cancel to almost nothing), then, from that float32 gradient, the
+optimizer's new parameters and moments (their scales: :func:`error_scales`, AdamW's terms per element).
+A replay rounds the logged positions as logged and everything else itself, and stops, naming step, tensor,
+index and distance, at an unlogged value within ``tau / 4`` or a logged one beyond ``4 tau``: an honest
+pair of machines, differing by less than ``tau / 2`` of a scale, never meets either. The metrics (loss,
+lr, gradient norm, accuracy, validation loss) are rounded the same way, as tensors ``metric.<name>``.
 
 The log is a JSON-lines file beside the run's checkpoints (``checkpoints/<run>/rounding.jsonl``),
 appended step by step and cut back to the checkpoint a resumed run starts from; every metric record
@@ -31,12 +36,16 @@ import numpy as np
 import optax
 from flax import nnx
 
+from marin.config import TrainParams
 from marin.ledger.bodies import RoundingSummary
-from marin.train import rounding, rounding_log
+from marin.train import adamw64, rounding, rounding_log
 from marin.train.rounding_log import Log, RoundingError
-from marin.train.step import Batch, ModelParams, TrainState, batch_sharding, loss_fn
+from marin.train.step import Batch, ModelParams, TrainState, batch_sharding, loss_fn, lr_schedule
 
 METRIC = "metric."  # the tensor name of a rounded metric: metric.loss, metric.val_loss, ...
+GRAD = rounding_log.GRAD  # the gradient's tensors, rounded before the optimizer uses them
+SCALAR = "scalar."  # the step's clip factor and learning rate, rounded before the optimizer uses them
+UNLOGGED, LOGGED = 0.25, 4.0  # a replay's windows, in tau: an unlogged value nearer stops it, a logged one farther
 
 
 def widen(tree: Any) -> Any:
@@ -44,20 +53,21 @@ def widen(tree: Any) -> Any:
     return jax.tree.map(lambda a: a.astype(jnp.float64) if jnp.issubdtype(a.dtype, jnp.floating) else a, tree)
 
 
-def round_tree(tree: Any, t: float) -> tuple[Any, list[jax.Array]]:
-    """(every float64 leaf rounded to nearest even float32, per leaf the count of values within ``t``
-    of a midpoint); other leaves as they are, with a count of 0. Pure: runs inside jit."""
+def round_tree(tree: Any, t: float, scales: Any = None) -> tuple[Any, list[jax.Array]]:
+    """(every float64 leaf rounded to nearest even float32, per leaf the count of its near values: within
+    ``t`` of a midpoint in ulps of its scale, per element from ``scales`` (a tree like ``tree``) or else
+    the tensor's largest value); other leaves as they are, with a count of 0. Pure: runs inside jit."""
     leaves, treedef = jax.tree.flatten(tree)
+    scale_leaves = jax.tree.leaves(scales) if scales is not None else [None] * len(leaves)
     out, counts = [], []
-    for a in leaves:
+    for a, sc in zip(leaves, scale_leaves, strict=True):
         if a.dtype != jnp.float64:
             out.append(a)
             counts.append(jnp.zeros((), jnp.int32))
             continue
         lo, dist, _ = rounding.decompose(a)
-        d = rounding.nearest_even_direction(dist, lo)
-        out.append(jax.lax.bitcast_convert_type(lo + d, jnp.float32))
-        counts.append(jnp.sum(jnp.abs(dist) <= t, dtype=jnp.int32))
+        out.append(jax.lax.bitcast_convert_type(lo + rounding.nearest_even_direction(dist, lo), jnp.float32))
+        counts.append(jnp.sum(rounding.near_scaled(a, t, sc), dtype=jnp.int32))
     return jax.tree.unflatten(treedef, out), counts
 
 
@@ -128,9 +138,10 @@ class RoundingLog:
         if self.file is not None:
             self.file.write(data)
 
-    def round(self, step: int, tensor: str, x: Any, near: int = -1) -> np.ndarray | None:
+    def round(self, step: int, tensor: str, x: Any, near: int = -1, scale: Any = None) -> np.ndarray | None:
         """``x`` (float64) rounded to float32 with the log, as a flat host array; None when nearest-even
-        everywhere is the answer (``near``: the count of near values, already known; -1: unknown)."""
+        everywhere is the answer (``near``: the count of near values, already known; -1: unknown).
+        ``scale``: per element (or one), else the tensor's largest value (:func:`round_tree`)."""
         self._at(step)
         logged = (self.recorded or {}).get(step, {}).get(tensor, {})
         if logged:
@@ -138,12 +149,14 @@ class RoundingLog:
         if near == 0 and not logged:
             return None
         flat = np.asarray(x, np.float64).reshape(-1)
-        lo, dist, _ = rounding.decompose(flat)
-        index = np.flatnonzero(np.abs(dist) <= self.tau)
+        sc = None if scale is None else np.asarray(scale, np.float64).reshape(-1)
+        lo, own, _ = rounding.decompose(flat)
+        dist = rounding.scaled_distance(flat, sc)
         if self.recorded is None:
-            direction = rounding.nearest_even_direction(dist[index], lo[index])
+            index = np.flatnonzero(rounding.near_scaled(flat, self.tau, sc))
+            direction = rounding.nearest_even_direction(own[index], lo[index])
         else:
-            self._check(step, tensor, index, dist, logged)
+            self._check(step, tensor, flat, dist, logged)
             index = np.array(sorted(logged), np.int64)
             direction = np.array([logged[int(i)] for i in index], np.uint32)
         self._write(step, tensor, index, direction)
@@ -151,29 +164,33 @@ class RoundingLog:
             return None
         return rounding.round_with(flat, index, direction)
 
-    def _check(self, step: int, tensor: str, near: np.ndarray, dist: np.ndarray, logged: dict[int, int]) -> None:
-        unlogged = [int(i) for i in near if int(i) not in logged]
+    def _check(self, step: int, tensor: str, x: np.ndarray, dist: np.ndarray, logged: dict[int, int]) -> None:
+        """A replay: no unlogged value within tau / 4 of a midpoint, no logged one beyond 4 tau (in ulps of
+        the scale): the recorder's and this machine's values then differ by more than tau / 2 of a scale."""
+        unlogged = [int(i) for i in np.flatnonzero((np.abs(dist) <= self.tau * UNLOGGED) & (x != 0))
+                    if int(i) not in logged]
         if unlogged:
             i = unlogged[0]
             raise RoundingError(f"step {step} tensor {tensor} index {i}: the value lies {dist[i]:+.3g} float32 ulp "
-                                f"from a float32 rounding midpoint, within tau {self.tau:.3g}, and the recorded "
-                                "rounding log has no direction for it (recorded with a smaller tau, or an entry was "
-                                "removed)")
-        near_set = {int(i) for i in near}
-        far = sorted(i for i in logged if i not in near_set)
+                                f"(of its scale) from a float32 rounding midpoint, within tau/{1 / UNLOGGED:g} "
+                                f"({self.tau * UNLOGGED:.3g}), and the recorded rounding log has no direction for "
+                                "it (recorded with a smaller tau, or an entry was removed)")
+        far = sorted(i for i in logged if i >= len(dist) or abs(dist[i]) > self.tau * LOGGED)
         if far:
             i = far[0]
-            where = f"lies {dist[i]:+.3g} float32 ulp from" if i < len(dist) else "is not in"
+            where = f"lies {dist[i]:+.3g} float32 ulp (of its scale) from" if i < len(dist) else "is not in"
             raise RoundingError(f"step {step} tensor {tensor} index {i}: the recorded rounding log gives direction "
-                                f"{logged[i]}, but the value {where} a float32 rounding midpoint, beyond tau "
-                                f"{self.tau:.3g}: the log does not belong to this computation")
+                                f"{logged[i]}, but the value {where} a float32 rounding midpoint, beyond "
+                                f"{LOGGED:g} tau ({self.tau * LOGGED:.3g}): the log does not belong to this "
+                                "computation")
 
-    def values(self, step: int, raw: dict[str, float]) -> dict[str, float]:
-        """Metric values (float64) rounded to float32 with the log, each as the tensor ``metric.<name>``."""
+    def values(self, step: int, raw: dict[str, float], prefix: str = METRIC) -> dict[str, float]:
+        """Scalars (float64) rounded to float32 with the log, each as the tensor ``<prefix><name>``
+        (metrics: ``metric.loss``, ...; the step's own: ``scalar.clip``, ``scalar.lr``)."""
         out = {}
         for name, v in raw.items():
             x = np.array([v], np.float64)
-            r = self.round(step, METRIC + name, x)
+            r = self.round(step, prefix + name, x)
             out[name] = float((r if r is not None else rounding.round_f32(x))[0])
         return out
 
@@ -202,32 +219,56 @@ class RoundingLog:
 
 
 class UniversalStep:
-    """The jitted float64 step (state -> rounded state, counts, float64 state, metrics) and the log
-    applied on the host: called as a PacedStep is, ``(state, batch) -> (state, metrics)``."""
+    """The float64 step as two jitted halves with the log applied on the host between and after them: the
+    gradient (rounded to float32), then the optimizer from it (the new state rounded). Called as a
+    PacedStep is, ``(state, batch) -> (state, metrics)``; ``keep``: the last step's float64 gradient, state
+    and the state's error scales stay in ``self.kept`` (benchmarks/universal_bits.py)."""
 
-    def __init__(self, jitted: Any, log: RoundingLog):
-        self.jitted, self.log = jitted, log
+    def __init__(self, grad: Any, update: Any, log: RoundingLog, tp: TrainParams, keep: bool = False):
+        self.grad, self.update, self.log, self.tp, self.keep = grad, update, log, tp, keep
+        self.schedule = lr_schedule(tp)
+        self.kept: tuple[Any, Any, Any] | None = None
 
     def lower(self, *args: Any) -> Any:
-        return self.jitted.lower(*args)
+        return self.grad.lower(*args)
 
-    def __call__(self, state: TrainState, batch: Batch) -> tuple[TrainState, dict[str, jax.Array]]:
-        rounded, counts, wide, metrics = self.jitted(state, batch)
-        step = int(rounded.step)  # the state after this step: the log's step, as checkpoints count
-        counts = [int(c) for c in jax.device_get(counts)]
+    def __call__(self, state: TrainState, batch: Batch) -> tuple[TrainState, dict[str, Any]]:
+        i = int(state.step)
+        step = i + 1  # the state after this step: the log's step, as checkpoints count
+        g32, counts, g64, metrics = self.grad(state, batch)
+        g32 = self._fix(step, GRAD, g32, counts, g64, None)
+        # the clip factor and the learning rate from a sum and a cosine: float32 through the log
+        norm = float(np.sqrt(sum(float(np.dot(g, g)) for g in (np.asarray(x, np.float64).reshape(-1)
+                                                                 for x in jax.tree.leaves(g32)))))
+        scalars = self.log.values(step, {"clip": min(1.0, self.tp.grad_clip / max(norm, 1e-300)),
+                                         "lr": float(np.asarray(self.schedule(i)))}, prefix=SCALAR)
+        rounded, counts, new64, scales = self.update(state, g32, np.float64(scalars["clip"]),
+                                                     np.float64(scalars["lr"]))
+        new = self._fix(step, "", rounded, counts, new64, scales)
+        if self.keep:
+            self.kept = (g64, new64, scales)
+        return new, {**metrics, "grad_norm": np.float64(norm)}
+
+    def _fix(self, step: int, prefix: str, rounded: Any, counts: list[jax.Array], wide: Any, scales: Any) -> Any:
+        """``rounded`` with the log applied where a leaf has near values or logged entries."""
+        counts_host = [int(c) for c in jax.device_get(counts)]
         paths, treedef = jax.tree_util.tree_flatten_with_path(rounded)
+        scale_leaves = jax.tree.leaves(scales) if scales is not None else [None] * len(paths)
         out = []
-        for (path, leaf), w, n in zip(paths, jax.tree.leaves(wide), counts, strict=True):
-            fixed = self.log.round(step, jax.tree_util.keystr(path), w, n) if w.dtype == jnp.float64 else None
+        for (path, leaf), w, sc, n in zip(paths, jax.tree.leaves(wide), scale_leaves, counts_host, strict=True):
+            fixed = None
+            if w.dtype == jnp.float64:
+                fixed = self.log.round(step, prefix + jax.tree_util.keystr(path), w, n, sc)
             out.append(leaf if fixed is None else jax.device_put(fixed.reshape(leaf.shape), leaf.sharding))
-        return jax.tree.unflatten(treedef, out), metrics
+        return jax.tree.unflatten(treedef, out)
 
 
-def make_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation, shardings: Any,
-              mesh: jax.sharding.Mesh, log: RoundingLog) -> UniversalStep:
-    """The universal train step over the float32 ``TrainState``: ``graphdef`` computes in float64."""
-    def step64(state: TrainState, batch: Batch) -> tuple[Any, ...]:
-        params, opt_state = widen(state.params), widen(state.opt_state)
+def make_step(graphdef: nnx.GraphDef, tp: TrainParams, shardings: Any, mesh: jax.sharding.Mesh, log: RoundingLog,
+              keep: bool = False) -> UniversalStep:
+    """The universal train step over the float32 ``TrainState`` of ``make_optimizer(tp)``: ``graphdef``
+    computes in float64, the optimizer is :mod:`marin.train.adamw64`."""
+    def grad64(state: TrainState, batch: Batch) -> tuple[Any, ...]:
+        params = widen(state.params)
         if "weights" in batch:
             batch = {**batch, "weights": batch["weights"].astype(jnp.float64)}
 
@@ -235,14 +276,22 @@ def make_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation, s
             return loss_fn(nnx.merge(graphdef, p), batch)
 
         (loss, aux), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        new = state._replace(params=optax.apply_updates(params, updates), opt_state=opt_state, step=state.step + 1)
-        rounded, counts = round_tree(new, log.tau)
-        return rounded, counts, new, {"loss": loss, "grad_norm": optax.global_norm(grads), **aux}
+        rounded, counts = round_tree(grads, log.tau)  # the gradient's scale: each tensor's largest value
+        return rounded, counts, grads, {"loss": loss, **aux}
+
+    def update64(state: TrainState, g32: ModelParams, clip: jax.Array, lr: jax.Array) -> tuple[Any, ...]:
+        res = adamw64.update(widen(state.opt_state), g32, widen(state.params), clip, lr, tp)
+        new = state._replace(params=res.params, opt_state=res.opt_state, step=state.step + 1)
+        scales = new._replace(params=res.scales[0], opt_state=res.scales[1])
+        rounded, counts = round_tree(new, log.tau, scales)
+        return rounded, counts, new, scales
 
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    return UniversalStep(jax.jit(step64, in_shardings=(shardings, batch_sharding(mesh)),
-                                 out_shardings=(shardings, replicated, shardings, replicated)), log)
+    return UniversalStep(
+        jax.jit(grad64, in_shardings=(shardings, batch_sharding(mesh)),
+                out_shardings=(shardings.params, replicated, shardings.params, replicated)),
+        jax.jit(update64, in_shardings=(shardings, shardings.params, replicated, replicated),
+                out_shardings=(shardings, replicated, shardings, shardings)), log, tp, keep)
 
 
 def eval_nll_fn(graphdef: nnx.GraphDef) -> Callable[[ModelParams, Any, Any], jax.Array]:

@@ -15,7 +15,7 @@ from marin import hashing
 from marin.ledger.index import Index
 from marin.ledger.store import RunLog
 from marin.remote import checkpoints_dir
-from marin.train.rounding_log import LOG_FILE, REPLAY_VAR, RoundingError, entries, entry, header
+from marin.train.rounding_log import GRAD, LOG_FILE, REPLAY_VAR, RoundingError, entries, entry, header
 from marin.verify.compare import Divergence
 from marin.verify.outcome import Outcome
 from marin.verify.workspace import CannotVerify
@@ -66,8 +66,9 @@ def explain(out: Outcome, log: RunLog, env: dict[str, str]) -> None:
     rec, sm = bad
     first, last = sm["from_step"], rec.step or 0
     at = {(s, t, i): d for s, t, i, d in found if first <= s <= last}
-    parts = [(d.step, d.tensor, d.index) for d in sorted(out.divergences, key=lambda d: d.seq)
-             if d.kind == "checkpoint" and d.step is not None and d.tensor is not None and d.index is not None]
+    parts = {(d.step, name, d.index) for d in out.divergences
+             if d.kind == "checkpoint" and d.step is not None and d.tensor is not None and d.index is not None
+             for name in _sources(d.tensor)}
     named: tuple[int, str, int] | None = next((k for k in at if k in parts), None)
     if named is None and len(at) == 1:
         named = next(iter(at))
@@ -83,6 +84,13 @@ def explain(out: Outcome, log: RunLog, env: dict[str, str]) -> None:
         what += f"; an entry of steps {first}..{last} was changed, added or removed"
     out.divergences.insert(0, Divergence(rec.seq, "rounding_log", what, step=step, tensor=tensor, index=index,
                                          recorded=sm["log_digest"], independent=True))
+
+
+def _sources(tensor: str) -> tuple[str, ...]:
+    """The log's tensors whose rounding decides a checkpoint tensor: itself, and the gradient of the same
+    parameter (``.params['embed']...`` and ``.opt_state[1][0].mu['embed']...`` come from ``grad['embed']...``)."""
+    at = tensor.find("['")
+    return (tensor, GRAD + tensor[at:]) if at >= 0 else (tensor,)
 
 
 def _digest_through(found: list[tuple[int, str, int, int]], step: int) -> str:
