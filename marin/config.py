@@ -10,28 +10,27 @@ refusal is one ParamsError line.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from marin import hashing, schemas
-from marin.config_data import (
-    CurateParams,
-    Dedup,
-    Extract,
-    FetchParams,
-    Filters,
-    ModelParams,
-    NearDedup,
-    PretrainedTokenizer,
-    Source,
-    Split,
-    TokenizeParams,
-)
+from marin.config_data import CurateParams, FetchParams, ModelParams, TokenizeParams
+
+# the data stages' nested params, re-exported (``X as X``): their modules import them from marin.config
+from marin.config_data import Dedup as Dedup
+from marin.config_data import Extract as Extract
+from marin.config_data import Filters as Filters
+from marin.config_data import NearDedup as NearDedup
+from marin.config_data import PretrainedTokenizer as PretrainedTokenizer
+from marin.config_data import Source as Source
+from marin.config_data import Split as Split
 from marin.errors import ParamsError
-from marin.params_file import read_yaml, value_problem, with_defaults
+from marin.params_file import from_defaults, read_yaml, value_problem, with_defaults
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ class SweepParams:
     space: tuple[dict[str, Any], ...]  # {param: dotted key, values: [...]} or {param, low, high, log}
     select: SelectRule
     trials: int = 4  # random only
-    max_trials: int = 100  # a grid's product of value counts, or trials, at most (counted before building any)
+    max_trials: int = from_defaults("sweep.max_trials")  # a grid's product of value counts, or trials, at most
     seed: int | None = None  # random only; default: the root seed
     target: str = "evaluate"
 
@@ -80,15 +79,15 @@ class InstructionsParams:
     per_document: int
     heldout_max: int
     tasks: tuple[str, ...]
-    eval_tokens: int = 24  # greedy tokens per held-out instruction (evaluate)
+    eval_tokens: int  # greedy tokens per held-out instruction (evaluate)
 
 
 @dataclass(frozen=True)
 class DataRuntime:
     """Where the data stages run; never part of a recipe (outputs are the same for all)."""
 
-    engine: str = "local"  # local | ray
-    workers: int = 1
+    engine: str = from_defaults("runtime.data.engine")  # local | ray
+    workers: int = from_defaults("runtime.data.workers")
 
 
 @dataclass(frozen=True)
@@ -97,9 +96,10 @@ class RuntimeParams:
     devices: int  # devices per process (simulated CPU devices when > 1)
     param_sharding: str  # replicated | fsdp
     data: DataRuntime = DataRuntime()
-    processes: int = 1  # jax.distributed processes; the mesh's data axis has processes * devices devices
-    determinism: str = "portable"  # portable (bits pinned to x86-64-v3) | native (this CPU's fastest kernels)
-    # | universal (float64 steps rounded to float32 with a rounding log: the same bits on x86-64 and aarch64)
+    processes: int = from_defaults("runtime.processes")  # jax.distributed processes; the data axis: processes x devices
+    # portable (bits pinned to x86-64-v3) | native (this CPU's fastest kernels) | universal (float64 steps rounded
+    # to float32 with a rounding log: the same bits on x86-64 and aarch64)
+    determinism: str = from_defaults("runtime.determinism")
 
 
 @dataclass(frozen=True)
@@ -136,12 +136,12 @@ class HubDataset:
 class HarnessParams:
     """lm-evaluation-harness tasks run on the model (marin/evaluate/harness_run.py)."""
 
-    tasks: tuple[str, ...] = ("marin_cloze", "marin_cloze_fewshot", "marin_next_word")  # names, or folders of YAMLs
-    include: tuple[str, ...] = ()  # project folders of task YAMLs whose tasks ``tasks`` may name
-    num_fewshot: int | None = None  # None: each task's own
-    limit: int | None = None  # samples per task, at most (None: all)
-    seed: int = 1234  # the harness's random, numpy and few-shot seeds
-    batch_size: int = 32
+    tasks: tuple[str, ...]  # names, or folders of YAMLs
+    include: tuple[str, ...]  # project folders of task YAMLs whose tasks ``tasks`` may name
+    num_fewshot: int | None  # None: each task's own
+    limit: int | None  # samples per task, at most (None: all)
+    seed: int  # the harness's random, numpy and few-shot seeds
+    batch_size: int
     datasets: tuple[HubDataset, ...] = ()  # hub datasets of registry tasks, as project folders
 
 
@@ -160,8 +160,8 @@ class EvaluateParams:
     prompts: tuple[str, ...]
     sample_tokens: int
     batch_size: int
-    harness: HarnessParams = HarnessParams()
-    decontaminate: str = "report"  # report | exclude: the items stage decontaminate found in training data
+    harness: HarnessParams
+    decontaminate: str  # report | exclude: the items stage decontaminate found in training data
     references: tuple[Reference, ...] = ()  # other models on the same requests, a stage each
 
 
@@ -169,7 +169,7 @@ class EvaluateParams:
 class DecontaminateParams:
     """Stage decontaminate (marin/evaluate/decontaminate_stage.py): the n of its n-grams."""
 
-    ngram: int = 13  # GPT-3's and OLMo's
+    ngram: int
 
 
 @dataclass(frozen=True)
@@ -177,8 +177,8 @@ class TraceParams:
     """Stage trace_index and ``marin trace`` (marin/evaluate/trace_index.py): the shortest span traced,
     the tokens of one index shard (what building holds in memory), and the most tokens of a text traced."""
 
-    min_tokens: int = 8  # OLMoTrace's shortest span
-    shard_tokens: int = 1 << 22
+    min_tokens: int
+    shard_tokens: int
     max_query_tokens: int = 1 << 16  # `marin trace` only; 100 KB of prose is ~23,000 tokens (bench_trace.py)
 
 
@@ -206,14 +206,14 @@ class ReportParams:
     license: str
     code_license: str
     signing_key: str | None
-    fmti_indicators: str | None = None
-    mof_licenses: str | None = None
-    authors: tuple[str, ...] = ()
-    contact: str | None = None
-    funding: str | None = None
-    url: str | None = None
-    energy: EnergyAssumptions | None = None
-    language: tuple[str, ...] = ("en",)
+    fmti_indicators: str | None
+    mof_licenses: str | None
+    authors: tuple[str, ...]
+    contact: str | None
+    funding: str | None
+    url: str | None
+    energy: EnergyAssumptions | None
+    language: tuple[str, ...]
     datasheet: dict[str, str] | None = None  # the lab's answers to datasheet questions the ledger cannot answer
     hub: HubParams | None = None  # optional: the model's Hub repository
 
@@ -229,14 +229,14 @@ class Params:
     runtime: RuntimeParams
     evaluate: EvaluateParams
     raw: dict[str, Any] = dataclasses.field(repr=False, compare=False)
-    report: ReportParams | None = None  # optional: only the report stage reads it
-    sft: TrainParams | None = None  # optional: only the sft stage reads it (the train section's fields)
-    instructions: InstructionsParams | None = None  # optional: only the instructions and sft stages read it
+    report: ReportParams | None  # only the report stage reads it
+    sft: TrainParams | None  # only the sft stage reads it (the train section's fields)
+    instructions: InstructionsParams | None  # only the instructions and sft stages read it
+    sweep: SweepParams | None  # only `marin sweep` reads it
+    decontaminate: DecontaminateParams  # stage decontaminate's n-gram size
+    trace: TraceParams  # stage trace_index's shards, `marin trace`'s shortest span
     network: NetworkParams = NetworkParams()  # optional: timeouts and retries of network operations
     ledger: LedgerParams = LedgerParams()  # optional: the clock skew `marin ledger check` allows
-    sweep: SweepParams | None = None  # optional: only `marin sweep` reads it
-    decontaminate: DecontaminateParams = DecontaminateParams()  # optional: stage decontaminate's n-gram size
-    trace: TraceParams = TraceParams()  # optional: stage trace_index's shards, `marin trace`'s shortest span
 
     def section(self, *names: str) -> dict[str, Any]:
         """The raw params of the named sections, as recorded in a run's ledger (and its recipe);
@@ -260,55 +260,34 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 def _build(cls: type, data: dict[str, Any]) -> Any:
     """Construct nested frozen dataclasses from validated dicts (lists become tuples)."""
     kwargs = {}
-    hints = {f.name: f for f in dataclasses.fields(cls)}
     for name, value in data.items():
-        f = hints[name]
-        t = f.type if isinstance(f.type, str) else f.type.__name__
-        sub = _NESTED.get((cls.__name__, name))
+        sub, is_float = field_kinds(cls)[name]
         if sub is not None and isinstance(value, list):
             kwargs[name] = tuple(_build(sub, v) for v in value)
-        elif sub is not None:
+        elif sub is not None and value is not None:
             kwargs[name] = _build(sub, value)
         elif isinstance(value, list):
             kwargs[name] = tuple(value)
-        elif "float" in t and isinstance(value, int) and not isinstance(value, bool):
+        elif is_float and isinstance(value, int) and not isinstance(value, bool):
             kwargs[name] = float(value)
         else:
             kwargs[name] = value
     return cls(**kwargs)
 
 
-_NESTED: dict[tuple[str, str], type] = {
-    ("Params", "fetch"): FetchParams,
-    ("Params", "curate"): CurateParams,
-    ("Params", "tokenize"): TokenizeParams,
-    ("TokenizeParams", "pretrained"): PretrainedTokenizer,
-    ("Params", "model"): ModelParams,
-    ("Params", "train"): TrainParams,
-    ("Params", "sft"): TrainParams,
-    ("Params", "instructions"): InstructionsParams,
-    ("Params", "runtime"): RuntimeParams,
-    ("RuntimeParams", "data"): DataRuntime,
-    ("Params", "evaluate"): EvaluateParams,
-    ("EvaluateParams", "harness"): HarnessParams,
-    ("HarnessParams", "datasets"): HubDataset,
-    ("EvaluateParams", "references"): Reference,
-    ("Params", "decontaminate"): DecontaminateParams,
-    ("Params", "trace"): TraceParams,
-    ("Params", "report"): ReportParams,
-    ("Params", "network"): NetworkParams,
-    ("Params", "ledger"): LedgerParams,
-    ("ReportParams", "energy"): EnergyAssumptions,
-    ("ReportParams", "hub"): HubParams,
-    ("Params", "sweep"): SweepParams,
-    ("SweepParams", "select"): SelectRule,
-    ("FetchParams", "sources"): Source,
-    ("Source", "extract"): Extract,
-    ("CurateParams", "filters"): Filters,
-    ("CurateParams", "dedup"): Dedup,
-    ("Dedup", "near"): NearDedup,
-    ("CurateParams", "split"): Split,
-}
+@functools.cache
+def field_kinds(cls: type) -> dict[str, tuple[type | None, bool]]:
+    """Each field of the config dataclass ``cls``: the dataclass its value (or each item of it) is built as,
+    else None, and whether it is a float; read from the field's type (``X | None``, ``tuple[X, ...]``)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: (_dataclass_in(hints[f.name]), float in (hints[f.name], *typing.get_args(hints[f.name])))
+            for f in dataclasses.fields(cls)}
+
+
+def _dataclass_in(hint: Any) -> type | None:
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return hint
+    return next((c for c in map(_dataclass_in, typing.get_args(hint)) if c is not None), None)
 
 
 def _training_checks(name: str, tp: TrainParams, rt: RuntimeParams) -> list[str]:

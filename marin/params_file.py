@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import copy
+import dataclasses
 import errno
 import functools
 import math
@@ -23,6 +24,7 @@ from marin.errors import ParamsError
 from marin.fsutil import open_regular
 
 DEFAULTS = Path(__file__).with_name("defaults.yaml")  # code: in every stage's closure (package data)
+DEFAULTS_KEY = "defaults.yaml"  # a field's metadata: the dotted key of defaults.yaml its default is read from
 MAX_BYTES = 1 << 20  # the shipped params.yaml is about 5 KB
 MAX_DEPTH = 16  # the shipped file nests 7 deep (fetch.sources[0].extract[0].include)
 MAX_NODES = 10_000  # the shipped file has about 150 values
@@ -212,6 +214,26 @@ def value_problem(obj: object, path: str = "", depth: int = 0) -> str | None:
 @functools.cache
 def _defaults() -> dict[str, Any]:
     return read_yaml(DEFAULTS)
+
+
+def default_at(key: str) -> object:
+    """The value of the dotted ``key`` in marin/defaults.yaml, lists as tuples; a KeyError when it holds none."""
+    node: object = _defaults()
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(f"marin/defaults.yaml holds no {key}")
+        node = node[part]
+    return _frozen(node)
+
+
+def _frozen(value: object) -> object:
+    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
+
+
+def from_defaults(key: str) -> Any:
+    """A dataclass field whose default is defaults.yaml's ``key``: the field reads the one home of its
+    default, so a config built without the YAML (``RuntimeParams(2, 1, "replicated")``) agrees with it."""
+    return dataclasses.field(default=default_at(key), metadata={DEFAULTS_KEY: key})
 
 
 def merged(given: object, default: object) -> object:

@@ -8,19 +8,16 @@ one line, its exit code, under 10 s and 500 MB, the ledger kept."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 import random
 import re
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from marin.config import NetworkParams
-from tests.conftest import REPO, Project
+from tests.conftest import Project
 from tests.servers import Http, Silent, drip, page, trickle, zeros
 from tests.test_bounded import bounded, ledger_kept, refused, run
 from tests.test_sources import _toy_sdist
@@ -125,15 +122,6 @@ def test_the_default_bounds_give_up_on_a_silent_server_within_a_minute_and_a_hal
     t = NetworkParams()  # the audit: 3 tries of 60 s and the backoff, 182 s
     silent = (1 + t.retries) * t.read_timeout_s + sum(min(0.5 * 2**i, 5.0) for i in range(t.retries))
     assert silent <= 90 and t.total_timeout_s <= 600 and t.max_bytes <= 16 << 30
-
-
-def test_every_network_default_is_the_same_in_the_dataclass_the_schema_and_defaults_yaml() -> None:
-    schema = json.loads((REPO / "schemas/params.schema.json").read_text())["properties"]["network"]["properties"]
-    commented = dict(re.findall(r"^#   (\w+): (\S+)", (REPO / "marin/defaults.yaml").read_text(), re.MULTILINE))
-    fields = dataclasses.fields(NetworkParams)
-    assert set(schema) == {f.name for f in fields} <= set(commented)
-    for f in fields:
-        assert schema[f.name]["default"] == f.default == yaml.safe_load(commented[f.name]), f.name
 
 
 # -- issue 55, 7: a rate floor ends a trickle in a window, not at the total deadline ---------------
