@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from marin import config
 from marin.paths import ledger_dir
@@ -222,7 +221,7 @@ def _signer(args: argparse.Namespace) -> str | None:
     from marin.attest import keyring, vsa
 
     try:
-        return vsa.key_id(vsa.signing_key(args.root, args.key, args.as_lab))
+        return keyring.keyid(keyring.load_private_key(vsa.signer_key(args.root, args.key, args.as_lab)))
     except keyring.SigningKeyError:
         return None
 
@@ -250,21 +249,11 @@ def report_verify(args: argparse.Namespace) -> int:
           f"{v.checked.get('facts', 0)} facts re-derived from the ledger: {status}")
     if (stale := v.stale()) is not None:  # later runs: the report is as of its snapshot, not wrong
         print(stale)
-    if args.trust is not None and v.ok and v.report is not None:  # the recount rests on a report that verified
-        print(_trusted(v.report, args.trust, v.signer))
+    if args.trust is not None and v.ok and v.vouching is not None:  # the recount rests on a report that verified
+        from marin.report.verifications import recount_line
+
+        print(recount_line(v.vouching, v.runs, args.trust))
     return 0 if v.ok else 1
-
-
-def _trusted(report: dict[str, Any], trust_file: Path, lab_key: str | None) -> str:
-    """``--trust FILE``: the (verified) report's verifications recounted by the reader's own list of keys."""
-    from marin.attest import verifiers
-    from marin.report import verifications
-
-    trust = verifiers.load_reader_list(trust_file)
-    n = verifications.recount(report["doc"].get("independent_verification") or {}, report["facts"], trust, lab_key)
-    who = f" ({', '.join(n['names'])})" if n["names"] else ""
-    return (f"trust {trust_file}: {n['trusted']} verification(s) by {n['keys']} key(s) you trust{who}, "
-            f"{n['passed']} passed; {n['not_trusted']} by keys you do not trust (the lab's own included)")
 
 
 def keygen(args: argparse.Namespace) -> int:

@@ -49,7 +49,30 @@ def _predicate(**extra: object) -> dict:
 
 
 def _statement() -> dict:
-    return dsse.statement([("checkpoints/final", DIGEST_A), ("data/tokens", DIGEST_B)], _predicate())
+    return dsse.statement([("checkpoints/final", DIGEST_A), ("data/tokens", DIGEST_B)], _predicate()).doc
+
+
+# marin's envelopes and statements are typed (marin.attest.models); outside tools read their JSON
+
+
+def _sign(stmt: dict, key: Path) -> dict:
+    return dsse.sign(dsse.Statement.from_json(stmt), key).to_json()
+
+
+def _unsigned(stmt: dict) -> dict:
+    return dsse.unsigned(dsse.Statement.from_json(stmt)).to_json()
+
+
+def _verify(env: dict, pub: Path) -> dict:
+    return dsse.verify(dsse.Envelope.from_json(env), pub).doc
+
+
+def _read_unsigned(env: dict) -> dict:
+    return dsse.read_unsigned(dsse.Envelope.from_json(env)).doc
+
+
+def _is_signed(env: dict) -> bool:
+    return dsse.Envelope.from_json(env).signed
 
 
 @pytest.fixture
@@ -109,7 +132,7 @@ def test_missing_key_file_says_how_to_make_one(tmp_path: Path, load: Callable[[P
 
 def test_sign_with_a_missing_key_names_it(tmp_path: Path) -> None:
     with pytest.raises(SigningKeyError, match="run `marin keygen PATH` to make one"):
-        dsse.sign(_statement(), tmp_path / "absent.key")
+        _sign(_statement(), tmp_path / "absent.key")
 
 
 def test_wrong_key_type_is_rejected(tmp_path: Path) -> None:
@@ -219,14 +242,14 @@ def test_pae_matches_the_dsse_spec_and_securesystemslib() -> None:
 def test_sign_verifies_with_securesystemslib_and_ours(keys: tuple[Path, Path]) -> None:
     priv, pub = keys
     s = _statement()
-    env = dsse.sign(s, priv)
+    env = _sign(s, priv)
     assert env["payloadType"] == "application/vnd.in-toto+json"
     assert base64.b64decode(env["payload"]) == rfc8785.dumps(s)
     key = _sslib_key(pub)
     accepted = Envelope.from_dict(copy.deepcopy(env)).verify([key], 1)
     assert list(accepted) == [env["signatures"][0]["keyid"]]
-    assert dsse.verify(env, pub) == s
-    assert dsse.verify(json.loads(json.dumps(env)), pub) == s  # survives a JSON round trip
+    assert _verify(env, pub) == s
+    assert _verify(json.loads(json.dumps(env)), pub) == s  # survives a JSON round trip
 
 
 def test_securesystemslib_envelope_verifies_with_ours(keys: tuple[Path, Path]) -> None:
@@ -235,7 +258,7 @@ def test_securesystemslib_envelope_verifies_with_ours(keys: tuple[Path, Path]) -
     signer = CryptoSigner(serialization.load_pem_private_key(priv.read_bytes(), None), _sslib_key(pub))
     env = Envelope(rfc8785.dumps(s), "application/vnd.in-toto+json", {})
     env.sign(signer)
-    assert dsse.verify(env.to_dict(), pub) == s
+    assert _verify(env.to_dict(), pub) == s
 
 
 def _flip_payload_byte(env: dict, other_pub: Path) -> None:
@@ -268,10 +291,10 @@ def test_each_tampering_fails_with_its_own_message(
 ) -> None:
     priv, pub = keys
     _, other_pub = keyring.keygen(tmp_path / "other.key")
-    env = dsse.sign(_statement(), priv)
+    env = _sign(_statement(), priv)
     tamper(env, other_pub)
     with pytest.raises(AttestationError) as err:
-        dsse.verify(env, other_pub if use_other else pub)
+        _verify(env, other_pub if use_other else pub)
     assert message in str(err.value)
     assert not any(m in str(err.value) for *_, m in TAMPERS if m != message)
     # securesystemslib rejects the same envelope (its keyid rule aside, payloadType is part of PAE)
@@ -281,43 +304,43 @@ def test_each_tampering_fails_with_its_own_message(
 
 def test_payload_change_names_the_key(keys: tuple[Path, Path]) -> None:
     priv, pub = keys
-    env = dsse.sign(_statement(), priv)
+    env = _sign(_statement(), priv)
     _flip_payload_byte(env, pub)
     kid = keyring.keyid(keyring.load_public_key(pub))
     with pytest.raises(AttestationError, match=f"signature does not verify with key {kid}: the envelope or its "
                                                "payload was changed, or it was signed with another key"):
-        dsse.verify(env, pub)
+        _verify(env, pub)
 
 
 def test_malformed_envelopes_are_refused(keys: tuple[Path, Path]) -> None:
     priv, pub = keys
-    env = dsse.sign(_statement(), priv)
+    env = _sign(_statement(), priv)
     with pytest.raises(AttestationError, match="needs payloadType, payload and signatures"):
-        dsse.verify({"payload": env["payload"]}, pub)
+        _verify({"payload": env["payload"]}, pub)
     with pytest.raises(AttestationError, match="payload is not valid base64"):
-        dsse.verify(env | {"payload": "***"}, pub)
+        _verify(env | {"payload": "***"}, pub)
     with pytest.raises(AttestationError, match="no signatures"):
-        dsse.verify(env | {"signatures": []}, pub)
+        _verify(env | {"signatures": []}, pub)
     with pytest.raises(AttestationError, match="not an in-toto Statement v1"):
-        dsse.sign({"_type": "https://in-toto.io/Statement/v0.1"}, priv)
+        _sign({"_type": "https://in-toto.io/Statement/v0.1"}, priv)
 
 
 def test_an_unsigned_envelope_carries_the_same_payload_and_no_signature(keys: tuple[Path, Path]) -> None:
     priv, pub = keys
     stmt = _statement()
-    env = dsse.unsigned(stmt)
-    assert env["signatures"] == [] and env["payload"] == dsse.sign(stmt, priv)["payload"]
-    assert not dsse.is_signed(env) and dsse.is_signed(dsse.sign(stmt, priv))
-    assert dsse.read_unsigned(env) == json.loads(rfc8785.dumps(stmt))
+    env = _unsigned(stmt)
+    assert env["signatures"] == [] and env["payload"] == _sign(stmt, priv)["payload"]
+    assert not _is_signed(env) and _is_signed(_sign(stmt, priv))
+    assert _read_unsigned(env) == json.loads(rfc8785.dumps(stmt))
     parsed = Envelope.from_dict(copy.deepcopy(env))  # DSSE tooling reads it...
     assert parsed.signatures == {} and json.loads(parsed.pae().split(b" ", 4)[4]) == json.loads(rfc8785.dumps(stmt))
     with pytest.raises(VerificationError):  # ...and finds nothing that vouches for it
         parsed.verify([_sslib_key(pub)], 1)
     with pytest.raises(AttestationError, match="no signatures"):
-        dsse.verify(env, pub)
+        _verify(env, pub)
     with pytest.raises(AttestationError, match="the envelope is signed: check it with verify"):
-        dsse.read_unsigned(dsse.sign(stmt, priv))
+        _read_unsigned(_sign(stmt, priv))
     with pytest.raises(AttestationError, match="payloadType is"):
-        dsse.read_unsigned(env | {"payloadType": "application/json"})
+        _read_unsigned(env | {"payloadType": "application/json"})
     with pytest.raises(AttestationError, match="not an in-toto Statement v1"):
-        dsse.unsigned({"_type": "https://in-toto.io/Statement/v0.1"})
+        _unsigned({"_type": "https://in-toto.io/Statement/v0.1"})

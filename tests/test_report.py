@@ -160,7 +160,7 @@ def _resign(proj: Project, out: Path) -> None:
     for s in stmt["subject"]:
         if not s["name"].startswith("model:"):
             s["digest"]["sha256"] = hashlib.sha256((out / s["name"]).read_bytes()).hexdigest()
-    new = dsse.sign(stmt, proj.root / ".marin/keys/report.key")
+    new = dsse.sign(dsse.Statement.from_json(stmt), proj.root / ".marin/keys/report.key").to_json()
     (out / "provenance.intoto.json").write_text(json.dumps(new))
     assert json.loads(base64.b64decode(new["payload"])) == json.loads(rfc8785.dumps(stmt))
 

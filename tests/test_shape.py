@@ -1,8 +1,8 @@
 """The code's shape, read from its imports (``marin.stages.closure``): every pipeline/ script is a thin
 entry point into its stage's declaration, whose function is ``run_stage`` of its stage's module;
 packages' ``__init__.py`` stay small; the command modules (``marin.commands``) are imported by the
-CLI alone; report and verify never import each other (what both need, keys, envelopes and verification
-summaries, is ``marin.attest``)."""
+CLI alone; report and verify never import each other (what both need, keys, envelopes, verification
+summaries and the trust policy, is ``marin.attest``, which imports neither)."""
 
 from __future__ import annotations
 
@@ -73,6 +73,18 @@ def test_sibling_packages_do_not_import_each_other(a: str, b: str) -> None:
             crossing += [f"{path.relative_to(ROOT).as_posix()} imports {n}" for n in sorted(_imports(path))
                          if n == dst or n.startswith(dst + ".")]
     assert not crossing, crossing
+
+
+# a package and what it must never import: it sits below them
+BELOW = (("marin.attest", ("marin.report", "marin.verify")),)
+
+
+@pytest.mark.parametrize(("low", "high"), BELOW, ids=[low for low, _ in BELOW])
+def test_a_lower_package_does_not_import_the_ones_above(low: str, high: tuple[str, ...]) -> None:
+    upward = [f"{path.relative_to(ROOT).as_posix()} imports {n}"
+              for path in sorted((ROOT / low.replace(".", "/")).rglob("*.py")) for n in sorted(_imports(path))
+              if any(n == h or n.startswith(h + ".") for h in high)]
+    assert not upward, upward
 
 
 def test_the_sibling_rule_sees_an_import() -> None:

@@ -116,6 +116,9 @@ def _forge(proj: Project, tmp_path: Path, runs: dict[str, str], a_env: dict, kid
     v = proj.root / "verifications"
     out = {}
 
+    def sign(stmt: dict, key: Path) -> dict:  # marin signs a typed statement; the file holds its JSON
+        return dsse.sign(dsse.Statement.from_json(stmt), key).to_json()
+
     def put(run: str, kid: str, envelope: dict, status: str) -> None:
         (v / run).mkdir(exist_ok=True)
         (v / run / f"{kid}.intoto.json").write_text(json.dumps(envelope))
@@ -128,19 +131,19 @@ def _forge(proj: Project, tmp_path: Path, runs: dict[str, str], a_env: dict, kid
         "invalid")
     other = copy.deepcopy(stmt)  # 2. signed, but its predicate is not a verification summary
     other["predicateType"] = "https://slsa.dev/provenance/v1"
-    put(runs["train"], kid_a, dsse.sign(other, key_a), "invalid")
+    put(runs["train"], kid_a, sign(other, key_a), "invalid")
     put(runs["tokenize"], kid_a, a_env, "invalid")  # 3. a valid VSA about fetch, filed under another run
     put(runs["evaluate"], "b" * 64, {**a_env, "signatures": []}, "unsigned")  # 4. no signature
     c_key, c_pub = keyring.keygen(tmp_path / "c.key")  # 5. signed with a key nobody committed
-    put(runs["curate"], _kid(c_pub), dsse.sign(stmt, c_key), "unverifiable")
+    put(runs["curate"], _kid(c_pub), sign(stmt, c_key), "unverifiable")
     d_key, d_pub = keyring.keygen(tmp_path / "d.key")  # 6. a key committed under another key's id
     (v / "keys" / f"{'d' * 64}.pub").write_bytes(d_pub.read_bytes())
-    put(runs["train"], "d" * 64, dsse.sign(stmt, d_key), "invalid")
+    put(runs["train"], "d" * 64, sign(stmt, d_key), "invalid")
     ev = copy.deepcopy(stmt)  # 7. about evaluate, signed, but not the version of the run in the ledger
     ev["predicate"]["marin"]["run_id"] = runs["evaluate"]
     ev["subject"] = [{"name": f"marin:run/{runs['evaluate']}#{n}", "digest": {"sha256": "0" * 64}}
                      for n in ("run.finished", "recipe")]
-    put(runs["evaluate"], kid_a, dsse.sign(ev, key_a), "invalid")
+    put(runs["evaluate"], kid_a, sign(ev, key_a), "invalid")
     return out
 
 

@@ -194,7 +194,12 @@ def test_an_unsigned_report_vouches_for_no_verifier(trained_project: Project, tm
 def test_each_forgery_of_a_record_is_named_and_counts_only_in_its_window(trained_project: Project,
                                                                          tmp_path: Path) -> None:
     from marin.attest import vsa
+    from marin.attest.models import Statement, Vsa
     from marin.ledger.store import load_run
+
+    def backing_problem(stmt: dict | Statement, log, kid: str, as_of: str) -> str | None:  # over the typed VSA
+        typed = stmt if isinstance(stmt, Statement) else Statement.from_json(stmt)
+        return vsa.backing_problem(Vsa.from_statement(typed), log, kid, as_of)
 
     proj = trained_project
     proj.marin("keygen", str(tmp_path / "tp.key"), check=True)
@@ -206,8 +211,8 @@ def test_each_forgery_of_a_record_is_named_and_counts_only_in_its_window(trained
     log = load_run(proj.root, fetch)
     rec = [x for x in records(run_file(proj, "fetch")) if x["kind"] == "verification"][-1]
     assert rec["body"]["signer"] == {"keyid": kid}  # written by `verify --sign`, before signing
-    assert vsa.backing_problem(stmt, log, kid, rec["time"]) is None  # at the very build time: counted
-    why = vsa.backing_problem(stmt, log, kid, log.finished.time)  # a report built before the replay
+    assert backing_problem(stmt, log, kid, rec["time"]) is None  # at the very build time: counted
+    why = backing_problem(stmt, log, kid, log.finished.time)  # a report built before the replay
     assert why is not None and "after the report was built" in why
     ref = stmt["predicate"]["marin"]["verification_record"]
     forged = {  # each by the record's own signer, so that only the forged field can be what is named
@@ -218,7 +223,7 @@ def test_each_forgery_of_a_record_is_named_and_counts_only_in_its_window(trained
         "/predicate/marin/verifier/cpu_model": _cpu(_as(stmt, tp), "AMD EPYC 9654 96-Core (independent lab)"),
     }
     for words, bad in forged.items():
-        why = vsa.backing_problem(bad, log, kid, "2100-01-01T00:00:00Z")
+        why = backing_problem(bad, log, kid, "2100-01-01T00:00:00Z")
         assert why is not None and words in why, (words, why)
     # a record of a skipped replay (compared nothing), chained and signed as marin would: no verdict (issue 55, 5)
     path = run_file(proj, "fetch")
@@ -228,7 +233,7 @@ def test_each_forgery_of_a_record_is_named_and_counts_only_in_its_window(trained
     assert proj.marin("ledger", "check").returncode == 0
     log = load_run(proj.root, fetch)
     empty = vsa.summary("fetch", log.records[-1], kid)
-    why = vsa.backing_problem(empty, log, kid, "2100-01-01T00:00:00Z")
+    why = backing_problem(empty, log, kid, "2100-01-01T00:00:00Z")
     assert why is not None and "compared no record" in why, why
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -17,6 +18,7 @@ from marin.errors import MarinError
 
 KEY_ENV = "MARIN_SIGNING_KEY"
 _KEYGEN_HINT = "run `marin keygen PATH` to make one"
+_KEYID = re.compile(r"[0-9a-f]{64}")
 
 
 class SigningKeyError(MarinError):
@@ -113,10 +115,16 @@ def public_key_from_pem(data: bytes, path: Path) -> Ed25519PublicKey:
     return key
 
 
-def keyid(public_key: Ed25519PublicKey) -> str:
-    """sha256 hex of the key's raw 32 public bytes."""
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+def keyid(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
+    """The key id: sha256 hex of the raw 32 public bytes (of a private key: of its public half)."""
+    public = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return hashlib.sha256(raw).hexdigest()
+
+
+def is_keyid(text: str) -> bool:
+    """Whether ``text`` has the shape of a key id (64 lowercase hex digits)."""
+    return _KEYID.fullmatch(text) is not None
 
 
 def key_path(explicit: str | None, root: Path) -> Path:

@@ -19,19 +19,20 @@ The lab's report signing key is always the lab's own, listed or not.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Literal, cast
 
+from marin.attest.keyring import is_keyid
 from marin.errors import MarinError
 
 FILE = "verifications/verifiers.json"
 SCHEMA = "marin.verifiers@1"
-LAB, THIRD_PARTY = "lab", "third-party"
-ROLES = (LAB, THIRD_PARTY)
+Role = Literal["lab", "third-party"]  # the lab's own key, or a verifier the lab (or a reader) vouches for
+LAB: Role = "lab"
+THIRD_PARTY: Role = "third-party"
+ROLES: tuple[Role, ...] = (LAB, THIRD_PARTY)
 MAX_BYTES = 1 << 20  # a list of verifiers, not a database
-_KEYID = re.compile(r"^[0-9a-f]{64}$")
 _FIELDS = ("name", "contact", "published")
 _TEXT_MAX = 300
 EXAMPLE = {"schema": SCHEMA, "verifiers": [{
@@ -45,12 +46,14 @@ class TrustListError(MarinError):
 
 
 @dataclass(frozen=True)
-class Verifier:
+class ListedVerifier:
+    """One entry of a verifiers list (a ``marin.verify`` Verifier is the one who replays a run)."""
+
     keyid: str
     name: str
     contact: str
     published: str
-    role: str
+    role: Role
 
     def to_dict(self) -> dict[str, str]:
         return {"keyid": self.keyid, "name": self.name, "contact": self.contact, "published": self.published,
@@ -62,31 +65,33 @@ class TrustList:
     """Verifiers by key id; ``where``: the file it came from (for messages)."""
 
     where: str = ""
-    by_key: dict[str, Verifier] = field(default_factory=dict)
+    by_key: dict[str, ListedVerifier] = field(default_factory=dict)
 
-    def role(self, kid: str | None) -> str | None:
+    def role(self, kid: str | None) -> Role | None:
         v = self.by_key.get(kid or "")
         return v.role if v else None
 
-    def get(self, kid: str | None) -> Verifier | None:
+    def get(self, kid: str | None) -> ListedVerifier | None:
         return self.by_key.get(kid or "")
 
 
-def parse(data: bytes, where: str, default_role: str | None = None) -> TrustList:
+def parse(data: bytes, where: str, default_role: Role | None = None) -> TrustList:
     """A verifiers list from its bytes, validated: a TrustListError naming ``where`` and the entry.
     ``default_role``: the role of entries without one (a reader's list); None: every entry needs one."""
     if len(data) > MAX_BYTES:
         raise TrustListError(f"{where}: {len(data)} bytes, over the {MAX_BYTES}-byte cap of a verifiers list")
     try:
-        doc = json.loads(data)
+        doc: object = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise TrustListError(f"{where}: not JSON ({type(e).__name__}: {str(e)[:80]}); see {FILE} in "
                              "docs/guide/report.md for the format") from None
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("verifiers"), list):
+    top = cast(dict[str, object], doc) if isinstance(doc, dict) else {}
+    entries = top.get("verifiers")
+    if top.get("schema") != SCHEMA or not isinstance(entries, list):
         raise TrustListError(f'{where}: not a verifiers list (an object with "schema": "{SCHEMA}" and a '
                              '"verifiers" list); see docs/guide/report.md, Independent verification')
-    found: dict[str, Verifier] = {}
-    for i, entry in enumerate(doc["verifiers"]):
+    found: dict[str, ListedVerifier] = {}
+    for i, entry in enumerate(cast(list[object], entries)):
         v = _entry(entry, f"{where}: verifiers[{i}]", default_role)
         if v.keyid in found:
             raise TrustListError(f"{where}: verifiers[{i}]: key {v.keyid} is listed twice; keep one entry")
@@ -94,17 +99,19 @@ def parse(data: bytes, where: str, default_role: str | None = None) -> TrustList
     return TrustList(where, found)
 
 
-def _entry(entry: Any, where: str, default_role: str | None) -> Verifier:
-    if not isinstance(entry, dict):
+def _entry(value: object, where: str, default_role: Role | None) -> ListedVerifier:
+    if not isinstance(value, dict):
         raise TrustListError(f"{where}: not an object")
+    entry = cast(dict[str, object], value)
     kid = entry.get("keyid")
-    if not isinstance(kid, str) or not _KEYID.match(kid):
+    if not isinstance(kid, str) or not is_keyid(kid):
         raise TrustListError(f"{where}: keyid {kid!r} is not a key id (64 lowercase hex digits, the sha256 of "
                              "the raw ed25519 public key)")
-    role = entry.get("role", default_role)
-    if role not in ROLES:
-        raise TrustListError(f"{where}: role {role!r}; roles are {', '.join(ROLES)}")
-    text = {}
+    said = entry.get("role", default_role)
+    role: Role | None = next((r for r in ROLES if r == said), None)
+    if role is None:
+        raise TrustListError(f"{where}: role {said!r}; roles are {', '.join(ROLES)}")
+    text: dict[str, str] = {}
     for k in _FIELDS:
         value = entry.get(k, "" if default_role else None)
         if not isinstance(value, str) or (default_role is None and not value.strip()) or len(value) > _TEXT_MAX:
@@ -114,7 +121,7 @@ def _entry(entry: Any, where: str, default_role: str | None) -> Verifier:
     unknown = sorted(set(entry) - {"keyid", "role", *_FIELDS})
     if unknown:
         raise TrustListError(f"{where}: unknown field {unknown[0]!r}; fields are keyid, role, {', '.join(_FIELDS)}")
-    return Verifier(kid, text["name"], text["contact"], text["published"], role)
+    return ListedVerifier(kid, text["name"], text["contact"], text["published"], role)
 
 
 def load_reader_list(path: Path) -> TrustList:

@@ -1,4 +1,5 @@
-"""Signed verification summaries (VSAs): what ``marin verify --sign`` writes, and how a reader checks one.
+"""Signed verification summaries (VSAs): what ``marin verify --sign`` writes, and what one must say to be
+backed by the ledger (``backing_problem``); which ones count is the trust policy's (:mod:`.policy`).
 
 A VSA is an in-toto Statement v1 with a SLSA Verification Summary v1 predicate
 (https://slsa.dev/spec/v1.0/verification_summary) about one verified run, in a DSSE envelope
@@ -13,34 +14,46 @@ Layout, at the project root (committed and pushed with the ledger):
 
 A key id is the sha256 of the raw ed25519 public key, so a key file put under another key's id
 verifies nothing: the reader recomputes the id from the file. An envelope whose key file is
-absent is "unverifiable", never counted.
+absent is "unverifiable", never counted. The VSA's typed model is :class:`marin.attest.models.Vsa`.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from marin import env, fsutil, hashing
 from marin.attest import dsse, keyring, verifiers
+from marin.attest.models import FAILED, NS, PASSED, VSA_TYPE, JsonObject, Statement, Vsa
 from marin.errors import MarinError
 from marin.ledger.bodies import VerificationBody, compared_nothing
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog, load_run
 
-VSA_TYPE = "https://slsa.dev/verification_summary/v1"
 VERIFIER_ID = "https://marin.local/verifier/marin-verify@v1"
 POLICY_URI = "https://marin.local/policy/replay-from-ledger@v1"
 DIR = "verifications"
 KEYS = "keys"
 SUFFIX = ".intoto.json"
-NS = "marin"  # the predicate's marin-specific fields live under this key
-PASSED, FAILED = "PASSED", "FAILED"
-_KEYID = re.compile(r"^[0-9a-f]{64}$")
+CITED = {  # what the report cites of a counted VSA: label -> pointer into the signed statement
+    "keyid": ("verifier key id", "/predicate/marin/verifier/keyid"),
+    "cpu": ("verifier CPU", "/predicate/marin/verifier/cpu_model"),
+    "features": ("verifier CPU features", "/predicate/marin/verifier/cpu_features"),
+    "determinism": ("verifier determinism class digest", "/predicate/marin/verifier/determinism_digest"),
+    "mode": ("verification mode", "/predicate/marin/mode"),
+    "result": ("verification result", "/predicate/marin/result"),
+    "summary": ("verification summary result", "/predicate/verificationResult"),
+    "when": ("time verified", "/predicate/timeVerified"),
+}
+
+
+def cited(v: Vsa) -> list[str]:
+    """The pointers the report cites in ``v`` (a segments replay adds its K of N)."""
+    return [ptr for _, ptr in CITED.values()] + ([f"/predicate/marin/segments/{k}" for k in "kn"]
+                                                   if v.mode == "segments" else [])
 
 
 def resource_uri(run_id: str) -> str:
@@ -67,24 +80,26 @@ def level(verification: VerificationBody) -> str:
     return "MARIN_REPLAY_FULL"
 
 
-def cpu(verifier: dict[str, Any]) -> dict[str, Any]:
+def cpu(verifier: Mapping[str, object]) -> JsonObject:
     """The verifier's CPU and determinism class, as the verification record holds them."""
-    e, det = verifier.get("env", {}), verifier.get("determinism_class", {})
+    e = cast(dict[str, object], verifier.get("env", {}))
+    det = cast(dict[str, object], verifier.get("determinism_class", {}))
     return {"cpu_model": e.get("cpu_model"), "cpu_features": e.get("cpu_features", e.get("isa_flags", [])),
             "machine": e.get("machine"), "usable_cores": e.get("usable_cores"),
             "determinism_class": det, "determinism_digest": env.class_digest(det)}
 
 
-def summary(stage: str, rec: Record, kid: str) -> dict[str, Any]:
+def summary(stage: str, rec: Record, kid: str) -> Statement:
     """The in-toto Statement of a VSA about the run verified by ``rec`` (a ``verification`` record),
     to be signed by key ``kid``. PASSED when the verifier exited 0 (its verdict is bit-exact)."""
     b = rec.body_as("verification")
     v = b["verified"]
     run_id, passed = v["run_id"], b["exit_code"] == 0
-    marin = {"run_id": run_id, "stage": stage, "result": b["result"], "exit_code": b["exit_code"], "mode": b["mode"],
-             "segments": b.get("segments"), "verifier": {"keyid": kid, **cpu(b["verifier"])},
-             "compared": b["compared"], "first_divergence": b["first_divergence"],
-             "verification_record": {"seq": rec.seq, "digest": rec.digest, "time": rec.time}}
+    marin: JsonObject = {
+        "run_id": run_id, "stage": stage, "result": b["result"], "exit_code": b["exit_code"], "mode": b["mode"],
+        "segments": b.get("segments"), "verifier": {"keyid": kid, **cpu(b["verifier"])},
+        "compared": b["compared"], "first_divergence": b["first_divergence"],
+        "verification_record": {"seq": rec.seq, "digest": rec.digest, "time": rec.time}}
     predicate = {
         "verifier": {"id": VERIFIER_ID},
         "timeVerified": rec.time,
@@ -102,16 +117,18 @@ def summary(stage: str, rec: Record, kid: str) -> dict[str, Any]:
     return dsse.statement(subjects, predicate, predicate_type=VSA_TYPE)
 
 
-def signing_key(root: Path, explicit: Path | None, as_lab: bool = False) -> Path:
-    """``--key``, else $MARIN_SIGNING_KEY, else ``report.signing_key``: checked to be a usable ed25519 key.
+def signer_key(root: Path, explicit: Path | None, as_lab: bool = False) -> Path:
+    """The key a VSA is signed with: ``--key``, else the lab's (``keyring.signing_key``), checked to be a
+    usable ed25519 key.
     The lab's report key (the default) only with ``as_lab``: a VSA it signs is the lab's own replay,
     never an independent one, and the report counts it so."""
     configured = _report_key(root)
     key = explicit or configured
     if key is None:
         raise keyring.SigningKeyError("no signing key: give --key KEY (`marin keygen KEY` makes one)")
-    keyring.load_private_key(key)
-    if not as_lab and configured is not None and configured.exists() and key_id(key) == key_id(configured):
+    kid = keyring.keyid(keyring.load_private_key(key))
+    if not as_lab and configured is not None and configured.exists() \
+            and kid == keyring.keyid(keyring.load_private_key(configured)):
         raise keyring.SigningKeyError(
             f"{fsutil.shown(key)} is the lab's report signing key: a VSA signed with it is the lab's own replay, "
             "not an independent verification; sign with your own key (--key KEY, `marin keygen KEY` makes one), "
@@ -122,17 +139,11 @@ def signing_key(root: Path, explicit: Path | None, as_lab: bool = False) -> Path
 def _report_key(root: Path) -> Path | None:
     """The lab's report signing key ($MARIN_SIGNING_KEY, else report.signing_key), or None when unset."""
     from marin import config
-    from marin.attest.keyring import signing_key as configured
 
     try:
-        return configured(root, config.load(Path(root) / "params.yaml").report)
+        return keyring.signing_key(root, config.load(Path(root) / "params.yaml").report)
     except keyring.SigningKeyError:
         return None
-
-
-def key_id(private: Path) -> str:
-    """The key id (sha256 of the raw public key) of the private key at ``private``."""
-    return keyring.keyid(keyring.load_private_key(private).public_key())
 
 
 def publish_key(root: Path, key: Path) -> tuple[str, Path]:
@@ -155,115 +166,40 @@ def sign(root: Path, run_id: str, seq: int, key: Path) -> Path:
     rec = next((r for r in log.records if r.seq == seq and r.kind == "verification"), None)
     if rec is None:
         raise MarinError(f"{run_id}: no verification record at seq {seq} to sign")
-    kid = key_id(key)
+    kid = keyring.keyid(keyring.load_private_key(key))
     if (rec.body_as("verification").get("signer") or {}).get("keyid") != kid:
         raise keyring.SigningKeyError(f"{run_id} seq {seq}: the verification record names another signer than key "
                                      f"{kid}; verify again with `marin verify --sign --key` this key")
     kid, _ = publish_key(root, key)
     envelope = dsse.sign(summary(log.stage, rec, kid), key)
     path = envelope_path(root, run_id, kid)
-    fsutil.write_bytes(path, (json.dumps(envelope, indent=2) + "\n").encode())
+    fsutil.write_bytes(path, (json.dumps(envelope.to_json(), indent=2) + "\n").encode())
     return path
 
 
-# -- checking -------------------------------------------------------------------------------
+# -- against the ledger ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Checked:
-    """What a reader found in one VSA file: ``status`` valid, invalid, unsigned or unverifiable."""
-
-    path: str  # project-relative
-    status: str
-    why: str = ""
-    keyid: str | None = None
-    statement: dict[str, Any] | None = None
-
-    @property
-    def valid(self) -> bool:
-        return self.status == "valid"
-
-
-def check(rel: str, data: bytes, keys: dict[str, bytes], runs: dict[str, RunLog]) -> Checked:
-    """Check the VSA ``data`` found at ``rel`` (verifications/<run_id>/<key id>.intoto.json): its
-    signature with the public key filed under that key id (``keys``: project-relative path of a
-    verifications/keys/ file -> its bytes), its predicate, and its subject against ``runs`` (the
-    runs it may speak about, by run id)."""
-    parts = Path(rel).parts
-    filed_run, kid = parts[-2], parts[-1].removesuffix(SUFFIX)
-    try:
-        envelope = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        return Checked(rel, "invalid", f"not JSON ({type(e).__name__})")
-    if not dsse.is_signed(envelope):
-        return Checked(rel, "unsigned", "no signatures: nobody vouches for it")
-    if not _KEYID.match(kid):
-        return Checked(rel, "invalid", f"filed under {kid!r}, not a key id (64 hex digits)")
-    pub = f"{DIR}/{KEYS}/{kid}.pub"
-    if pub not in keys:
-        return Checked(rel, "unverifiable", f"public key not found ({pub})", kid)
-    try:
-        key = keyring.public_key_from_pem(keys[pub], Path(pub))
-        if (there := keyring.keyid(key)) != kid:
-            return Checked(rel, "invalid", f"{pub} holds another key ({there})", kid)
-        stmt = dsse.verify(envelope, key)
-    except (dsse.AttestationError, keyring.SigningKeyError) as e:
-        return Checked(rel, "invalid", str(e), kid)
-    try:
-        why = _statement_problem(stmt, filed_run, kid, runs)
-    except (AttributeError, KeyError, TypeError) as e:  # signed, but not shaped like a statement marin writes
-        why = f"a malformed verification summary ({type(e).__name__}: {e})"
-    return Checked(rel, "invalid" if why else "valid", why or "", kid, stmt)
-
-
-def _statement_problem(stmt: dict[str, Any], filed_run: str, kid: str, runs: dict[str, RunLog]) -> str | None:
-    """Why a signed statement is not a VSA about run ``filed_run`` of ``runs`` by key ``kid`` (None: it is)."""
-    if stmt.get("predicateType") != VSA_TYPE:
-        return f"unknown predicate type {stmt.get('predicateType')!r} (expected {VSA_TYPE})"
-    p = stmt.get("predicate")
-    m = p.get(NS) if isinstance(p, dict) else None
-    if not isinstance(m, dict) or any(k not in m for k in ("run_id", "result", "mode", "verifier")) \
-            or not isinstance(p, dict) or p.get("verificationResult") not in (PASSED, FAILED):
-        return f"not a marin verification summary (predicate.{NS} with run_id, result, mode and verifier)"
-    run_id = m["run_id"]
-    if run_id != filed_run:
-        return f"its subject is run {run_id}, but it is filed under {filed_run}"
-    log = runs.get(run_id)
-    if log is None:
-        return f"its subject {run_id} is not a run of this report"
-    want = {f"{resource_uri(run_id)}#run.finished": log.end.digest,
-            f"{resource_uri(run_id)}#recipe": log.recipe_digest}
-    got = {s.get("name"): "sha256:" + str(s.get("digest", {}).get("sha256")) for s in stmt.get("subject", [])}
-    wrong = [n for n, d in want.items() if got.get(n) != d]
-    if wrong:
-        return f"its subject {wrong[0]} is not the ledger's {want[wrong[0]]} (another version of the run)"
-    if m["verifier"].get("keyid") != kid:
-        return f"it names verifier key {m['verifier'].get('keyid')}, but key {kid} signed it"
-    return None
-
-
-def backing_problem(stmt: dict[str, Any], log: RunLog, kid: str, as_of: str) -> str | None:
+def backing_problem(v: Vsa, log: RunLog, kid: str, as_of: str) -> str | None:
     """Why a validly signed VSA about ``log``'s run is not backed by the ledger (None: it is). It
     must cite a verification record of that run by seq and digest, be exactly the statement marin
     builds from that record for key ``kid`` (so its result, CPU and time are the record's, never
     the signer's say-so), and the record's time must lie between the run's end and ``as_of`` (the
     report's build)."""
-    ref = stmt["predicate"][NS].get("verification_record")
-    seq = ref.get("seq") if isinstance(ref, dict) else None
+    seq = v.record_seq
     rec = next((r for r in log.records if r.kind == "verification" and r.seq == seq), None)
     if rec is None:
         return (f"it cites verification record seq {seq}, but {log.run_id} has no verification record there: "
                 "no `marin verify` it summarises is in the ledger")
-    if ref.get("digest") != rec.digest:
-        return f"it cites verification record seq {seq} as {ref.get('digest')}, the ledger's is {rec.digest}"
+    if v.record_digest != rec.digest:
+        return f"it cites verification record seq {seq} as {v.record_digest}, the ledger's is {rec.digest}"
     if compared_nothing(rec.body_as("verification")):
         return f"verification record seq {seq} compared no record: it verified nothing"
     signer = (rec.body_as("verification").get("signer") or {}).get("keyid")
     if signer != kid:
         return (f"verification record seq {seq} names " + (f"key {signer} as its signer, not {kid}" if signer else
                 "no signer (it was not made by `marin verify --sign`)") + ": whoever signed this did not make it")
-    want = json.loads(hashing.canonical_json(summary(log.stage, rec, kid)))
-    if (where := _first_difference(want, stmt)) is not None:
+    if (where := _first_difference(summary(log.stage, rec, kid).doc, v.statement.doc)) is not None:
         ptr, want_v, got_v = where
         return f"its {ptr} is {_short(got_v)}, but verification record seq {seq} gives {_short(want_v)}"
     if _when(rec.time) < _when(log.end.time):
@@ -273,16 +209,19 @@ def backing_problem(stmt: dict[str, Any], log: RunLog, kid: str, as_of: str) -> 
     return None
 
 
-def _first_difference(want: Any, got: Any, ptr: str = "") -> tuple[str, Any, Any] | None:
+def _first_difference(want: object, got: object, ptr: str = "") -> tuple[str, object, object] | None:
     """The JSON pointer of the first place ``got`` differs from ``want``, with both values there."""
-    if isinstance(want, dict) and isinstance(got, dict):
-        for k in sorted(set(want) | set(got)):
-            if (d := _first_difference(want.get(k), got.get(k), f"{ptr}/{k}")) is not None:
+    w, g = want, got  # narrowed below; ``want`` and ``got`` stay what they were for the answer
+    if isinstance(w, dict) and isinstance(g, dict):
+        wd, gd = cast(dict[str, object], w), cast(dict[str, object], g)
+        for k in sorted(set(wd) | set(gd)):
+            if (d := _first_difference(wd.get(k), gd.get(k), f"{ptr}/{k}")) is not None:
                 return d
         return None
-    if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
-        return next((d for i, (a, b) in enumerate(zip(want, got, strict=True))
-                     if (d := _first_difference(a, b, f"{ptr}/{i}")) is not None), None)
+    if isinstance(w, list) and isinstance(g, list) and len(cast(list[object], w)) == len(cast(list[object], g)):
+        pairs = zip(cast(list[object], w), cast(list[object], g), strict=True)
+        return next((d for i, (a, b) in enumerate(pairs) if (d := _first_difference(a, b, f"{ptr}/{i}")) is not None),
+                    None)
     return None if want == got and type(want) is type(got) else (ptr or "/", want, got)
 
 
@@ -311,7 +250,7 @@ def sign_recorded(root: Path, recorded: list[tuple[str, int]], key: Path | None,
     (else the configured signing key, only ``as_lab``). Without a usable key: a SigningKeyError saying
     how to make one; the verification records stay in the ledger, unsigned."""
     try:
-        key = signing_key(root, key, as_lab)
+        key = signer_key(root, key, as_lab)
     except keyring.SigningKeyError as e:
         where = ", ".join(f"{r} seq {s}" for r, s in recorded) or "nothing"
         raise keyring.SigningKeyError(f"--sign: {e}; the verification is recorded ({where}) but not signed") from None

@@ -105,7 +105,7 @@ def snapshot_bytes(snapshot: Head) -> bytes:
 
 
 def statement(ledger: Ledger, files: dict[str, bytes], doc: dict[str, Any], facts: dict[str, Any],
-              refs: References, snapshot: Head) -> dict[str, Any]:
+              refs: References, snapshot: Head) -> dsse.Statement:
     """The in-toto Statement: subjects (model tensor digest, report files) and the SLSA predicate."""
     runs = [ledger.runs[r["run_id"]] for r in doc["lineage"]]
     model_fact = facts[doc["model"]["tensor_digest"]]
@@ -167,7 +167,7 @@ def write(ledger: Ledger, p: ReportParams, refs: References, snapshot: Head, key
     target = ledger.resolve(model)
     meta = meta_for(p, target.key if target.kind == "digest" else model)
     meta["data_remote"] = _data_remote(root)
-    lab_key = keyring.keyid(keyring.load_private_key(key).public_key()) if key is not None else None
+    lab_key = keyring.keyid(keyring.load_private_key(key)) if key is not None else None
     files, doc = render_files(ledger, meta, refs, Vouching(vsas or {}, lab_key, as_of or dsse.timestamp()))
     for r in doc["lineage"]:  # vouch for nothing over a ledger that does not check
         problems = check_run(ledger.runs[r["run_id"]])
@@ -181,7 +181,7 @@ def write(ledger: Ledger, p: ReportParams, refs: References, snapshot: Head, key
     with fsutil.atomic_dir(out) as tmp:
         for name, data in files.items():
             fsutil.write_bytes(tmp / name, data)
-        fsutil.write_bytes(tmp / ENVELOPE, (json.dumps(envelope, indent=2) + "\n").encode())
+        fsutil.write_bytes(tmp / ENVELOPE, (json.dumps(envelope.to_json(), indent=2) + "\n").encode())
         if record is not None:
             record(tmp)
     return out
@@ -252,8 +252,8 @@ def _head_input(root: Path, snapshot: Head) -> dict[str, Any]:
 
 def _key_input(root: Path, key: Path) -> dict[str, Any]:
     """The signing key's fingerprint (the DSSE keyid: sha256 of the raw public key), never the key."""
-    public = keyring.load_private_key(key).public_key()
-    return {"name": "signing_key", "path": relpath(root, key), "digest": f"sha256:{keyring.keyid(public)}",
+    kid = keyring.keyid(keyring.load_private_key(key))
+    return {"name": "signing_key", "path": relpath(root, key), "digest": f"sha256:{kid}",
             "size": 32, "digest_of": "public_key"}
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from marin import hashing, readers
 from marin.attest import dsse, keyring
+from marin.attest.models import Envelope, Statement
 from marin.errors import LedgerError, MarinError
 from marin.ledger import clock
 from marin.ledger.asof import ledger_as_of
@@ -35,7 +36,7 @@ from marin.ledger.check import check_run
 from marin.ledger.head import Head, load_snapshot, locate, since
 from marin.ledger.query import Ledger
 from marin.ledger.records import Record
-from marin.ledger.store import NoSuchRun, load_run
+from marin.ledger.store import NoSuchRun, RunLog, load_run
 from marin.paths import ledger_dir
 from marin.report import build, reference, verifications
 from marin.report.facts import FORMULAS, ReportError, fmt, resolve
@@ -44,13 +45,15 @@ from marin.report.vouching import Vouching
 
 
 @dataclass
-class Verdict:
+class ReportCheck:
     directory: Path
     problems: list[str] = field(default_factory=list)
     checked: dict[str, int] = field(default_factory=dict)
     signature: str = "signature not checked"
     signer: str | None = None  # the key id the signature verified with (None: not signed)
     report: dict[str, Any] | None = None  # report.json as verified
+    vouching: Vouching | None = None  # what its VSAs were judged against, and the runs they are about (--trust)
+    runs: dict[str, RunLog] = field(default_factory=dict)
     newer: list[str] = field(default_factory=list)  # runs added since the snapshot (report runs aside)
     extended: list[str] = field(default_factory=list)  # snapshot runs with records appended since
 
@@ -74,19 +77,19 @@ def _few(names: list[str], n: int = 3) -> str:
 
 
 def verify(root: Path, directory: Path, public_key: Path | None = None,
-           require_signature: bool = False, release: bool = False) -> Verdict:
+           require_signature: bool = False, release: bool = False) -> ReportCheck:
     """Steps 1-6 (see the module docstring) for the report in ``directory``; ``release``: also refuse
     params.yaml's placeholders in what the report says about its makers."""
     from marin.report.placeholders import placeholders
 
-    v = Verdict(directory)
+    v = ReportCheck(directory)
     envelope, old = _load(directory)
     if release and old is not None:
         v.problems += [f"report.json: {p}" for p in placeholders(old.get("meta") or {})]
     stmt = _signature(root, envelope, public_key, require_signature, v)  # 1
     try:
-        signed = {s["name"]: "sha256:" + s["digest"]["sha256"] for s in stmt["subject"]}
-    except (KeyError, TypeError) as e:
+        signed = stmt.digests()
+    except KeyError as e:
         raise ReportError(f"{build.ENVELOPE}: the statement's subjects are not name and sha256 pairs ({e!r}); "
                           "rebuild the report with `marin report`") from None
     _files(directory, signed, v)  # 2
@@ -108,12 +111,12 @@ def report_snapshot(root: Path, directory: Path, public_key: Path | None = None)
     and its root the statement's marin:ledger digest. Returns the snapshot and "signature ok" or
     "not signed"; a ledger_head.json the statement does not vouch for is a ReportError."""
     envelope, _ = _load(directory)
-    v = Verdict(directory)
+    v = ReportCheck(directory)
     stmt = _signature(root, envelope, public_key, False, v)
     path = directory / build.HEAD_FILE
     try:
-        want = next(("sha256:" + s["digest"]["sha256"] for s in stmt["subject"] if s["name"] == build.HEAD_FILE), None)
-    except (KeyError, TypeError) as e:
+        want = stmt.digests().get(build.HEAD_FILE)
+    except KeyError as e:
         raise ReportError(f"{directory / build.ENVELOPE}: the statement's subjects are not name and sha256 pairs "
                           f"({e!r}); use the report as it was published") from None
     got = hashing.file_digest(path) if path.is_file() else None
@@ -124,15 +127,14 @@ def report_snapshot(root: Path, directory: Path, public_key: Path | None = None)
         raise ReportError(f"{path}: {why}, so the snapshot cannot be trusted; use the report as it was published "
                           "(`marin report verify` checks the whole report)")
     snap = load_snapshot(path)
-    deps = stmt["predicate"].get("buildDefinition", {}).get("resolvedDependencies", [])
-    ledger = next((d.get("digest", {}).get("sha256") for d in deps if d.get("uri") == "marin:ledger"), None)
+    ledger = dsse.dependency_digest(stmt, "marin:ledger")
     if ledger is None or f"sha256:{ledger}" != snap.root:
         raise ReportError(f"{path}: its root {snap.root} is not the statement's marin:ledger digest sha256:{ledger}")
     return snap, v.signature
 
 
-def _rederive(root: Path, directory: Path, stmt: dict[str, Any], signed: dict[str, str], old: dict[str, Any],
-              v: Verdict) -> None:
+def _rederive(root: Path, directory: Path, stmt: Statement, signed: dict[str, str], old: dict[str, Any],
+              v: ReportCheck) -> None:
     """Steps 3-6."""
     ledger = Ledger(root)  # one index for the whole verification
     _ledger(ledger, directory, stmt, old, v)  # 3
@@ -151,15 +153,16 @@ def _rederive(root: Path, directory: Path, stmt: dict[str, Any], signed: dict[st
     values, fact_problems = rederive(root, old["facts"])  # 5
     v.problems.extend(fact_problems)
     v.checked["facts"] = len(old["facts"])
+    v.vouching, v.runs = Vouching(vsas, v.signer, as_of), runs
     if not ref_problems and not vsa_problems:  # 6
-        _rerender(ledger, directory, old, refs, Vouching(vsas, v.signer, as_of), v)
+        _rerender(ledger, directory, old, refs, v.vouching, v)
     model_subject = next((d for n, d in signed.items() if n.startswith("model:")), None)
     tensor = values.get(old["doc"]["model"]["tensor_digest"])
     if tensor is not None and model_subject != tensor:
         v.problems.append(f"model: the signed tensor digest {model_subject} is not the ledger's {tensor}")
 
 
-def _load(directory: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def _load(directory: Path) -> tuple[object, dict[str, Any] | None]:
     env_path, report_json = directory / build.ENVELOPE, directory / "report.json"
     if not env_path.is_file():
         raise ReportError(f"{env_path}: missing; is {directory} a report directory (marin report)?")
@@ -171,10 +174,10 @@ def _load(directory: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
                           "it was written") from None
 
 
-def _signature(root: Path, envelope: dict[str, Any], public_key: Path | None, require: bool,
-               v: Verdict) -> dict[str, Any]:
+def _signature(root: Path, raw: object, public_key: Path | None, require: bool, v: ReportCheck) -> Statement:
     """Step 1: the statement, its signature checked; or read unsigned and said so."""
-    if not dsse.is_signed(envelope):
+    envelope = Envelope.from_json(raw)
+    if not envelope.signed:
         v.signature = "not signed"
         if require:
             v.problems.append(f"{build.ENVELOPE}: not signed (no signatures), and --require-signature was given: "
@@ -186,7 +189,7 @@ def _signature(root: Path, envelope: dict[str, Any], public_key: Path | None, re
         private = keyring.signing_key(root, config.load(root / "params.yaml").report)
         public_key = private.with_name(private.name + ".pub")
     if not public_key.is_file():
-        kids = ", ".join(sorted({str(s.get("keyid")) for s in envelope["signatures"] if isinstance(s, dict)}))
+        kids = ", ".join(sorted({str(s.keyid) for s in envelope.signatures}))
         raise ReportError(f"{build.ENVELOPE}: signed by key {kids}, but there is no public key at {public_key}: "
                           "give the signer's public key with --key PUB")
     stmt = dsse.verify(envelope, public_key)
@@ -197,7 +200,7 @@ def _signature(root: Path, envelope: dict[str, Any], public_key: Path | None, re
 UNKNOWN_BUILD = "9999-12-31T23:59:59Z"  # no report run recorded the envelope (a problem already)
 
 
-def _as_of(ledger: Ledger, directory: Path, v: Verdict) -> str:
+def _as_of(ledger: Ledger, directory: Path, v: ReportCheck) -> str:
     """Step 3b: when the report was built, which its VSAs are judged as of: the start of the report run
     that recorded this very envelope (none: a problem, and nothing counts as of it)."""
     digest = hashing.file_digest(directory / build.ENVELOPE)
@@ -210,7 +213,7 @@ def _as_of(ledger: Ledger, directory: Path, v: Verdict) -> str:
     return starts[0]
 
 
-def _files(directory: Path, signed: dict[str, str], v: Verdict) -> None:
+def _files(directory: Path, signed: dict[str, str], v: ReportCheck) -> None:
     """Step 2: every file on disk is a subject of the statement, with its digest."""
     on_disk = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()} - {build.ENVELOPE}
     when = "signed" if v.signature == "signature ok" else "written (unsigned)"
@@ -224,7 +227,7 @@ def _files(directory: Path, signed: dict[str, str], v: Verdict) -> None:
     v.checked["files"] = len(on_disk)
 
 
-def _ledger(ledger: Ledger, directory: Path, stmt: dict[str, Any], old: dict[str, Any], v: Verdict) -> None:
+def _ledger(ledger: Ledger, directory: Path, stmt: Statement, old: dict[str, Any], v: ReportCheck) -> None:
     """Step 3: the lineage's runs are intact; the snapshot's runs are all still there."""
     root = ledger.root
     for r in old["doc"]["lineage"]:
@@ -239,8 +242,7 @@ def _ledger(ledger: Ledger, directory: Path, stmt: dict[str, Any], old: dict[str
     except LedgerError as e:
         v.problems.append(f"{build.HEAD_FILE}: {e}")
         return
-    deps = stmt["predicate"].get("buildDefinition", {}).get("resolvedDependencies", [])
-    signed = next((d.get("digest", {}).get("sha256") for d in deps if d.get("uri") == "marin:ledger"), None)
+    signed = dsse.dependency_digest(stmt, "marin:ledger")
     if signed is None or f"sha256:{signed}" != snap.root:
         v.problems.append(f"{build.HEAD_FILE}: its root {snap.root} is not the statement's marin:ledger digest "
                           f"sha256:{signed}")
@@ -251,7 +253,7 @@ def _ledger(ledger: Ledger, directory: Path, stmt: dict[str, Any], old: dict[str
     v.problems.extend(f"ledger: {p}" for p in clock.problems_for(logs, clock.skew_of(root), snapshot=snap))
 
 
-def _staleness(ledger: Ledger, snap: Head, found: dict[str, tuple[int | None, str | None]], v: Verdict) -> None:
+def _staleness(ledger: Ledger, snap: Head, found: dict[str, tuple[int | None, str | None]], v: ReportCheck) -> None:
     """Step 3c: what the ledger holds beyond the snapshot (one index query; the snapshot's files were
     read by ``locate`` already). Report runs are left out: a report is never about a report run."""
     held = {leaf.run_id: leaf.seq for leaf in snap.leaves}
@@ -260,7 +262,7 @@ def _staleness(ledger: Ledger, snap: Head, found: dict[str, tuple[int | None, st
 
 
 def _rerender(ledger: Ledger, directory: Path, old: dict[str, Any], refs: References, vouching: Vouching,
-              v: Verdict) -> None:
+              v: ReportCheck) -> None:
     """Step 6: every re-derivable file rebuilt from the ledger and compared byte for byte."""
     try:
         files, _ = build.render_files(ledger, {k: old["meta"][k] for k in old["meta"] if k != "date"}, refs, vouching)

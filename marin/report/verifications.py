@@ -11,22 +11,24 @@ signed statement). Invalid, unsigned and unverifiable VSAs are listed with the r
 counted. ``doc.independent_verification.files`` names every file the section read, with its
 digest; ``marin report verify`` rereads exactly those (``recorded``), checks digests and validity,
 and re-renders the section from them.
+
+What counts is decided by the trust policy (``marin.attest.policy``), never here: this module gathers
+the files, renders the policy's verdicts and cites the counted VSAs' values.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 from marin import hashing, readers
-from marin.attest import dsse, verifiers, vsa
+from marin.attest import dsse, policy, verifiers, vsa
+from marin.attest.models import Envelope
 from marin.ledger.store import RunLog
 from marin.report.facts import Context, Fact, Facts, ReportError, md_escape, resolve
 from marin.report.page import Page
-from marin.report.vouching import Files, Found
+from marin.report.vouching import Files, Found, Vouching
 
 
 def current(root: Path) -> Files:
@@ -71,42 +73,6 @@ def recorded(root: Path, section: dict[str, Any] | None) -> tuple[Files, list[st
 # -- the section ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Judged:
-    """One VSA file filed under a run of the report, with what the section makes of it."""
-
-    path: str
-    found: Found
-    checked: vsa.Checked
-    status: str  # valid (counted), invalid, unsigned, unverifiable, unbacked, unvouched
-    why: str
-    role: str | None  # lab, third-party, or None (a key nobody vouches for)
-
-
-def judge(files: Files, runs: dict[str, RunLog], lab_key: str | None, as_of: str) -> list[Judged]:
-    """Every VSA filed under one of ``runs``, judged in path order: signature and subject
-    (``vsa.check``), backed by a verification record made for its key, in time
-    (``vsa.backing_problem``), and a key the lab vouches for: its report key, or one in
-    verifiers.json. An unsigned report vouches for nobody: it has no key to answer for the list."""
-    keys = {p: x.data for p, x in files.items() if Path(p).parent.name == vsa.KEYS}
-    trust, _ = _trust_list(files)
-    out: list[Judged] = []
-    for p, found in sorted(files.items()):
-        parts = Path(p).parts
-        if len(parts) != 3 or parts[1] == vsa.KEYS or parts[1] not in runs:
-            continue
-        c = vsa.check(p, found.data, keys, runs)
-        status, why = _status(c, runs[parts[1]], as_of)
-        role = _role(c.keyid, lab_key, trust)
-        if status == "valid" and role is None:
-            status, why = "unvouched", (f"key {c.keyid} is not in {verifiers.FILE}: the lab does not vouch for "
-                                        "its holder (a reader may, with `marin report verify --trust FILE`)"
-                                        if lab_key else "the report is not signed, so nobody vouches for "
-                                        f"{verifiers.FILE}: sign the report (`marin keygen`)")
-        out.append(Judged(p, found, c, status, why, role))
-    return out
-
-
 def facts(f: Facts, c: Context) -> dict[str, Any] | None:
     """The section's facts (ids), judged against ``c.vouching``; None without one (the cards alone)."""
     if c.vouching is None:
@@ -122,21 +88,26 @@ def section(f: Facts, files: Files, runs: dict[str, RunLog], lab_key: str | None
     trust, used = _trust_list(files)
     counted: list[dict[str, Any]] = []
     not_counted: list[dict[str, Any]] = []
-    for j in judge(files, runs, lab_key, as_of):
-        used[j.path] = j.found.to_dict()
-        if j.checked.keyid and (kp := f"{vsa.DIR}/{vsa.KEYS}/{j.checked.keyid}.pub") in files:
+    for j in policy.judge(datas(files), runs, lab_key, trust, as_of):
+        found, kid, v = files[j.path], j.claim.keyid, j.verdict
+        used[j.path] = found.to_dict()
+        if kid and (kp := f"{vsa.DIR}/{vsa.KEYS}/{kid}.pub") in files:
             used[kp] = files[kp].to_dict()
-        if j.status == "valid":
-            counted.append({**_cite(f, j.found, runs[Path(j.path).parts[1]]), "role": j.role,
-                            "verifier": _who(j.checked.keyid, trust)})
-        else:
-            not_counted.append({"file": j.path, "file_digest": j.found.digest, "status": j.status, "why": j.why,
-                                "keyid": j.checked.keyid,
-                                **({"result": _result(j.checked)} if j.status == "unvouched" else {})})
+        if v.ok and j.claim.vsa is not None:
+            counted.append({**_cite(f, found, j.claim.log, j.claim.vsa), "role": j.role, "verifier": _who(kid, trust)})
+        else:  # an unvouched VSA's result, for a reader who recounts with their own list
+            result = {"result": j.claim.vsa.result} if v.status == "unvouched" and j.claim.vsa else {}
+            not_counted.append({"file": j.path, "file_digest": found.digest, "status": v.status, "why": v.why,
+                                "keyid": kid, **result})
     third = sorted({r["verifier"]["keyid"] for r in counted if r["role"] == verifiers.THIRD_PARTY})
     return {"counted": counted, "not_counted": not_counted,
             "verifiers": third, "listed": [v.to_dict() for v in trust.by_key.values()],
             "files": dict(sorted(used.items()))}
+
+
+def datas(files: Files) -> dict[str, bytes]:
+    """The files' bytes by path, as the trust policy reads them."""
+    return {p: x.data for p, x in files.items()}
 
 
 def _trust_list(files: Files) -> tuple[verifiers.TrustList, dict[str, Any]]:
@@ -150,12 +121,6 @@ def _trust_list(files: Files) -> tuple[verifiers.TrustList, dict[str, Any]]:
         raise ReportError(str(e)) from None
 
 
-def _role(kid: str | None, lab_key: str | None, trust: verifiers.TrustList) -> str | None:
-    if lab_key is None:  # unsigned: no one answers for the list
-        return None
-    return verifiers.LAB if kid == lab_key else trust.role(kid)
-
-
 def _who(kid: str | None, trust: verifiers.TrustList) -> dict[str, str]:
     v = trust.get(kid)
     if v is None:  # the report key, not listed
@@ -163,71 +128,25 @@ def _who(kid: str | None, trust: verifiers.TrustList) -> dict[str, str]:
     return {k: x for k, x in v.to_dict().items() if k != "role"}
 
 
-def _result(c: vsa.Checked) -> str:
-    return str((c.statement or {}).get("predicate", {}).get("verificationResult"))
+def recount_line(vouching: Vouching, runs: dict[str, RunLog], trust_file: Path) -> str:
+    """``marin report verify --trust FILE``: the (verified) report's VSAs recounted by the trust policy, with
+    the reader's own list of keys instead of the lab's."""
+    trust = verifiers.load_reader_list(trust_file)
+    n = policy.recount(policy.claims(datas(vouching.files), runs), trust, vouching.lab_key, vouching.as_of)
+    who = f" ({', '.join(n.names)})" if n.names else ""
+    return (f"trust {trust_file}: {n.trusted} verification(s) by {n.keys} key(s) you trust{who}, "
+            f"{n.passed} passed; {n.not_trusted} by keys you do not trust (the lab's own included)")
 
 
-def recount(section: dict[str, Any], facts: dict[str, Any], trust: verifiers.TrustList,
-            lab_key: str | None) -> dict[str, Any]:
-    """``marin report verify --trust FILE``: the report's backed VSAs counted by the reader's own list
-    (the lab's report key is never independent, whatever the list says)."""
-    rows = [(r["verifier"]["keyid"], facts[r["summary"]]["value"]) for r in section.get("counted", [])]
-    rows += [(r["keyid"], r["result"]) for r in section.get("not_counted", []) if r["status"] == "unvouched"]
-    trusted = [(k, res) for k, res in rows if k in trust.by_key and k != lab_key]
-    names = sorted({trust.by_key[k].name or k[:16] for k, _ in trusted})
-    return {"trusted": len(trusted), "passed": sum(res == vsa.PASSED for _, res in trusted), "names": names,
-            "keys": len({k for k, _ in trusted}), "not_trusted": len(rows) - len(trusted)}
-
-
-_CITED = {  # label -> pointer into the signed statement
-    "keyid": ("verifier key id", "/predicate/marin/verifier/keyid"),
-    "cpu": ("verifier CPU", "/predicate/marin/verifier/cpu_model"),
-    "features": ("verifier CPU features", "/predicate/marin/verifier/cpu_features"),
-    "determinism": ("verifier determinism class digest", "/predicate/marin/verifier/determinism_digest"),
-    "mode": ("verification mode", "/predicate/marin/mode"),
-    "result": ("verification result", "/predicate/marin/result"),
-    "summary": ("verification summary result", "/predicate/verificationResult"),
-    "when": ("time verified", "/predicate/timeVerified"),
-}
-
-
-def _pointers(stmt: dict[str, Any]) -> list[str]:
-    segments = stmt["predicate"]["marin"].get("mode") == "segments"
-    return [ptr for _, ptr in _CITED.values()] + ([f"/predicate/marin/segments/{k}" for k in "kn"] if segments else [])
-
-
-def _status(c: vsa.Checked, log: RunLog | None, as_of: str) -> tuple[str, str]:
-    """A VSA's status and why, for the section: a valid one must also hold every value the section
-    cites, and be backed by a verification record of the ledger (``vsa.backing_problem``)."""
-    gap = _missing(c.statement) if c.valid else None
-    if gap:
-        return "invalid", f"its statement has nothing at {gap}"
-    if c.valid and log is not None and c.keyid is not None and c.statement is not None:
-        why = vsa.backing_problem(c.statement, log, c.keyid, as_of)
-        if why:
-            return "unbacked", why
-    return c.status, c.why
-
-
-def _missing(stmt: dict[str, Any] | None) -> str | None:
-    """The first pointer the section cites that the (signed, valid) statement lacks; None: none."""
-    for ptr in _pointers(stmt or {}):
-        try:
-            resolve(stmt, ptr)
-        except (KeyError, IndexError, ValueError, TypeError):
-            return ptr
-    return None
-
-
-def _cite(f: Facts, found: Found, log: RunLog) -> dict[str, Any]:
-    stmt = dsse.statement_of(json.loads(found.data))
+def _cite(f: Facts, found: Found, log: RunLog, v: vsa.Vsa) -> dict[str, Any]:
+    """A counted VSA's row: each value the section shows, a fact citing its place in the signed statement."""
 
     def cite(label: str, pointer: str) -> str:
-        return f.cite_vsa(f"{label} ({log.run_id})", found.path, found.digest, stmt, pointer).id
+        return f.cite_vsa(f"{label} ({log.run_id})", found.path, found.digest, v.statement.doc, pointer).id
 
     row: dict[str, Any] = {"file": found.path, "run_id": log.run_id, "stage": log.stage,
-           **{k: cite(label, ptr) for k, (label, ptr) in _CITED.items()}}
-    if stmt["predicate"]["marin"]["mode"] == "segments":
+                           **{k: cite(label, ptr) for k, (label, ptr) in vsa.CITED.items()}}
+    if v.mode == "segments":
         row["segments"] = {k: cite(f"segments {k}", f"/predicate/marin/segments/{k}") for k in "kn"}
     return row
 
@@ -241,7 +160,7 @@ def value_at(root: Path, src: dict[str, Any]) -> Any:
     if (got := hashing.bytes_digest(data)) != src["file_digest"]:
         raise ReportError(f"its source {src['vsa']} hashes to {got}, the report read {src['file_digest']}")
     try:
-        return resolve(dsse.statement_of(json.loads(data)), src["pointer"])
+        return resolve(dsse.statement_of(Envelope.parse(data)).doc, src["pointer"])
     except (KeyError, IndexError, ValueError, TypeError, dsse.AttestationError) as e:
         raise ReportError(f"its source {src['vsa']} holds nothing at {src['pointer']} ({e})") from None
 
@@ -252,14 +171,15 @@ def recheck(section: dict[str, Any], files: Files, runs: dict[str, RunLog], lab_
     (``as_of``) with the key that signed it (``lab_key``): still counted (or not) as the report says."""
     said = {r["file"]: "valid" for r in section.get("counted", [])}
     said.update({r["file"]: r["status"] for r in section.get("not_counted", [])})
-    now = {j.path: j for j in judge(files, runs, lab_key, as_of)}
+    trust, _ = _trust_list(files)
+    now = {j.path: j for j in policy.judge(datas(files), runs, lab_key, trust, as_of)}
     problems: list[str] = []
     for p, status in sorted(said.items()):
         if p not in files:
             continue  # named by ``recorded``
         j = now.get(p)
-        if j is None or j.status != status:
-            got, why = (j.status, j.why) if j else ("not about a run of the report", "")
+        if j is None or j.verdict.status != status:
+            got, why = (j.verdict.status, j.verdict.why) if j else ("not about a run of the report", "")
             problems.append(f"{p}: the report lists it as {status}, it is now {got}" + (f" ({why})" if why else ""))
     return problems
 

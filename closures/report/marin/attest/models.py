@@ -1,0 +1,1 @@
+../../../../marin/attest/models.py

@@ -1,0 +1,1 @@
+../../../../marin/attest/policy.py
