@@ -7,9 +7,13 @@ command installs (``uv sync --frozen --group hf``): without them these tests fai
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import stat
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -180,7 +184,8 @@ def test_the_export_is_a_hub_ready_folder_with_its_model_card(exported: Project)
     assert config["transformers_version"] == transformers.__version__  # the hf group's pin, as the Hub reads it
     gen = transformers.GenerationConfig.from_pretrained(path)
     assert gen.eos_token_id == config["eos_token_id"]
-    assert gen.max_length == config["max_position_embeddings"] == params["model"]["seq_len"]  # stops at the context
+    assert config["max_position_embeddings"] == params["model"]["seq_len"]  # generate stops at the context
+    assert "max_length" not in json.loads((path / "generation_config.json").read_text())  # generate would warn
     tok = transformers.AutoTokenizer.from_pretrained(path)
     assert tok.padding_side == "left" and tok.model_max_length == params["model"]["seq_len"]
 
@@ -222,6 +227,26 @@ def test_publish_hf_folder_writes_exactly_what_upload_folder_sends(exported: Pro
         (exported.root / HF / ".git").rmdir()
 
 
+@contextlib.contextmanager
+def _warnings() -> Iterator[list[str]]:
+    """What transformers says while the block runs: its logger's warnings (it does not propagate) and Python's."""
+    said: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    keep, log = Keep(logging.WARNING), logging.getLogger("transformers")
+    log.addHandler(keep)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield said
+        said += [str(w.message) for w in caught]
+    finally:
+        log.removeHandler(keep)
+
+
 @pytest.mark.slow
 def test_batched_generation_with_left_padding_equals_each_prompt_alone(exported: Project) -> None:
     torch, transformers = _hf_libs()
@@ -239,6 +264,19 @@ def test_batched_generation_with_left_padding_equals_each_prompt_alone(exported:
         with torch.no_grad():
             one = model.generate(**alone, max_new_tokens=8, do_sample=False)
         assert together[i, width:].tolist() == one[0, alone["input_ids"].shape[1]:].tolist(), p
+
+
+@pytest.mark.slow
+def test_generate_with_max_new_tokens_warns_of_nothing(exported: Project) -> None:
+    torch, transformers = _hf_libs()
+    model = transformers.AutoModelForCausalLM.from_pretrained(exported.root / HF)
+    one = transformers.AutoTokenizer.from_pretrained(exported.root / HF)("ROMEO.", return_tensors="pt")
+    with torch.no_grad(), _warnings() as said:
+        model.generate(**one, max_new_tokens=4, do_sample=False)  # within the context
+    assert not said, said  # issue 57: max_length in generation_config.json made every such call warn
+    with torch.no_grad(), pytest.warns(UserWarning, match="default `max_length`"):  # transformers' own nudge
+        short = model.generate(**one, do_sample=False)  # without max_new_tokens: 20 new tokens, within the context
+    assert short.shape[1] <= min(one["input_ids"].shape[1] + 20, model.config.max_position_embeddings)
 
 
 @pytest.mark.slow

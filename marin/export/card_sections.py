@@ -27,9 +27,9 @@ def uses(name: str, context: int, instruct: bool) -> list[str]:
             "Any use that relies on the generated text being correct, safe or fluent: advice, content for "
             "publication, decisions about people.", "",
             "## Bias, risks and limitations", "",
-            f"- Context: at most {context} tokens, prompt and generation together. `generate` and `pipeline` stop "
-            "there by default (`max_length` in generation_config.json); a `max_new_tokens` that reaches past it "
-            "runs the model on positions it never trained on.",
+            f"- Context: at most {context} tokens, prompt and generation together. Without `max_new_tokens`, "
+            "`generate` and `pipeline` give 20 new tokens and stop at the context (`max_position_embeddings` in "
+            "config.json); a `max_new_tokens` that reaches past it runs the model on positions it never trained on.",
             "- Scale: a small model; it does not follow instructions or answer questions reliably"
             + (" beyond the tasks it was tuned on." if instruct else "."),
             "- Language and domain: those of the training sources; other languages, registers and domains are "
@@ -65,3 +65,4 @@ def environment(t: Training, assumptions: dict[str, Any] | None) -> list[str]:
     return [*out, f"- Energy (an estimate, not a reading): {kwh_text(kwh)}, at "
             f"{assumptions['cpu_watts_per_core']} W per core and a PUE of {assumptions['pue']}",
             f"- Carbon emitted (an estimate): {co2_text(kg)}, at {assumptions['kg_co2e_per_kwh']} kg CO2e per kWh", ""]
+

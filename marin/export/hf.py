@@ -157,11 +157,13 @@ def with_bos(tokenizer_json: bytes, eos: str) -> bytes:
     return tok.to_str().encode()
 
 
-def generation_config(eos_id: int, stop: int | list[int], max_len: int) -> dict[str, Any]:
-    """generation_config.json: greedy decoding, as the evaluate stage samples, stopping at ``stop`` or at the
-    context length ``max_len`` (prompt and new tokens together; the model has no positions beyond it)."""
+def generation_config(eos_id: int, stop: int | list[int]) -> dict[str, Any]:
+    """generation_config.json: greedy decoding, as the evaluate stage samples, stopping at ``stop``. No
+    ``max_length``: transformers warns on every ``generate(..., max_new_tokens=...)`` when the file sets both,
+    and without one it generates 20 new tokens by default, never past ``max_position_embeddings`` (the
+    context, in config.json)."""
     return {"bos_token_id": eos_id, "eos_token_id": stop, "pad_token_id": eos_id, "do_sample": False,
-            "max_length": max_len, "transformers_version": TRANSFORMERS_VERSION}
+            "transformers_version": TRANSFORMERS_VERSION}
 
 
 def stable_header(blob: bytes) -> bytes:
@@ -194,7 +196,7 @@ def files(src: Tensors, marin_config: dict[str, Any], tokenizer_json: bytes, eos
     return {
         WEIGHTS: stable_header(save(tensors, metadata={"format": "pt", **meta})),
         CONFIG: _json(llama_config(model, eos_id)),
-        "generation_config.json": _json(generation_config(eos_id, stop, model["max_seq_len"])),
+        "generation_config.json": _json(generation_config(eos_id, stop)),
         TOKENIZER: tokenizer_json if chat_template is not None else with_bos(tokenizer_json, eos),
         "tokenizer_config.json": _json(tokenizer_config(eos, model["max_seq_len"], chat_template)),
         "special_tokens_map.json": _json({"bos_token": eos, "eos_token": eos, "pad_token": eos}),
