@@ -44,10 +44,17 @@ def test_the_instruct_card_is_a_full_hub_card_with_its_own_evaluation(sft_projec
         assert f"\n## {heading}\n" in card.text, heading
     name, results = model_index_to_eval_results(card.data.to_dict()["model-index"])
     ev = evaluation(proj.root, "metrics/instruct_eval.json", "evals/instruct_eval_context.json")["instruct"]
-    want = {("all", m): ev[m] for m in ("exact_match", "containment")}
-    want |= {(t, m): v[m] for t, v in ev["by_task"].items() for m in ("exact_match", "containment")}
-    assert name == f"{proj.params['report']['model_name']}-instruct" and len(want) >= 4
+    every = ("choice_acc", "token_acc", "containment", "exact_match")  # issue 57: the card had only the last two
+    want = {("all", m): ev[m] for m in every} | {(t, m): v[m] for t, v in ev["by_task"].items() for m in every}
+    assert name == f"{proj.params['report']['model_name']}-instruct" and len(want) >= 8
     assert {(r.dataset_config, r.metric_type): r.metric_value for r in results} == want
+    assert results[0].metric_type in ("choice_acc", "token_acc")  # led by a metric that moves, never exact match
+    headline = json.loads((proj.root / "metrics/instruct_eval.json").read_text())  # both models' two accuracies
+    table = card.text[card.text.index("| task | examples | metric | instruct | base |"):].split("\n\n")[0]
+    for metric, label in (("choice_acc", "choice accuracy"), ("token_acc", "token accuracy")):
+        inst, base = headline["instruct"][metric], headline["base"][metric]
+        row = f"| all | {ev['examples']} | {label} | {inst:.4f} | {base:.4f} |"
+        assert row in table.splitlines(), (row, table)
     [sft] = proj.runs("sft")
     assert f"Training run `{sft[0]['run_id']}` (stage `sft`" in card.text  # the run that wrote models/instruct
     params = proj.params  # a Hub repository given: the instruct card's base_model names it

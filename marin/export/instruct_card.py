@@ -34,29 +34,53 @@ def recorded(params: Params) -> dict[str, Any]:
     return {"report": {**params.raw["report"], "language": list(params.report.language)}}
 
 
+# Every instruction metric (metrics/instruct_eval.json), the ones that show what sft did first: on a small model
+# exact match and containment stay at 0 long after choice and token accuracy have moved (issue 57)
+METRICS = {"choice_acc": "choice accuracy", "token_acc": "token accuracy", "containment": "containment",
+           "exact_match": "exact match"}
+
+
+def _scores(ev: dict[str, Any], model: str) -> list[tuple[str, dict[str, Any]]]:
+    """(task, its scores) of ``model`` ("base" or "instruct"): all held-out instructions, then each task."""
+    s = ev.get(model) or {}
+    return [("all", s), *sorted(s.get("by_task", {}).items())]
+
+
+def _flat(ev: dict[str, Any], metric: str) -> bool:
+    """Whether ``metric`` is 0 for both models on every task."""
+    return not any(v.get(metric) for model in ("base", "instruct") for _, v in _scores(ev, model))
+
+
+def shown(ev: dict[str, Any]) -> list[str]:
+    """The metrics in the order the card shows them: :data:`METRICS`, with one that is 0 for both models on
+    every task after those that move, so that no table or ``model-index`` leads with it."""
+    return sorted(METRICS, key=lambda m: _flat(ev, m))
+
+
 def results(ev: dict[str, Any]) -> list[EvalResult]:
-    """metrics/instruct_eval.json as ``model-index`` results: the instruct model's exact match and containment
-    on the held-out instructions, overall and per task."""
-    inst = ev["instruct"]
-    rows = [("all", inst), *sorted(inst.get("by_task", {}).items())]
+    """metrics/instruct_eval.json as ``model-index`` results: every metric of the instruct model
+    (:func:`shown`) on the held-out instructions, overall and per task."""
     return [EvalResult(task_type="text-generation", task_name="Instruction following",
                        dataset_type="marin-heldout-instructions", dataset_name=f"held-out instructions ({task})",
                        dataset_config=task, dataset_split="heldout", metric_type=m, metric_value=float(v[m]),
-                       metric_name=f"{m.replace('_', ' ')} ({v['examples']} examples)")
-            for task, v in rows for m in ("exact_match", "containment")]
+                       metric_name=f"{METRICS[m]} ({v['examples']} examples)")
+            for task, v in _scores(ev, "instruct") for m in shown(ev) if m in v]
 
 
 def _evaluation(ev: dict[str, Any]) -> list[str]:
-    rows = [(t, ev["base"].get("by_task", {}).get(t, ev["base"] if t == "all" else {}), v) for t, v in
-            [("all", ev["instruct"]), *sorted(ev["instruct"].get("by_task", {}).items())]]
+    base = dict(_scores(ev, "base"))
+    order = shown(ev)
+    flat = [METRICS[m] for m in order if _flat(ev, m)]
+    rows = [f"| {t} | {v['examples']} | {METRICS[m]} | {v[m]:.4f} | {base.get(t, {}).get(m, float('nan')):.4f} |"
+            for t, v in _scores(ev, "instruct") for m in order if m in v]
+    note = [f"{' and '.join(flat).capitalize()} {'is' if len(flat) == 1 else 'are'} 0 for both models on every "
+            "task: shown last, beside the metrics that move.", ""] if flat else []
     return ["## Evaluation", "", "Greedy answers to the held-out instructions (cut from the validation split), "
-            "scored by exact match and by containment of the reference answer, beside the base model's "
-            "(`model-index` in this card's metadata holds the instruct model's):", "",
-            "| task | examples | exact match | containment | base exact match | base containment |",
-            "|---|---|---|---|---|---|",
-            *(f"| {t} | {v['examples']} | {v['exact_match']:.4f} | {v['containment']:.4f} | "
-              f"{b.get('exact_match', float('nan')):.4f} | {b.get('containment', float('nan')):.4f} |"
-              for t, b, v in rows), ""]
+            "beside the base model's: choice accuracy (the reference is the most likely of its task's answers), "
+            "token accuracy (the share of the reference's tokens predicted from the ones before), containment (the "
+            "reference is inside the answer) and exact match. `model-index` in this card's metadata holds the "
+            "instruct model's.", "",
+            "| task | examples | metric | instruct | base |", "|---|---|---|---|---|", *rows, "", *note]
 
 
 def _data(m: dict[str, Any]) -> list[str]:
