@@ -179,6 +179,7 @@ def test_the_export_is_a_hub_ready_folder_with_its_model_card(exported: Project)
     got = {(r.dataset_config, r.metric_type): r.metric_value for r in results}
     assert got[("all", "bits_per_byte")] == ev["bits_per_byte"] and got[("all", "perplexity")] == ev["perplexity"]
     assert "report.md#F" not in card.text and "hf upload <your-name>/" in card.text
+    _check_benchmarks(exported.root, card.text)
 
     config = json.loads((path / "config.json").read_text())
     assert config["transformers_version"] == transformers.__version__  # the hf group's pin, as the Hub reads it
@@ -188,6 +189,34 @@ def test_the_export_is_a_hub_ready_folder_with_its_model_card(exported: Project)
     assert "max_length" not in json.loads((path / "generation_config.json").read_text())  # generate would warn
     tok = transformers.AutoTokenizer.from_pretrained(path)
     assert tok.padding_side == "left" and tok.model_max_length == params["model"]["seq_len"]
+
+
+def _check_benchmarks(root: Path, text: str) -> None:
+    """The uploaded card's Benchmarks table against metrics/eval.json and evals/eval_context.json, each read
+    here: every task and metric, its baselines, stderr, clean-subset score and samples (issue 57: the table
+    was only in the report's card)."""
+    section = text[text.index("### Benchmarks (lm-evaluation-harness)"):].split("\n\n")[2].splitlines()
+    assert section[0] == ("| task | metric | chance | unigram baseline | constant answer | model | ± stderr | "
+                          "against baseline | clean items | samples | shots |")  # the session's run decontaminated
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): [c.strip() for c in line.strip("|").split("|")]
+            for line in section[2:]}
+    head = json.loads((root / "metrics/eval.json").read_text())["harness"]
+    rest = json.loads((root / "evals/eval_context.json").read_text())["harness"]
+    shown = 0
+    for task in head:
+        vals = {**head[task], **rest[task]}
+        for m in [k for k, v in vals.items() if isinstance(v, float) and "/" not in k and "stderr" not in k]:
+            cells = rows.pop((f"`{task}`", m))
+            want = [f"{vals[k]:.4f}" if k in vals else none for k, none in (
+                (f"chance/{m}", "–"), (f"unigram/{m}", "n/a"), (f"constant/{m}", "n/a"), (m, ""), (f"{m}_stderr", ""))]
+            assert cells[2:7] == want, (task, m, cells)
+            assert cells[7].removeprefix("**").removesuffix("**") in (
+                "better than baseline", "not distinguishable from baseline", "worse than baseline")
+            if f"clean/{m}" in vals:  # the score on the clean items, and how many were contaminated
+                assert cells[8] == f"{vals[f'clean/{m}']:.4f} ({vals['contaminated']} contaminated)", cells
+                shown += 1
+            assert cells[9] == f"{vals['samples']} of {vals['items']}" and cells[10] == str(vals["num_fewshot"])
+    assert not rows and shown  # one row per task and metric, nothing else; clean-subset scores among them
 
 
 def _upload_set(folder: Path) -> list[str]:

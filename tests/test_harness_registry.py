@@ -12,6 +12,7 @@ import re
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from tests.conftest import Project
 from tests.test_harness_stage import harness_records
@@ -84,6 +85,14 @@ def test_a_registry_task_runs_by_name_on_its_pinned_dataset_in_the_project(train
     [run] = proj.runs("evaluate")[-1:]
     inputs = {x["body"]["name"]: x["body"] for x in run if x["kind"] == "input"}
     assert inputs[f"task:{FOLDER}"]["path"] == FOLDER
+    assert (v["dataset"], v["dataset_split"]) == ("EleutherAI/lambada_openai", "test")  # the split lm-eval scored
+    proj.stage("export")  # the uploaded card's model-index: the Hub links a result by dataset id and split
+    card = yaml.safe_load((proj.root / "models/hf/README.md").read_text().split("---\n")[1])
+    [index] = card["model-index"]
+    dataset = {r["task"]["name"]: r["dataset"] for r in index["results"]}
+    assert (dataset["lambada_openai"]["type"], dataset["lambada_openai"]["split"]) == ("EleutherAI/lambada_openai",
+                                                                                      "test")
+    assert (dataset["marin_cloze"]["type"], dataset["marin_cloze"]["split"]) == ("marin_cloze", "validation")
 
     with (proj.root / FOLDER / "default/test.jsonl").open("a") as f:  # one more passage
         f.write(json.dumps({"text": "and the king said unto them"}) + "\n")

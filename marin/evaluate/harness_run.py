@@ -259,6 +259,7 @@ def values(res: dict[str, Any], name: str, hp: HarnessParams) -> dict[str, Any]:
         out[label] = exact(v) if isinstance(v, int | float) else str(v)
     config = json.loads(json.dumps(res["configs"][name], sort_keys=True, default=str))
     out.update(baseline_values(config, res, name))
+    out.update(hub_source(config, hp))
     meta = config.get("metadata") or {}
     if "config_source" in meta:  # where the YAML lies: project-relative, so a replay elsewhere agrees
         src = Path(meta["config_source"])
@@ -269,6 +270,16 @@ def values(res: dict[str, Any], name: str, hp: HarnessParams) -> dict[str, Any]:
             "num_fewshot": int(res["n-shot"][name]),
             "fewshot_seed": hp.seed, "harness_version": version(), "task_config_digest": hashing.json_digest(config),
             "loglikelihoods_digest": samples_digest(res["samples"][name])}
+
+
+def hub_source(config: dict[str, Any], hp: HarnessParams) -> dict[str, str]:
+    """A registry task's Hub dataset (the ``evaluate.harness.datasets`` entry whose folder holds its data files,
+    :mod:`marin.evaluate.registry`) and the split it scored, as lm-eval picks it (the test split where the task
+    has one, else validation): what a card's ``model-index`` names. Nothing for a task on other files."""
+    files = {Path(f) for f in task_files.data_files(config)}
+    hub = next((d.hub_id for d in hp.datasets if files and all(f.is_relative_to(Path(d.path)) for f in files)), None)
+    split = config.get("test_split") or config.get("validation_split")
+    return {"dataset": hub, "dataset_split": str(split)} if hub and split else {}
 
 
 def baseline_values(config: dict[str, Any], res: dict[str, Any], name: str) -> dict[str, Any]:
@@ -367,6 +378,6 @@ def evaluate(root: Path, hp: HarnessParams, run: Run, model: tuple[Any, Any, dic
         print(terminal_line(name, results[name], base.get(name, {}),
                             str(logs.get(name, {}).get("configs", {}).get("output_type", ""))))
     return {name: {**{k: v for k, v in results[name].items() if isinstance(v, int | float)
-                      or k.startswith("better/")},
+                      or k.startswith("better/") or k in ("dataset", "dataset_split")},
                    **{f"unigram/{k}": v for k, v in base.get(name, {}).items()
                       if isinstance(v, float) and "/" not in k and "stderr" not in k}} for name in ran}

@@ -18,7 +18,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from marin.export import card_sections
+from marin.export import benchmarks, card_sections
 from marin.export.training import Training
 
 TAGS = ("marin", "llama", "jax", "flax", "causal-lm", "reproducible")
@@ -63,11 +63,14 @@ def model_index(datasets: list[str], measures: Iterable[Measure], extra: Iterabl
 
 
 def harness_result(task: str, metric: str, value: float, shots: int, source_url: str | None = None,
-                   note: str = "") -> EvalResult:
-    """One lm-evaluation-harness result as a ``model-index`` entry (the task's validation-split data);
-    ``note`` (:func:`marin.evaluate.baselines.note`) follows the shots in its metric name."""
-    return EvalResult(task_type="text-generation", task_name=task, dataset_type=task,
-                      dataset_name=f"{task} (validation split)", dataset_split="validation", metric_type=metric,
+                   note: str = "", dataset: str | None = None, split: str | None = None) -> EvalResult:
+    """One lm-evaluation-harness result as a ``model-index`` entry: a registry task's under its Hub ``dataset``
+    id and the ``split`` it scored (the Hub links results by both), a built-in task's under its own name on
+    the validation split its data was cut from; ``note`` (:func:`marin.evaluate.baselines.note`) follows the
+    shots in its metric name."""
+    ds, sp = (dataset, split or "validation") if dataset else (task, "validation")
+    return EvalResult(task_type="text-generation", task_name=task, dataset_type=ds,
+                      dataset_name=f"{ds} ({sp} split)", dataset_split=sp, metric_type=metric,
                       metric_value=value, metric_name=f"{metric} ({shots}-shot{note})",
                       source_name="marin ledger" if source_url else None, source_url=source_url)
 
@@ -77,19 +80,9 @@ def harness_results(eval_json: dict[str, Any]) -> list[EvalResult]:
     named with its stderr, samples of items (and limit) and its mark against the best baseline."""
     from marin.evaluate import baselines as bl
 
-    out = []
-    for task, vals in sorted((eval_json.get("harness") or {}).items()):
-        for m, v in sorted(vals.items()):
-            if not isinstance(v, float) or m.endswith("_stderr") or "/" in m:
-                continue
-            se = vals.get(f"{m}_stderr")
-            se = se if isinstance(se, float) else None
-            known = [vals[k] for k in (f"chance/{m}", f"unigram/{m}", f"constant/{m}") if isinstance(vals.get(k),
-                                                                                                   int | float)]
-            where = bl.mark(v, se, str(vals.get(f"better/{m}", "higher")), known)
-            out.append(harness_result(task, m, v, vals.get("num_fewshot", 0), note=bl.note(
-                se, vals.get("samples"), vals.get("items"), vals.get("limit"), where)))
-    return out
+    return [harness_result(r["task"], r["metric"], r["value"], r["num_fewshot"] or 0,
+                           note=bl.note(r["stderr"], r["samples"], r["items"], r["limit"], r["mark"]),
+                           dataset=r["dataset"], split=r["dataset_split"]) for r in benchmarks.rows(eval_json)]
 
 
 def metadata(meta: dict[str, Any], datasets: list[str], results: list[EvalResult], *, library: bool,
@@ -207,7 +200,8 @@ def hub_card(meta: dict[str, Any], sources: list[dict[str, Any]], model: dict[st
             "card's metadata holds these and the benchmark results):", ""]
     out += _table(["split", "corpus", "metric", "value"],
                   ([m.split, m.corpus, METRICS[m.metric], f"{m.value:.4f}"] for m in measures(eval_json)))
-    out += [""]
+    out += ["", *benchmarks.table(benchmarks.rows(eval_json), benchmarks.plain, "the evaluate stage's "
+                                  "metrics/eval.json; the technical report cites the ledger record of each")]
     if training is not None:
         out += card_sections.environment(training, meta.get("energy"))
     out += ["## Licence and citation", "", f"Weights: {meta['license']}; code: {meta.get('code_license', '')}.", ""]

@@ -1,8 +1,9 @@
 """The lm-evaluation-harness results where people look: the report's and the model card's Benchmarks
 table (task, metric, chance, the unigram baseline where one applies, the best constant answer, the
-model with its stderr, its mark against the best baseline, samples of items and the limit), the
-stderr method of each metric, and the card's ``model-index`` (the export's card,
-``models/hf/README.md``, lists the same values from metrics/eval.json).
+model with its stderr, its mark against the best baseline, the clean items, samples of items and the
+limit; rendered by :func:`marin.export.benchmarks.table`, which renders the export's card's table from
+metrics/eval.json too), the stderr method of each metric, and the card's ``model-index`` (a registry
+task's under its Hub dataset id and the split it scored).
 
 Every number is a fact cited from the evaluate run's ``eval`` records named ``harness:<task>``
 (:mod:`marin.evaluate.harness_run`), the mark a fact derived from them by
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from marin.evaluate import baselines as bl
+from marin.export.benchmarks import table as benchmarks_table
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog
 from marin.report.facts import Context, Facts, esc
@@ -22,10 +24,8 @@ from marin.report.page import Page, V
 
 PREFIX, BASELINE = "harness:", "unigram:"  # the model's records; the unigram baseline's, on the same requests
 FACTS = ("samples", "items", "limit", "num_fewshot", "fewshot_seed", "harness_version", "task_config_digest",
-         "loglikelihoods_digest", "decontamination", "contaminated", "excluded")  # the last three: evaluate.decontam
-CLEAN = (" Clean items: the score on the items that share no n-gram (decontaminate.ngram words) with the "
-         "training data, as stage decontaminate found them (evaluate.decontaminate: report), and how many it found "
-         "contaminated; under exclude only the clean items were scored.")
+         "loglikelihoods_digest", "decontamination", "contaminated", "excluded",  # these three: evaluate.decontam
+         "dataset", "dataset_split")  # a registry task's Hub dataset and the split it scored
 
 
 def is_harness(values: Mapping[str, object]) -> bool:
@@ -108,49 +108,23 @@ def lines(p: Page) -> list[str]:
 
 
 def benchmarks(v: V, doc: dict[str, Any]) -> list[str]:
-    """The harness table (Markdown lines) of the report's Evaluation section and of the card's; ``v``
-    renders a fact id."""
+    """The harness table (Markdown lines) of the report's Evaluation section and of its card, rendered by
+    :func:`marin.export.benchmarks.table` as the export's card is; ``v`` renders a fact id."""
     hz = doc.get("harness")
-    if not hz or not (hz["rows"] or hz["failed"]):
+    if not hz:
         return []
-    clean = any(r.get("decontamination") for r in hz["rows"])  # a column only where evaluate had the findings
-    out = ["### Benchmarks (lm-evaluation-harness)", "",
-           f"Tasks run by lm-evaluation-harness on the JAX model itself (evaluate run `{hz['run_id']}`), their data "
-           "cut from the validation split only. Baselines: chance is the task's stated level (else one over the number "
-           "of choices); the unigram baseline is the same requests scored by the add-one unigram model of the train "
-           "tokens (the baseline of the bits per byte above), which ignores the context; the constant answer is the "
-           "best score of one answer given to every sample (the majority class, chosen with the answers in hand). "
-           f"A result not beyond two stderr better than the best of them is marked **{bl.SAME}** (or **{bl.WORSE}**). "
-           "Samples: those scored, of the task's items, and the limit (evaluate.harness.limit) where one is set."
-           + (CLEAN if clean else ""), "",
-           "| task | metric | chance | unigram baseline | constant answer | model | ± stderr | against baseline "
-           f"|{' clean items |' if clean else ''} samples | shots |", "|" + "---|" * (11 if clean else 10)]
-    for r in hz["rows"]:
-        shown = v(r.get("mark")) if r.get("mark") else "–"
-        mark = f"**{shown}**" if r.get("mark") and bl.BETTER not in shown else shown  # the text is the mark
-        n = f"{v(r.get('samples'))} of {v(r['items'])}" if r.get("items") else v(r.get("samples"))
-        n += f" (limit {v(r['limit'])})" if r.get("limit") else ""
-        base = " | ".join(v(r[k]) if r.get(k) else "n/a" for k in ("unigram", "constant"))
-        out.append(f"| `{r['task']}` | {r['metric']} | {v(r['chance']) if r['chance'] else '–'} | {base}"
-                   f" | {v(r['value'])} | {v(r['stderr']) if r['stderr'] else '–'} | {mark} | "
-                   f"{_clean(v, r) + ' | ' if clean else ''}{n} | "
-                   f"{v(r.get('num_fewshot'))} |")
-    out.append("")
-    methods = {(r["metric"], r["stderr_method"]) for r in hz["rows"] if r.get("stderr_method")}
-    seen: dict[str, str] = {}
-    for metric, fid in sorted(methods):
-        seen.setdefault(metric, fid)
-    if seen:
-        out += ["How each stderr was computed: " + "; ".join(f"{m}: {v(fid)}" for m, fid in seen.items()) + ".", ""]
-    for x in hz["failed"]:
-        out += [f"`{x['task']}` did not run: {v(x['error'])}", ""]
-    return out
+    return benchmarks_table(hz["rows"], v, f"evaluate run `{hz['run_id']}`", hz["failed"])
 
 
-def _result(task: str, metric: str, value: float, shots: int, run_id: str, note: str) -> Any:
+def _result(row: dict[str, Any], val: Any, run_id: str) -> Any:
+    """One row (fact ids; ``val`` gives a fact's value) as a ``model-index`` entry."""
     from marin.export.card import harness_result
 
-    return harness_result(task, metric, value, shots, source_url=f"ledger/runs/{run_id}.jsonl", note=note)
+    note = bl.note(val(row["stderr"]), val(row.get("samples")), val(row.get("items")), val(row.get("limit")),
+                   val(row.get("mark")))
+    return harness_result(row["task"], row["metric"], val(row["value"]), val(row.get("num_fewshot")),
+                          source_url=f"ledger/runs/{run_id}.jsonl", note=note, dataset=val(row.get("dataset")),
+                          split=val(row.get("dataset_split")))
 
 
 def eval_results(doc: dict[str, Any], facts_by_id: dict[str, Any]) -> list[Any]:
@@ -162,15 +136,4 @@ def eval_results(doc: dict[str, Any], facts_by_id: dict[str, Any]) -> list[Any]:
     def val(fid: str | None) -> Any:
         return facts_by_id[fid]["value"] if fid else None
 
-    return [_result(r["task"], r["metric"], val(r["value"]), val(r["num_fewshot"]), hz["run_id"],
-                    bl.note(val(r["stderr"]), val(r.get("samples")), val(r.get("items")), val(r.get("limit")),
-                            val(r.get("mark")))) for r in rows]
-
-
-def _clean(v: V, r: dict[str, Any]) -> str:
-    """The clean-items cell: the clean subset's score and how many items were contaminated, or excluded."""
-    if r.get("clean"):
-        return f"{v(r['clean'])} ({v(r['contaminated'])} contaminated)"
-    if r.get("excluded"):
-        return f"only these ({v(r['excluded'])} excluded)"
-    return "–"
+    return [_result(r, val, hz["run_id"]) for r in rows]

@@ -1,0 +1,1 @@
+../../../../marin/export/benchmarks.py

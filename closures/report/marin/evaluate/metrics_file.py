@@ -1,0 +1,1 @@
+../../../../marin/evaluate/metrics_file.py
