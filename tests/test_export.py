@@ -170,6 +170,8 @@ def test_the_export_is_a_hub_ready_folder_with_its_model_card(exported: Project)
     [train] = exported.runs("train")
     assert f"Training run `{train[0]['run_id']}` (stage `train`" in card.text
     assert f"| `lr` | {train[0]['body']['params']['train']['lr']} |" in card.text
+    steps = sorted({r["body"]["step"] for r in train if r["kind"] == "checkpoint"})  # the revisions, listed
+    assert len(steps) > 1 and ", ".join(f"`step{s}`" for s in steps) + "." in card.text
     hours = train[-1]["body"]["wall_s"] * len(train[0]["body"]["env"]["usable_cores"]) / 3600
     assert f"{hours:.4f} CPU-hours" in card.text
     assert {"marin", "llama"} <= set(data["tags"]) and data["library_name"] == "transformers"

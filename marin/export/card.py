@@ -196,6 +196,7 @@ def hub_card(meta: dict[str, Any], sources: list[dict[str, Any]], model: dict[st
     out += ["", f"Language: {', '.join(meta.get('language') or []) or 'not recorded'}.", ""]
     if training is not None:
         out += card_sections.training(training)
+        out += card_sections.revisions(training, repo_id(meta) or f"<your-name>/{name}")
     out += ["## Evaluation", "", "On the held-out validation split of the same sources (`model-index` in this "
             "card's metadata holds these and the benchmark results):", ""]
     out += _table(["split", "corpus", "metric", "value"],

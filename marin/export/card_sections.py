@@ -66,3 +66,16 @@ def environment(t: Training, assumptions: dict[str, Any] | None) -> list[str]:
             f"{assumptions['cpu_watts_per_core']} W per core and a PUE of {assumptions['pue']}",
             f"- Carbon emitted (an estimate): {co2_text(kg)}, at {assumptions['kg_co2e_per_kwh']} kg CO2e per kWh", ""]
 
+
+def revisions(t: Training, repo: str) -> list[str]:
+    """The training run's checkpoints as the Hub revisions ``marin publish --revisions`` writes (a branch
+    ``step<N>`` each, where Pythia's and OLMo's users look for them); nothing without checkpoints."""
+    if not t.checkpoints:
+        return []
+    return ["## Intermediate checkpoints", "",
+            f"Training run `{t.run_id}` saved {len(t.checkpoints)} checkpoints, one Hub revision (branch) each: "
+            + ", ".join(f"`step{s}`" for s in t.checkpoints) + ". `marin publish --hf-folder OUT --revisions` writes "
+            "them, each checked against the tensor digest the ledger recorded for it, and prints the `hf upload "
+            "... --revision step<N>` that pushes each; once pushed, a revision loads by its name:", "",
+            "```python", f'model = AutoModelForCausalLM.from_pretrained("{repo}", revision="step{t.checkpoints[0]}")',
+            "```", ""]

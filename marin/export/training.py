@@ -20,7 +20,7 @@ from marin.ledger.store import read_run
 class Training:
     """The training run behind an exported model: its id and stage, the hyperparameters it recorded
     (``params.yaml: train`` or ``sft``), the sequence length, its wall time (seconds), usable cores,
-    CPU model, device count and backend."""
+    CPU model, device count and backend, and the steps it checkpointed."""
 
     run_id: str
     stage: str
@@ -31,6 +31,8 @@ class Training:
     cpu_model: str
     devices: int
     backend: str
+    checkpoints: tuple[int, ...] = ()  # the steps of its checkpoint records: the Hub revisions step<N>
+
 
     @property
     def tokens(self) -> int:
@@ -63,4 +65,4 @@ def training(root: Path, run_file: Path, seq_len: int) -> Training:
     return Training(log.run_id, start["stage"], dict(start["params"][start["stage"]]), seq_len,
                     wall_s, len(env.get("usable_cores") or []) or int(env["cpu_count"]),
                     str(env.get("cpu_model") or "not recorded"), int(det.get("device_count") or 1),
-                    str(det.get("backend") or "cpu"))
+                    str(det.get("backend") or "cpu"), tuple(sorted({int(b["step"]) for b in log.bodies("checkpoint")})))
