@@ -1,9 +1,12 @@
-"""aarch64 and the portable profile, under ``qemu-aarch64`` with a real arm64 python: Debian's python3.11
-for arm64 and PyPI's aarch64 wheels at this environment's versions (``scripts/arm64-env.sh``: built
-once into a cache, ~100 s, then reused). The portable profile is not defined there (its last-axis
-sums and fused elementwise code give other bits: docs/architecture.md, "Portable bits"), so a portable
-stage refuses in one line before any run starts, and a portable run recorded here cannot be verified
-there (exit 4, naming what is missing). Each emulated command only starts and refuses: ~20-45 s.
+"""aarch64 under ``qemu-aarch64`` with a real arm64 python: Debian's python3.11 for arm64 and PyPI's
+aarch64 wheels at this environment's versions (``scripts/arm64-env.sh``: built once into a cache, ~100 s,
+then reused). The portable profile is not defined there (its last-axis sums and fused elementwise code
+give other bits: docs/architecture.md, "Portable bits"), so a portable stage refuses in one line before
+any run starts, and a portable run recorded here cannot be verified there (exit 4, naming what is
+missing): each such emulated command only starts and refuses, ~20-45 s. The universal profile is defined
+there: a universal run recorded on x86-64 verifies BIT-EXACT under qemu-aarch64 and one recorded under
+qemu-aarch64 verifies BIT-EXACT here (tests/universal_fixtures.py's 3-step tiny run; each emulated
+train or replay is minutes: docs/determinism.md has the times).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, Project, copy_project
+from tests.universal_fixtures import train_run, universal
 
 pytestmark = pytest.mark.slow
 
@@ -55,3 +59,25 @@ def test_on_aarch64_a_portable_stage_refuses_and_verify_exits_4(arm_python: str,
     assert r.returncode == 4, r.stdout + r.stderr
     assert "x86-64-v3" in r.stderr and "lacks the x86-64 architecture itself (this CPU is aarch64)" in r.stderr
     assert proj.ledger_files() == before  # nothing appended: the replay never started
+
+
+def test_a_universal_run_recorded_here_verifies_bit_exact_on_aarch64(arm_python: str, _universal_project: Project,
+                                                                     tmp_path: Path) -> None:
+    proj = copy_project(_universal_project, tmp_path / "proj")
+    run_id = train_run(proj)[0]["run_id"]
+    r = proj.run(arm_python, "-m", "marin.cli", "verify", run_id, timeout=1800)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "BIT-EXACT on a different CPU (exit 0" in r.stdout and "verified on aarch64" in r.stdout
+
+
+def test_a_universal_run_recorded_on_aarch64_verifies_bit_exact_here(arm_python: str, _data_project: Project,
+                                                                     tmp_path: Path) -> None:
+    proj = copy_project(_data_project, tmp_path / "proj")
+    universal(proj)
+    proj.run(arm_python, "-m", "pipeline.train", check=True, timeout=1800)
+    [run] = proj.runs("train")
+    started = run[0]["body"]
+    assert started["env"]["machine"] == "aarch64" and started["determinism_class"]["profile"] == "universal"
+    r = proj.marin("verify", run[0]["run_id"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "BIT-EXACT on a different CPU (exit 0" in r.stdout and "recorded on aarch64" in r.stdout
