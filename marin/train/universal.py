@@ -53,22 +53,25 @@ def widen(tree: Any) -> Any:
     return jax.tree.map(lambda a: a.astype(jnp.float64) if jnp.issubdtype(a.dtype, jnp.floating) else a, tree)
 
 
-def round_tree(tree: Any, t: float, scales: Any = None) -> tuple[Any, list[jax.Array]]:
-    """(every float64 leaf rounded to nearest even float32, per leaf the count of its near values: within
-    ``t`` of a midpoint in ulps of its scale, per element from ``scales`` (a tree like ``tree``) or else
-    the tensor's largest value); other leaves as they are, with a count of 0. Pure: runs inside jit."""
+def round_tree(tree: Any, t: float, scales: Any = None) -> tuple[Any, list[tuple[jax.Array, ...]]]:
+    """(every float64 leaf rounded to nearest even float32; per leaf (the count of its near values, where
+    they are, its largest finite magnitude): near is within ``t`` of a midpoint in ulps of the scale, per
+    element from ``scales`` (a tree like ``tree``) or else that largest magnitude); other leaves as they
+    are, with a count of 0. Pure: runs inside jit."""
     leaves, treedef = jax.tree.flatten(tree)
     scale_leaves = jax.tree.leaves(scales) if scales is not None else [None] * len(leaves)
-    out, counts = [], []
+    out, near = [], []
     for a, sc in zip(leaves, scale_leaves, strict=True):
         if a.dtype != jnp.float64:
             out.append(a)
-            counts.append(jnp.zeros((), jnp.int32))
+            near.append((jnp.zeros((), jnp.int32), jnp.zeros((0,), jnp.bool_), jnp.zeros((), jnp.float64)))
             continue
-        lo, dist, _ = rounding.decompose(a)
-        out.append(jax.lax.bitcast_convert_type(lo + rounding.nearest_even_direction(dist, lo), jnp.float32))
-        counts.append(jnp.sum(rounding.near_scaled(a, t, sc), dtype=jnp.int32))
-    return jax.tree.unflatten(treedef, out), counts
+        lo, own, _ = rounding.decompose(a)
+        out.append(jax.lax.bitcast_convert_type(lo + rounding.nearest_even_direction(own, lo), jnp.float32))
+        largest = jnp.max(jnp.abs(jnp.where(jnp.isfinite(a), a, 0.0))) if a.size else jnp.zeros((), jnp.float64)
+        mask = (jnp.abs(rounding.scaled_distance(a, largest if sc is None else sc)) <= t) & (a != 0)
+        near.append((jnp.sum(mask, dtype=jnp.int32), mask, largest))
+    return jax.tree.unflatten(treedef, out), near
 
 
 class RoundingLog:
@@ -164,25 +167,61 @@ class RoundingLog:
             return None
         return rounding.round_with(flat, index, direction)
 
+    def logged(self, step: int, tensor: str) -> bool:
+        """Whether the recorded log (a replay) has entries for ``tensor`` at ``step``."""
+        return bool((self.recorded or {}).get(step, {}).get(tensor))
+
+    def decide(self, step: int, tensor: str, index: np.ndarray, dist: np.ndarray, nearest: np.ndarray,
+               lookup: Callable[[list[int]], tuple[np.ndarray, np.ndarray]]) -> list[tuple[int, int]]:
+        """The log's part for a leaf whose near values the step listed (``index``, their scaled ``dist``
+        and ``nearest``-even directions): recording writes them and changes nothing; a replay checks them
+        and the logged entries (``lookup``: distances and nearest-even directions at other indices) and
+        returns the (index, direction) its log sets against nearest even."""
+        self._at(step)
+        logged = (self.recorded or {}).get(step, {}).get(tensor, {})
+        if logged:
+            self.used.add(tensor)
+        if self.recorded is None:
+            self._write(step, tensor, index, nearest)
+            return []
+        at = {int(i): (float(d), int(r)) for i, d, r in zip(index, dist, nearest, strict=True)}
+        other = sorted(i for i in logged if i not in at)
+        if other:
+            d, r = lookup(other)
+            at.update({i: (float(dd), int(rr)) for i, dd, rr in zip(other, d, r, strict=True)})
+        unlogged = [i for i in sorted(at) if abs(at[i][0]) <= self.tau * UNLOGGED and i not in logged]
+        if unlogged:
+            self._unlogged(step, tensor, unlogged[0], at[unlogged[0]][0])
+        far = [i for i in sorted(logged) if abs(at[i][0]) > self.tau * LOGGED]
+        if far:
+            self._far(step, tensor, far[0], logged[far[0]], at[far[0]][0])
+        index = np.array(sorted(logged), np.int64)
+        self._write(step, tensor, index, np.array([logged[int(i)] for i in index], np.uint32))
+        return [(i, d) for i, d in sorted(logged.items()) if d != at[i][1]]
+
+    def _unlogged(self, step: int, tensor: str, i: int, dist: float) -> None:
+        raise RoundingError(f"step {step} tensor {tensor} index {i}: the value lies {dist:+.3g} float32 ulp "
+                            f"(of its scale) from a float32 rounding midpoint, within tau/{1 / UNLOGGED:g} "
+                            f"({self.tau * UNLOGGED:.3g}), and the recorded rounding log has no direction for "
+                            "it (recorded with a smaller tau, or an entry was removed)")
+
+    def _far(self, step: int, tensor: str, i: int, direction: int, dist: float) -> None:
+        where = "is not in" if np.isnan(dist) else f"lies {dist:+.3g} float32 ulp (of its scale) from"
+        raise RoundingError(f"step {step} tensor {tensor} index {i}: the recorded rounding log gives direction "
+                            f"{direction}, but the value {where} a float32 rounding midpoint, beyond "
+                            f"{LOGGED:g} tau ({self.tau * LOGGED:.3g}): the log does not belong to this computation")
+
     def _check(self, step: int, tensor: str, x: np.ndarray, dist: np.ndarray, logged: dict[int, int]) -> None:
         """A replay: no unlogged value within tau / 4 of a midpoint, no logged one beyond 4 tau (in ulps of
         the scale): the recorder's and this machine's values then differ by more than tau / 2 of a scale."""
         unlogged = [int(i) for i in np.flatnonzero((np.abs(dist) <= self.tau * UNLOGGED) & (x != 0))
                     if int(i) not in logged]
         if unlogged:
-            i = unlogged[0]
-            raise RoundingError(f"step {step} tensor {tensor} index {i}: the value lies {dist[i]:+.3g} float32 ulp "
-                                f"(of its scale) from a float32 rounding midpoint, within tau/{1 / UNLOGGED:g} "
-                                f"({self.tau * UNLOGGED:.3g}), and the recorded rounding log has no direction for "
-                                "it (recorded with a smaller tau, or an entry was removed)")
+            self._unlogged(step, tensor, unlogged[0], float(dist[unlogged[0]]))
         far = sorted(i for i in logged if i >= len(dist) or abs(dist[i]) > self.tau * LOGGED)
         if far:
             i = far[0]
-            where = f"lies {dist[i]:+.3g} float32 ulp (of its scale) from" if i < len(dist) else "is not in"
-            raise RoundingError(f"step {step} tensor {tensor} index {i}: the recorded rounding log gives direction "
-                                f"{logged[i]}, but the value {where} a float32 rounding midpoint, beyond "
-                                f"{LOGGED:g} tau ({self.tau * LOGGED:.3g}): the log does not belong to this "
-                                "computation")
+            self._far(step, tensor, i, logged[i], float(dist[i]) if i < len(dist) else float("nan"))
 
     def values(self, step: int, raw: dict[str, float], prefix: str = METRIC) -> dict[str, float]:
         """Scalars (float64) rounded to float32 with the log, each as the tensor ``<prefix><name>``
@@ -235,32 +274,64 @@ class UniversalStep:
     def __call__(self, state: TrainState, batch: Batch) -> tuple[TrainState, dict[str, Any]]:
         i = int(state.step)
         step = i + 1  # the state after this step: the log's step, as checkpoints count
-        g32, counts, g64, metrics = self.grad(state, batch)
-        g32 = self._fix(step, GRAD, g32, counts, g64, None)
+        g32, near, g64, metrics = self.grad(state, batch)
+        g32 = self._fix(step, GRAD, g32, near, g64, None)
         # the clip factor and the learning rate from a sum and a cosine: float32 through the log
         norm = float(np.sqrt(sum(float(np.dot(g, g)) for g in (np.asarray(x, np.float64).reshape(-1)
                                                                  for x in jax.tree.leaves(g32)))))
         scalars = self.log.values(step, {"clip": min(1.0, self.tp.grad_clip / max(norm, 1e-300)),
                                          "lr": float(np.asarray(self.schedule(i)))}, prefix=SCALAR)
-        rounded, counts, new64, scales = self.update(state, g32, np.float64(scalars["clip"]),
-                                                     np.float64(scalars["lr"]))
-        new = self._fix(step, "", rounded, counts, new64, scales)
+        rounded, near, new64, scales = self.update(state, g32, np.float64(scalars["clip"]),
+                                                   np.float64(scalars["lr"]))
+        new = self._fix(step, "", rounded, near, new64, scales)
         if self.keep:
             self.kept = (g64, new64, scales)
         return new, {**metrics, "grad_norm": np.float64(norm)}
 
-    def _fix(self, step: int, prefix: str, rounded: Any, counts: list[jax.Array], wide: Any, scales: Any) -> Any:
-        """``rounded`` with the log applied where a leaf has near values or logged entries."""
-        counts_host = [int(c) for c in jax.device_get(counts)]
+    def _fix(self, step: int, prefix: str, rounded: Any, near: list[tuple[jax.Array, ...]], wide: Any,
+             scales: Any) -> Any:
+        """``rounded`` with the log's part: recording only writes the near values; a replay changes the
+        leaves whose logged directions are not nearest even. Only the near values (and a replay's logged
+        ones) are read on the host, and the masks of the leaves that have any."""
+        counts = jax.device_get([(n, largest) for n, _, largest in near])
         paths, treedef = jax.tree_util.tree_flatten_with_path(rounded)
         scale_leaves = jax.tree.leaves(scales) if scales is not None else [None] * len(paths)
         out = []
-        for (path, leaf), w, sc, n in zip(paths, jax.tree.leaves(wide), scale_leaves, counts_host, strict=True):
-            fixed = None
-            if w.dtype == jnp.float64:
-                fixed = self.log.round(step, prefix + jax.tree_util.keystr(path), w, n, sc)
-            out.append(leaf if fixed is None else jax.device_put(fixed.reshape(leaf.shape), leaf.sharding))
+        for (path, leaf), w, sc, (n, largest), (_, mask, _) in zip(paths, jax.tree.leaves(wide), scale_leaves,
+                                                                   counts, near, strict=True):
+            name = prefix + jax.tree_util.keystr(path)
+            if w.dtype != jnp.float64 or (int(n) == 0 and not self.log.logged(step, name)):
+                out.append(leaf)
+                continue
+            index = np.flatnonzero(np.asarray(mask).reshape(-1)) if int(n) else np.zeros(0, np.int64)
+            read = _reader(w, sc, float(largest))
+            dist, nearest = read([int(i) for i in index])
+            changes = self.log.decide(step, name, index, dist, nearest, read)
+            if not changes:
+                out.append(leaf)
+                continue
+            lo = rounding.decompose(np.asarray(w, np.float64).reshape(-1)[[i for i, _ in changes]])[0]
+            fixed = np.array(leaf).reshape(-1)
+            fixed.view(np.uint32)[[i for i, _ in changes]] = lo + np.array([d for _, d in changes], np.uint32)
+            out.append(jax.device_put(fixed.reshape(leaf.shape), leaf.sharding))
         return jax.tree.unflatten(treedef, out)
+
+
+def _reader(wide: Any, scale: Any, largest: float) -> Callable[[list[int]], tuple[np.ndarray, np.ndarray]]:
+    """(scaled distances, nearest-even directions) of a float64 leaf at flat indices (NaN for an index
+    outside it), computed on the host for those values only (scale: per element, else ``largest``)."""
+    flat = np.asarray(wide, np.float64).reshape(-1)
+    per = None if scale is None else np.asarray(scale, np.float64).reshape(-1)
+
+    def read(indices: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        inside = np.array([i < flat.size for i in indices], bool)
+        pos = np.array([i if i < flat.size else 0 for i in indices], np.int64)
+        x = flat[pos]
+        lo, own, _ = rounding.decompose(x)
+        dist = rounding.scaled_distance(x, largest if per is None else per[pos])
+        return np.where(inside, dist, np.nan), rounding.nearest_even_direction(own, lo)
+
+    return read
 
 
 def make_step(graphdef: nnx.GraphDef, tp: TrainParams, shardings: Any, mesh: jax.sharding.Mesh, log: RoundingLog,
@@ -276,15 +347,15 @@ def make_step(graphdef: nnx.GraphDef, tp: TrainParams, shardings: Any, mesh: jax
             return loss_fn(nnx.merge(graphdef, p), batch)
 
         (loss, aux), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
-        rounded, counts = round_tree(grads, log.tau)  # the gradient's scale: each tensor's largest value
-        return rounded, counts, grads, {"loss": loss, **aux}
+        rounded, near = round_tree(grads, log.tau)  # the gradient's scale: each tensor's largest value
+        return rounded, near, grads, {"loss": loss, **aux}
 
     def update64(state: TrainState, g32: ModelParams, clip: jax.Array, lr: jax.Array) -> tuple[Any, ...]:
         res = adamw64.update(widen(state.opt_state), g32, widen(state.params), clip, lr, tp)
         new = state._replace(params=res.params, opt_state=res.opt_state, step=state.step + 1)
         scales = new._replace(params=res.scales[0], opt_state=res.scales[1])
-        rounded, counts = round_tree(new, log.tau, scales)
-        return rounded, counts, new, scales
+        rounded, near = round_tree(new, log.tau, scales)
+        return rounded, near, new, scales
 
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     return UniversalStep(
