@@ -90,3 +90,11 @@ def test_a_replay_names_a_near_midpoint_value_the_log_does_not_have(_data_projec
     line = next(x for x in r.stderr.splitlines() if "no direction for it" in x)
     assert line.startswith("marin: error: step ") and " tensor " in line and " index " in line
     assert "float32 ulp (of its scale) from a float32 rounding midpoint, within tau/4" in line
+
+
+def test_segment_verification_follows_the_log(_universal_project: Project, tmp_path: Path) -> None:
+    """marin verify --segments replays intervals in one process, from their checkpoints, with the log."""
+    proj = copy_project(_universal_project, tmp_path / "proj")
+    r = proj.marin("verify", train_run(proj)[0]["run_id"], "--segments", "1", "--seed", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "BIT-EXACT" in r.stdout
