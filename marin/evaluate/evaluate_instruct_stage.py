@@ -202,7 +202,8 @@ def _sample(row: dict[str, Any]) -> Sample:
 
 def run_stage(root: Path, params: Params) -> None:
     """Both models on the held-out instructions, recorded as a ledger run."""
-    rt = RuntimeParams(params.runtime.xla_cpu_threads, 1, "replicated", determinism=params.runtime.determinism)
+    rt = RuntimeParams(params.runtime.xla_cpu_threads, 1, "replicated",
+                       determinism=runtime.scoring_profile(params.runtime.determinism))  # universal: portable, for now
     runtime.configure(rt)
     import jax  # noqa: F401  # before the fingerprint, as evaluate does
 
@@ -221,7 +222,7 @@ def run_stage(root: Path, params: Params) -> None:
     if tracing.indexed(root):  # else the trace file says the answers were not traced
         inputs.append(Input("trace_index", tracing.INDEX.as_posix()))
     recorded = {"instructions": {"eval_tokens": n},
-                "runtime": {"xla_cpu_threads": rt.xla_cpu_threads, "determinism": rt.determinism},
+                "runtime": {"xla_cpu_threads": rt.xla_cpu_threads, "determinism": params.runtime.determinism},
                 "trace": {"min_tokens": params.trace.min_tokens}}
     with Run.start(root, "evaluate_instruct", params=recorded, inputs=inputs,
                    det_class=runtime.determinism_class(rt, fp), fingerprint=fp) as run:

@@ -31,7 +31,7 @@ TRACE = _DECLARED.out("trace_samples")  # the greedy samples traced to the train
 def run_stage(root: Path, params: Params) -> None:
     """The evaluate stage: models/final scored on data/tokens, recorded as a ledger run."""
     rt = RuntimeParams(params.runtime.xla_cpu_threads, 1, "replicated",  # scoring needs no mesh
-                       determinism=params.runtime.determinism)
+                       determinism=runtime.scoring_profile(params.runtime.determinism))
     runtime.configure(rt)
     import jax  # noqa: F401  # before the fingerprint: importing jax sets TF_CPP_MIN_LOG_LEVEL, which it records
 
@@ -52,7 +52,7 @@ def run_stage(root: Path, params: Params) -> None:
     if tracing.indexed(root):  # else the trace file says the samples were not traced
         inputs.append(Input("trace_index", tracing.INDEX.as_posix()))
     recorded = {"evaluate": {k: v for k, v in params.raw["evaluate"].items() if k != "references"},  # their own stages
-                "runtime": {"xla_cpu_threads": rt.xla_cpu_threads, "determinism": rt.determinism},
+                "runtime": {"xla_cpu_threads": rt.xla_cpu_threads, "determinism": params.runtime.determinism},
                 "trace": {"min_tokens": params.trace.min_tokens}}
     with Run.start(root, "evaluate", params=recorded, inputs=inputs,
                    det_class=runtime.determinism_class(rt, fp), fingerprint=fp) as run:
