@@ -55,6 +55,8 @@ def facts(f: Facts, c: Context) -> list[dict[str, Any]]:
                                "threads": f.cite(f"{stage} XLA CPU threads", log, s, f"{DC}/xla_cpu_threads").id}
         if det.get("profile") == "portable" and "isa_level" in det:
             row["isa_level"] = f.cite(f"{stage} portable ISA level", log, s, f"{DC}/isa_level").id
+        elif det.get("profile") == "universal" and "tau" in det:  # float64 steps rounded with a log: any CPU
+            row["tau"] = f.cite(f"{stage} universal rounding threshold", log, s, f"{DC}/tau").id
         else:  # native: the kernels dispatch on this CPU's features; name the CPU they were read on
             row["cpu"] = f.cite(f"{stage} CPU", log, s, "/body/env/cpu_model").id
         if "processes" in det.get("mesh", {}):
@@ -67,6 +69,9 @@ def facts(f: Facts, c: Context) -> list[dict[str, Any]]:
 def _cpus(v: V, r: dict[str, Any]) -> str:
     if "isa_level" in r:
         return f"any {v(r['isa_level'])} CPU (the portable profile pins the kernels to that level)"
+    if "tau" in r:
+        return (f"any x86-64 or aarch64 CPU (the universal profile rounds float64 steps to float32 and logs the "
+                f"values within {v(r['tau'])} float32 ulps of a rounding midpoint)")
     return f"this CPU only ({v(r.get('cpu'))}, the native profile's kernels use its own features)"
 
 
