@@ -360,10 +360,12 @@ def s3():
 # Fixtures of their own module, shared by several test files
 pytest_plugins = ("tests.instruct_fixtures", "tests.universal_fixtures")
 
-# The slowest files first (measured with --durations, 2026-12-06), so that with `-n 2 --dist loadfile` the
+# The slowest files first (measured with --durations, 2026-12-06; test_aarch64.py's universal replays, ~10 min
+# under qemu-aarch64 on 2 loaded cores, 2026-12-07), so that with `-n 2 --dist loadfile` the
 # long ones run beside the many short ones instead of last on one worker. The order within a file (and
 # among the other files) is pytest-randomly's: no test relies on another. Requires --no-loadscope-reorder (addopts).
-SLOWEST_FIRST = ("test_portable.py", "test_pipeline_dvc.py", "test_verify.py", "test_tracking.py", "test_train.py",
+SLOWEST_FIRST = ("test_portable.py", "test_aarch64.py", "test_pipeline_dvc.py", "test_verify.py", "test_tracking.py",
+                 "test_train.py",
                  # after ~600 s of the files above: the shipped repro (built by test_pipeline_dvc's worker) is done
                  "test_separation.py", "test_instruct.py", "test_distributed.py", "test_experiments.py",
                  "test_team.py", "test_harness_stage.py", "test_report_trust.py", "test_harness_registry.py",
