@@ -10,7 +10,9 @@ within ``tau`` float32 ulps of its *scale* (that largest term) from a float32 ro
 (:func:`marin.train.rounding.scaled_distance`); every near value is logged as (step, tensor, flat index,
 direction). A step rounds twice: the gradient (its scale: the tensor's largest value, since a weight
 gradient sums many terms and may cancel to almost nothing), then, from that float32 gradient, the
-optimizer's new parameters and moments (their scales: :func:`error_scales`, AdamW's terms per element).
+optimizer's new parameters and moments (:mod:`marin.train.adamw64`: their scales are AdamW's terms per
+element, and the first moment is exact). The step's clip factor and learning rate are rounded the same way
+(``scalar.clip``, ``scalar.lr``).
 A replay rounds the logged positions as logged and everything else itself, and stops, naming step, tensor,
 index and distance, at an unlogged value within ``tau / 4`` or a logged one beyond ``4 tau``: an honest
 pair of machines, differing by less than ``tau / 2`` of a scale, never meets either. The metrics (loss,
