@@ -128,17 +128,22 @@ def test_a_decompression_bomb_of_one_unterminated_record_is_refused_in_seconds(t
 
 # -- 2. one giant record: memory bounded by the cap, dropped and counted, or refused -----------
 
+def curated_dropping(proj: Project) -> tuple[dict, dict]:
+    """Curate in a bounded child that must succeed: its manifest and the funnel's oversize step."""
+    child = run(proj, "-m", "pipeline.curate")
+    assert child.code == 0, child.stderr
+    bounded(child)
+    m = json.loads((proj.root / "data/curated/manifest.json").read_text())
+    return m, next(s for s in m["funnel"]["steps"] if s["step"] == "oversize")
+
+
 def test_a_giant_record_is_dropped_and_counted_in_bounded_memory(tmp_path: Path, corpus: Path) -> None:
     giant = 200 << 20  # 200 MB of one JSON line (the audit's case: 3.7 GB of RSS before)
     src = gzip_stream(tmp_path / "giant.jsonl.gz", [
         records(20), b'{"text": "', *repeat(b"word " * (1 << 18), giant), b'"}\n', records(20, seed=4)])
     proj = on_file(tmp_path, corpus, src, oversize="drop")
     before = proj.ledger_files()
-    child = run(proj, "-m", "pipeline.curate")
-    assert child.code == 0, child.stderr
-    bounded(child)
-    m = json.loads((proj.root / "data/curated/manifest.json").read_text())
-    step = next(s for s in m["funnel"]["steps"] if s["step"] == "oversize")
+    m, step = curated_dropping(proj)
     assert step["removed"]["docs"] == 1 and step["removed"]["bytes"] >= giant  # counted, never held
     assert [r["name"] for r in m["removed"] if r["step"] == "oversize"] == ["giant.jsonl.gz#21"]
     assert m["splits"]["train"]["docs"] + m["splits"]["validation"]["docs"] == 40

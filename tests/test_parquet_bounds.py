@@ -8,7 +8,6 @@ at a time. A column typed ``dictionary<string>`` in the file's Arrow schema is t
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import pytest
 from marin import config
 from marin.errors import StageError
 from tests.conftest import WORDS, mini_params
-from tests.test_bounded import bounded, ledger_kept, on_file, refused, run
+from tests.test_bounded import curated_dropping, ledger_kept, on_file, refused, run
 from tests.test_curate_scale import run_curate
 
 BOMB_VALUE = 50 << 20  # one string: over the 16 MiB cap
@@ -66,11 +65,7 @@ def test_a_dictionary_bomb_is_refused_before_a_row_is_decoded(tmp_path: Path, co
 def test_a_dictionary_bombs_rows_are_dropped_unread_and_counted(tmp_path: Path, corpus: Path) -> None:
     proj = on_file(tmp_path, corpus, _bomb(tmp_path / "bomb.parquet", _texts(40)), fmt="parquet", oversize="drop")
     before = proj.ledger_files()
-    child = run(proj, "-m", "pipeline.curate")
-    assert child.code == 0, child.stderr
-    bounded(child)
-    m = json.loads((proj.root / "data/curated/manifest.json").read_text())
-    step = next(s for s in m["funnel"]["steps"] if s["step"] == "oversize")
+    m, step = curated_dropping(proj)
     assert step["removed"] == {"docs": BOMB_ROWS, "bytes": BOMB_ROWS * BOMB_VALUE}  # counted, never decoded
     assert m["splits"]["train"]["docs"] + m["splits"]["validation"]["docs"] == 40
     ledger_kept(proj, before)
