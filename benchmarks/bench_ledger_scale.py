@@ -46,14 +46,14 @@ PY = sys.executable
 STARTUP = """
 import sys
 from pathlib import Path
-from marin import config
-from marin.ledger import Input
+from marin import config, stages
+from marin.ledger import Input, Recipe
 from marin.ledger.run import Plan
 from marin.train.resume import find_resumable
 root = Path.cwd()
 p = config.load(root / "params.yaml")
-plan = Plan.make(root, "train", params=p.section("seed", "model", "train", "runtime"),
-                 inputs=[Input("tokens", "data/tokens")])
+plan = Plan.make(root, Recipe("train", p.section("seed", "model", "train", "runtime"), [Input("tokens", "data/tokens")],
+                              closure=stages.code_files(root, "train")))
 find_resumable(root, plan.recipe_digest)
 """
 SYNC = "from pathlib import Path; from marin.tracking.sync import sync; print(sync(Path.cwd(), full=%s).summary())"

@@ -51,7 +51,7 @@ def main() -> None:
     import numpy as np
     from mlflow import MlflowClient
 
-    from marin.ledger import Run, exact
+    from marin.ledger import Recipe, Run, exact
     from marin.tracking import live as live_mod
     from marin.train import loop, step
 
@@ -81,7 +81,7 @@ def main() -> None:
             row: dict[str, dict[str, float]] = {}
             for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # each mode first in turn
                 os.environ["MARIN_MLFLOW_LIVE"] = "off" if mode == "off" else "on"
-                run = Run.start(root, "train", params={}, inputs=[])  # a fresh run file, as a stage's
+                run = Run.start(root, Recipe("train", {}))  # a fresh run file, as a stage's
                 live = live_mod.Live.start(root, run.run_id)
                 if mode != "off":
                     live.ready.wait(120)

@@ -15,7 +15,8 @@ from marin.paths import ledger_dir
 
 def ledger_check(args: argparse.Namespace) -> int:
     from marin.ledger import head
-    from marin.ledger.check import check
+    from marin.ledger.check import DvcOuts, check
+    from marin.stages import dvcfiles
 
     since, signature = None, ""
     if args.since is not None and args.since.is_dir():  # a report: its snapshot as its statement vouches for it
@@ -25,7 +26,9 @@ def ledger_check(args: argparse.Namespace) -> int:
         signature = f", report {signature}"
     elif args.since is not None:
         since = head.load_snapshot(args.since)
-    report = check(args.root, since, rehash=args.rehash, skew_s=args.clock_skew_s)
+    skew_s = config.clock_skew_s(args.root) if args.clock_skew_s is None else args.clock_skew_s
+    dvc = DvcOuts(dvcfiles.locked(args.root), dvcfiles.declared_outs(args.root))
+    report = check(args.root, dvc, skew_s, since, rehash=args.rehash)
     for p in report.problems:
         print(f"FAIL {p}", file=sys.stderr)
     for m in report.missing:
@@ -153,18 +156,19 @@ def schemas_check(args: argparse.Namespace) -> int:
 def lineage(args: argparse.Namespace) -> int:
     from marin.commands import lineage
     from marin.ledger.query import Ledger
+    from marin.stages import SOURCE_STAGES
 
-    ledger = Ledger(args.root, skip=("metric",))  # lineage never reads metric records
-    target = ledger.resolve(args.target)
-    if target.note:
-        print(f"marin: {'error' if target.changed else 'note'}: {target.note}", file=sys.stderr)
-    node = ledger.node(target)
-    text = lineage.render(node, args.format)
+    with Ledger(args.root, sources=SOURCE_STAGES, skip=("metric",)) as ledger:  # lineage never reads metrics
+        target = ledger.resolve(args.target)
+        if target.note:
+            print(f"marin: {'error' if target.changed else 'note'}: {target.note}", file=sys.stderr)
+        text = lineage.render(ledger.node(target), args.format)
+        unreadable = ledger.index.unreadable()
     if args.output:
         args.output.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
-    damaged = _unreadable_lines(ledger.index.unreadable())
+    damaged = _unreadable_lines(unreadable)
     for problem in damaged:
         print(f"marin: error: {problem}", file=sys.stderr)
     return 1 if target.changed or damaged else 0
@@ -360,6 +364,7 @@ def status(args: argparse.Namespace) -> int:
     from marin.commands.status import workspace
     from marin.ledger.check import leftovers
     from marin.ledger.index import Index
+    from marin.stages import dvcfiles
 
     with Index.using(args.root, None) as index:
         result = stage_status(args.root, index)
@@ -368,7 +373,7 @@ def status(args: argparse.Namespace) -> int:
         print(st.line(), file=sys.stderr if st.stale else sys.stdout)
     for line in found:
         print(line, file=sys.stderr)
-    for line in leftovers(args.root):
+    for line in leftovers(args.root, dvcfiles.declared_outs(args.root)):
         print(f"leftover: {line}", file=sys.stderr)
     stale = [st.stage for st in result if st.stale]
     more = f"; {len(found)} thing(s) in the workspace no run made" if found else ""

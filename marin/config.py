@@ -29,7 +29,7 @@ from marin.config_data import NearDedup as NearDedup
 from marin.config_data import PretrainedTokenizer as PretrainedTokenizer
 from marin.config_data import Source as Source
 from marin.config_data import Split as Split
-from marin.errors import ParamsError
+from marin.errors import MarinError, ParamsError
 from marin.params_file import from_defaults, read_yaml, value_problem, with_defaults
 
 
@@ -373,3 +373,14 @@ def load(path: str | Path) -> Params:
     ParamsError (exit 2) names the key path."""
     path = Path(path)
     return parse(read_yaml(path), str(path))
+
+
+def clock_skew_s(root: Path) -> float:
+    """``ledger.clock_skew_s`` of the project's params.yaml, which ``marin ledger check`` passes to the ledger;
+    the default where it has none, or where params.yaml is not valid (the ledger is checked whatever state
+    params.yaml is in)."""
+    path = Path(root) / "params.yaml"
+    try:
+        return load(path).ledger.clock_skew_s if path.is_file() else LedgerParams().clock_skew_s
+    except MarinError:
+        return LedgerParams().clock_skew_s

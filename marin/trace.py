@@ -21,7 +21,6 @@ from marin import hashing, stages
 from marin.errors import MarinError
 from marin.evaluate.trace_index import Index
 from marin.evaluate.tracing import encode, trace_ids
-from marin.ledger.hash_cache import hash_cache
 from marin.ledger.query import Ledger
 from marin.ledger.store import NoSuchRun, RunLog, resolve_run_id
 from marin.paths import relpath
@@ -105,11 +104,11 @@ class Checked:
 
 def check_index(root: Path, index_dir: Path, model_digest: str, model_name: str) -> Checked:
     """The index at ``index_dir``, once the ledger shows it indexes what the model was trained on."""
-    ledger = Ledger(root, skip=("metric",))
-    digest = hashing.digest_path(index_dir, hash_cache(root, index=ledger.index)).digest
-    index_log = _producer(ledger, digest, f"the index {relpath(root, index_dir)}")
-    indexed = _inputs(index_log)
-    trained = _trained_on(ledger, _producer(ledger, model_digest, model_name))
+    with Ledger(root, sources=stages.SOURCE_STAGES, skip=("metric",)) as ledger:
+        digest = hashing.digest_path(index_dir, ledger.hashes).digest
+        index_log = _producer(ledger, digest, f"the index {relpath(root, index_dir)}")
+        indexed = _inputs(index_log)
+        trained = _trained_on(ledger, _producer(ledger, model_digest, model_name))
     pairs = {"tokens": "tokens", "instructions": "instructions_train"}
     for key, (want, run_id) in trained.items():
         have = indexed.get(pairs[key])
@@ -148,8 +147,8 @@ def recorded_texts(root: Path, run_id: str) -> tuple[str, list[tuple[str, np.nda
         run_id = resolve_run_id(root, run_id)  # a short id, as MLflow shows it, too
     except NoSuchRun as e:
         raise TraceRefused(str(e)) from None
-    ledger = Ledger(root, skip=("metric",))
-    log = ledger.runs[run_id]
+    with Ledger(root, sources=stages.SOURCE_STAGES, skip=("metric",)) as ledger:
+        log = ledger.runs[run_id]
     model = {"evaluate": "model", "evaluate_instruct": "instruct_model"}.get(log.stage)
     if model is None:
         raise TraceRefused(f"run {run_id} is a {log.start_body['stage']} run; --run traces the samples of an "

@@ -20,6 +20,8 @@ from huggingface_hub import ModelCard
 from huggingface_hub.repocard_data import model_index_to_eval_results
 from markdown_it import MarkdownIt
 
+from marin import stages
+from marin.ledger.query import Ledger
 from marin.report import cards, fmti, mof
 from marin.report.facts import ReportError
 from marin.report.gather import gather
@@ -37,7 +39,8 @@ SECTIONS = ["Motivation", "Composition", "Collection process", "Preprocessing/cl
 
 @pytest.fixture
 def built(trained_project: Any) -> tuple[Path, dict[str, Any], dict[str, Any]]:
-    facts, doc = gather(trained_project.root)
+    with Ledger(trained_project.root, sources=stages.SOURCE_STAGES) as ledger:
+        facts, doc = gather(trained_project.root, ledger)
     return trained_project.root, facts.to_dict(), doc
 
 

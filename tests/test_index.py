@@ -133,8 +133,9 @@ def test_a_directory_beyond_the_inline_limit_keeps_every_file_named(data_project
                                                                      limit: int) -> None:
     """A listing file, named by the directory's digest, holds the entries; check names a changed file."""
     from marin.ledger import run as run_mod
-    from marin.ledger.check import check
-    from marin.ledger.run import Run
+    from marin.ledger.check import DvcOuts, check
+    from marin.ledger.run import Recipe, Run
+    from marin.stages import dvcfiles
 
     monkeypatch.setattr(run_mod, "MAX_ENTRIES", limit)
     root = data_project.root
@@ -142,19 +143,20 @@ def test_a_directory_beyond_the_inline_limit_keeps_every_file_named(data_project
     out.mkdir()
     for i in range(limit + 4):
         (out / f"f{i}.txt").write_text(f"file {i}\n")
-    with Run.start(root, "curate", params={}, inputs=[]) as run:
+    dvc = DvcOuts(dvcfiles.locked(root), dvcfiles.declared_outs(root))
+    with Run.start(root, Recipe("curate", {})) as run:
         rec = run.output("many", "data/many")
     assert "entries" not in rec.body and rec.body["files"] == limit + 4
     listing = root / rec.body["listing"]
     assert listing.name == rec.body["digest"][7:] + ".jsonl"
     rows = [json.loads(x) for x in listing.read_bytes().splitlines()]
     assert sorted(r["path"] for r in rows) == sorted(f"f{i}.txt" for i in range(limit + 4))
-    assert check(root).ok
+    assert check(root, dvc, 300.0).ok
     (out / "f2.txt").write_text("changed\n")
-    problems = [str(p) for p in check(root).problems]
+    problems = [str(p) for p in check(root, dvc, 300.0).problems]
     assert any(p.startswith("data/many/f2.txt: on disk it hashes to") for p in problems), problems
     listing.write_bytes(listing.read_bytes().replace(b"f1.txt", b"g1.txt"))
-    problems = [str(p) for p in check(root).problems]
+    problems = [str(p) for p in check(root, dvc, 300.0).problems]
     assert any("does not hash to" in p and "the listing was edited" in p for p in problems), problems
 
 

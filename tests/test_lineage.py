@@ -17,6 +17,7 @@ from marin.commands import lineage
 from marin.ledger import RunFile, query
 from marin.ledger.prov import to_prov
 from marin.paths import ledger_dir
+from marin.stages import SOURCE_STAGES
 from tests.conftest import Project, reference
 
 SCHEMA = reference("prov-json.schema.json")
@@ -45,7 +46,7 @@ def short(digest: str) -> str:
 def test_tree_from_tokenizer_path_reaches_the_raw_archive(data_project: Project) -> None:
     runs = stage_runs(data_project)
     tok, cur, fetch = runs["tokenize"], runs["curate"], runs["fetch"]
-    node = query.tree(data_project.root, TOKENIZER)
+    node = query.tree(data_project.root, TOKENIZER, SOURCE_STAGES)
 
     assert isinstance(node, query.Artifact) and node.run is not None
     assert (node.digest, node.path) == (output(tok, "tokenizer")["digest"], TOKENIZER)
@@ -84,8 +85,8 @@ def test_tree_from_tokenizer_path_reaches_the_raw_archive(data_project: Project)
 def test_target_by_run_id_and_by_digest(data_project: Project) -> None:
     root, runs = data_project.root, stage_runs(data_project)
     cur_id = runs["curate"][0]["run_id"]
-    assert query.resolve(root, cur_id) == query.Target("run", cur_id)
-    step = query.tree(root, cur_id)
+    assert query.resolve(root, cur_id, SOURCE_STAGES) == query.Target("run", cur_id)
+    step = query.tree(root, cur_id, SOURCE_STAGES)
     assert isinstance(step, query.Step)
     assert [o.digest for o in step.outputs] == [b["digest"] for b in bodies(runs["curate"], "output")]
     text = lineage.render_text(step)
@@ -94,8 +95,8 @@ def test_target_by_run_id_and_by_digest(data_project: Project) -> None:
 
     tokens = output(runs["tokenize"], "tokens")["digest"]
     for target in (tokens, tokens[:19], tokens[7:15], tokens[7:]):
-        assert query.resolve(root, target) == query.Target("digest", tokens), target
-    assert query.resolve(root, "data/tokens") == query.Target("digest", tokens)
+        assert query.resolve(root, target, SOURCE_STAGES) == query.Target("digest", tokens), target
+    assert query.resolve(root, "data/tokens", SOURCE_STAGES) == query.Target("digest", tokens)
 
 
 def test_ambiguous_digest_prefix(data_project: Project) -> None:
@@ -108,16 +109,16 @@ def test_ambiguous_digest_prefix(data_project: Project) -> None:
     forged.append("output", {**output(tok, "tokens"), "digest": twin})
 
     with pytest.raises(query.AmbiguousTarget, match=f"{digest[7:17]}.*ambiguous: 2 digests") as e:
-        query.resolve(root, digest[7:17])
+        query.resolve(root, digest[7:17], SOURCE_STAGES)
     assert "\n" not in str(e.value)
-    assert query.resolve(root, digest[7:18]) == query.Target("digest", digest)  # one more digit decides
+    assert query.resolve(root, digest[7:18], SOURCE_STAGES) == query.Target("digest", digest)  # one more digit decides
 
 
 def test_unknown_target(data_project: Project) -> None:
     root = data_project.root
     for target in ("no-such-run", "sha256:" + "ab" * 32, "deadbeefdeadbeef", "data/nothing.txt"):
         with pytest.raises(query.UnknownTarget) as e:
-            query.resolve(root, target)
+            query.resolve(root, target, SOURCE_STAGES)
         assert target in str(e.value) and "\n" not in str(e.value)
     p = data_project.marin("lineage", "no-such-run")  # as a user runs it: argparse, then one line and an exit code
     err = p.stderr
@@ -127,7 +128,7 @@ def test_unknown_target(data_project: Project) -> None:
 def test_changed_file_resolves_to_its_recorded_output(data_project: Project) -> None:
     recorded = output(stage_runs(data_project)["tokenize"], "tokenizer")["digest"]
     (data_project.root / TOKENIZER).write_text("edited by hand\n")
-    target = query.resolve(data_project.root, TOKENIZER)
+    target = query.resolve(data_project.root, TOKENIZER, SOURCE_STAGES)
     assert target.key == recorded and target.note and "differs from every recorded output" in target.note
     p = data_project.marin("lineage", TOKENIZER)  # the recorded tree, but the bytes on disk have no lineage
     assert p.returncode == 1 and p.stderr.startswith(f"marin: error: {TOKENIZER} differs from every recorded")
@@ -174,7 +175,7 @@ def test_prov_json_validates_against_w3c_schema_and_round_trips(data_project: Pr
     assert not sorted(validator.iter_errors(data), key=str), list(validator.iter_errors(data))
     assert not validator.is_valid({**data, "wasGeneratedBy": {"_:x": {}}})  # the schema does bite
 
-    original = to_prov(query.tree(root, TOKENIZER))
+    original = to_prov(query.tree(root, TOKENIZER, SOURCE_STAGES))
     assert ProvDocument.deserialize(content=text, format="json") == original
 
     inputs = [(f"marin:{run[0]['run_id']}", b["digest"]) for run in runs for b in bodies(run, "input")]

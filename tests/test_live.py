@@ -9,7 +9,7 @@ import os
 import pytest
 from mlflow import MlflowClient
 
-from marin.ledger import Run, exact
+from marin.ledger import Recipe, Run, exact
 from marin.tracking.live import Live
 
 
@@ -27,7 +27,7 @@ def live_env(tmp_path, monkeypatch) -> str:
 
 
 def test_the_thread_sends_the_ledger_s_metrics(tmp_path, live_env) -> None:
-    run = Run.start(tmp_path, "train", params={}, inputs=[])
+    run = Run.start(tmp_path, Recipe("train", {}))
     live = Live.start(tmp_path, run.run_id)
     assert live.ready.wait(120) and live.failed is None, live.failed
     recorded = []
@@ -48,7 +48,7 @@ def test_the_thread_sends_the_ledger_s_metrics(tmp_path, live_env) -> None:
 
 def test_off_starts_no_thread(tmp_path, live_env, monkeypatch) -> None:
     monkeypatch.setenv("MARIN_MLFLOW_LIVE", "off")
-    run = Run.start(tmp_path, "train", params={}, inputs=[])
+    run = Run.start(tmp_path, Recipe("train", {}))
     live = Live.start(tmp_path, run.run_id)
     live.step()
     live.close()

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from marin.ledger import Run, read_run
+from marin.ledger import Recipe, Run, read_run
 from marin.report import fmti, mof
 from marin.report.cards import Ctx
 from tests.conftest import reference
@@ -34,7 +34,7 @@ def _spin(seconds: float) -> None:
 
 def test_run_finished_records_the_process_cpu_time_children_waited_for_included(tmp_path: Path) -> None:
     before = _cpu()
-    with Run.start(tmp_path, "busy", params={}, inputs=[]) as run:
+    with Run.start(tmp_path, Recipe("busy", {})) as run:
         _spin(0.3)
         subprocess.run([sys.executable, "-c", "import time\nend = time.process_time() + 0.3\n"
                         "while time.process_time() < end: pass"], check=True)  # a child this process waits for

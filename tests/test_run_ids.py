@@ -16,6 +16,7 @@ from marin.ledger.index import Index
 from marin.ledger.query import AmbiguousTarget, Ledger, Target
 from marin.ledger.store import AmbiguousRun, NoSuchRun, RunFile, resolve_run_id
 from marin.paths import ledger_dir
+from marin.stages import SOURCE_STAGES
 from marin.verify import CannotVerify, verify
 from tests.test_records import EXAMPLES
 
@@ -66,7 +67,7 @@ def test_an_ambiguous_short_id_is_refused_in_one_line_listing_the_runs(root: Pat
 
 
 def test_lineage_targets_take_short_run_ids_and_an_8_hex_run_tail_that_is_also_a_digest_prefix(root: Path) -> None:
-    q = Ledger(root)
+    q = Ledger(root, sources=SOURCE_STAGES)
     assert q.resolve("1a2b3c4d") == Target("run", TRAIN_A)
     assert q.resolve("curate") == Target("run", CURATE)
     with pytest.raises(AmbiguousTarget, match="2 runs match"):
@@ -75,8 +76,9 @@ def test_lineage_targets_take_short_run_ids_and_an_8_hex_run_tail_that_is_also_a
     f.append("run.started", EXAMPLES["run.started"])
     f.append("output", {**EXAMPLES["output"], "digest": "sha256:c0ffee00" + "0" * 56})  # CURATE's tail, as a digest
     with pytest.raises(AmbiguousTarget, match=f"ambiguous: 1 digests and a run match \\(run {CURATE}, sha256:c0ffee"):
-        Ledger(root).resolve("c0ffee00")
-    assert Ledger(root).resolve("sha256:c0ffee00") == Target("digest", "sha256:c0ffee00" + "0" * 56)
+        Ledger(root, sources=SOURCE_STAGES).resolve("c0ffee00")
+    found = Ledger(root, sources=SOURCE_STAGES).resolve("sha256:c0ffee00")
+    assert found == Target("digest", "sha256:c0ffee00" + "0" * 56)
 
 
 def test_diff_takes_short_ids_and_shows_the_whole_ones(root: Path) -> None:

@@ -2,7 +2,8 @@
 entry point into its stage's declaration, whose function is ``run_stage`` of its stage's module;
 packages' ``__init__.py`` stay small; the command modules (``marin.commands``) are imported by the
 CLI alone; report and verify never import each other (what both need, keys, envelopes, verification
-summaries and the trust policy, is ``marin.attest``, which imports neither)."""
+summaries and the trust policy, is ``marin.attest``, which imports neither); the ledger is a foundation: it
+imports neither the pipeline's stages (nor their DVC files) nor the params, whose facts its callers pass in."""
 
 from __future__ import annotations
 
@@ -76,7 +77,8 @@ def test_sibling_packages_do_not_import_each_other(a: str, b: str) -> None:
 
 
 # a package and what it must never import: it sits below them
-BELOW = (("marin.attest", ("marin.report", "marin.verify")),)
+BELOW = (("marin.attest", ("marin.report", "marin.verify")),
+         ("marin.ledger", ("marin.stages", "marin.config")))
 
 
 @pytest.mark.parametrize(("low", "high"), BELOW, ids=[low for low, _ in BELOW])
@@ -92,3 +94,10 @@ def test_the_sibling_rule_sees_an_import() -> None:
     src = "def f():\n    from marin.verify import vsa\n    return vsa\n"
     assert "marin.verify.vsa" in closure.imported_names(src, "marin.report.x", False) or \
         "marin.verify" in closure.imported_names(src, "marin.report.x", False)
+
+
+def test_the_foundation_rule_sees_a_lazy_import_of_the_params() -> None:
+    """As ledger/clock.py once read params.yaml: ``from marin import config`` inside a function."""
+    src = "def skew(root):\n    from marin import config\n    from marin.stages import dvcfiles\n"
+    names = closure.imported_names(src, "marin.ledger.clock", False)
+    assert {"marin.config", "marin.stages.dvcfiles"} <= names

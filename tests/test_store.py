@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from marin.errors import LedgerError
-from marin.ledger import Run, RunFile, read_run
-from marin.ledger.check import check, check_run
+from marin.ledger import Recipe, Run, RunFile, read_run
+from marin.ledger.check import DvcOuts, check, check_run
 from marin.paths import ledger_dir
 from tests.conftest import REPO
 
@@ -25,13 +25,13 @@ def _append_many(path: str, run_id: str, tag: str) -> None:
 
 
 def _whole_run(root: str, tag: str) -> None:
-    with Run.start(Path(root), f"stage-{tag}", params={"tag": tag}, inputs=[]) as run:
+    with Run.start(Path(root), Recipe(f"stage-{tag}", {"tag": tag})) as run:
         for i in range(N):
             run.record("input", {"name": f"{tag}-{i}", "path": "x", "digest": D, "size": i})
 
 
 def test_two_processes_append_to_one_run(tmp_path: Path) -> None:
-    run = Run.start(tmp_path, "concurrent", params={}, inputs=[])
+    run = Run.start(tmp_path, Recipe("concurrent", {}))
     ctx = mp.get_context("fork")
     procs = [ctx.Process(target=_append_many, args=(str(run.file.path), run.run_id, t)) for t in "ab"]
     for p in procs:
@@ -56,13 +56,13 @@ def test_two_runs_in_parallel(tmp_path: Path) -> None:
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
-    report = check(tmp_path)
+    report = check(tmp_path, DvcOuts({}, {}), 300.0)
     assert report.ok, report.problems
     assert report.runs == 2 and report.records == 2 * (N + 2)
 
 
 def test_truncated_tail_is_named_and_blocks_appends_until_repaired(tmp_path: Path) -> None:
-    with Run.start(tmp_path, "torn", params={}, inputs=[]) as run:
+    with Run.start(tmp_path, Recipe("torn", {})) as run:
         run.record("input", {"name": "a", "path": "x", "digest": D, "size": 1})
     path = run.file.path
     data = path.read_bytes()
@@ -83,7 +83,7 @@ def test_truncated_tail_is_named_and_blocks_appends_until_repaired(tmp_path: Pat
 
 
 def test_bodies_are_the_bodies_of_one_kind_in_file_order(tmp_path: Path) -> None:
-    with Run.start(tmp_path, "typed", params={}, inputs=[]) as run:
+    with Run.start(tmp_path, Recipe("typed", {})) as run:
         run.record("input", {"name": "a", "path": "x", "digest": D, "size": 1})
         run.record("metric", {"step": 3, "values": {"loss": {"value": 0.5, "hex": (0.5).hex()}}})
         run.record("input", {"name": "b", "path": "y", "digest": D, "size": 2})
@@ -97,7 +97,7 @@ def test_bodies_are_the_bodies_of_one_kind_in_file_order(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("field", ["stage", "params", "code", "env", "recipe_digest", "determinism_class", "seeds"])
 def test_each_typed_accessor_is_its_run_started_field(tmp_path: Path, field: str) -> None:
-    with Run.start(tmp_path, "typed", params={"train": {"lr": 0.5}}, inputs=[]) as run:
+    with Run.start(tmp_path, Recipe("typed", {"train": {"lr": 0.5}})) as run:
         pass
     log = read_run(run.file.path)
     started = json.loads(run.file.path.read_bytes().splitlines()[0])["body"]  # the line itself, not the reader
@@ -114,7 +114,7 @@ def test_a_run_without_run_started_is_named_by_each_accessor(tmp_path: Path) -> 
 
 
 def test_failed_stage_records_failure(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError), Run.start(tmp_path, "boom", params={}, inputs=[]) as run:
+    with pytest.raises(RuntimeError), Run.start(tmp_path, Recipe("boom", {})) as run:
         raise RuntimeError("disk on fire")
     log = read_run(run.file.path)
     assert log.status == "failed" and "disk on fire" in log.finished.body["error"]
@@ -134,7 +134,7 @@ RunFile(path, run_id).append("input", {"name": "big", "path": "x" * 2000, "diges
 def test_failed_append_leaves_the_file_byte_identical(tmp_path: Path) -> None:
     """The file may grow only to 100 bytes past its end: the record's write stops short
     there and the next one fails (EFBIG), as on a disk that fills mid-line."""
-    run = Run.start(tmp_path, "full", params={}, inputs=[])
+    run = Run.start(tmp_path, Recipe("full", {}))
     run.record("input", {"name": "a", "path": "x", "digest": D, "size": 1})
     path = run.file.path
     before = path.read_bytes()

@@ -25,13 +25,12 @@ from pathlib import Path
 from marin import hashing
 from marin.errors import MarinError
 from marin.ledger.bodies import PublicationBody
-from marin.ledger.hash_cache import hash_cache
 from marin.ledger.index import Index, with_index
 from marin.ledger.query import Ledger
-from marin.ledger.run import Plan, Run
+from marin.ledger.run import Plan, Recipe, Run
 from marin.ledger.store import RunLog
 from marin.remote import MANIFEST, Remote, error_line, open_remote, open_repo
-from marin.stages import TRAINING
+from marin.stages import SOURCE_STAGES, TRAINING, code_files
 
 
 class PublishError(MarinError):
@@ -56,7 +55,7 @@ def publish(root: Path, remote_name: str | None = None, say: Callable[[str], Non
                                "URL, endpoint and credentials, then rerun") from None
         say(f"publish: dvc push uploaded {pushed} file(s)")
         index.refresh()
-        ledger = Ledger(root, index)
+        ledger = Ledger(root, index, sources=SOURCE_STAGES)
         records: list[PublicationBody] = []
         trains: dict[str, RunLog] = {}
         for path, md5 in outs:
@@ -66,8 +65,8 @@ def publish(root: Path, remote_name: str | None = None, say: Callable[[str], Non
                 trains[producer.run_id] = producer
         for log in trains.values():
             records += _publish_checkpoints(root, remote, log, say)
-    plan = Plan.make(root, "publish", params={"publish": {"remote": remote.name, "url": remote.url}}, inputs=[],
-                     index=index)
+    recorded = {"publish": {"remote": remote.name, "url": remote.url}}
+    plan = Plan.make(root, Recipe("publish", recorded, closure=code_files(root, "publish")), index)
     with Run.begin(plan) as run:
         for body in records:
             run.record("publication", body)
@@ -77,7 +76,7 @@ def publish(root: Path, remote_name: str | None = None, say: Callable[[str], Non
 
 
 def _dvc_publication(root: Path, remote: Remote, ledger: Ledger, path: str, md5: str) -> tuple[PublicationBody, RunLog]:
-    d = hashing.digest_path(root / path, hash_cache(root, index=ledger.index))
+    d = hashing.digest_path(root / path, ledger.hashes)
     if d.dvc_md5 != md5:
         raise PublishError(f"{path}: the copy here (md5 {d.dvc_md5}) is not what dvc.lock records ({md5}); "
                            f"`dvc checkout {path}` or `dvc commit`, then rerun")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from marin import config, hashing, stages
-from marin.ledger.hash_cache import hash_cache
+from marin.ledger.hash_cache import HashCache
 from marin.ledger.index import Index
 from marin.ledger.store import read_started
 from marin.stages import dvcfiles
@@ -96,7 +96,7 @@ def compare(root: Path, stage: str, code: Mapping[str, Any]) -> StageStatus:
 
 def status(root: Path, index: Index) -> list[StageStatus]:
     """One status per declared stage, in pipeline order."""
-    locks, hashes = dvcfiles.lock_outs(root), hash_cache(root, index=index)
+    locks, hashes = dvcfiles.lock_outs(root), HashCache(root, index=index)
     out = []
     for s in stages.declared(root):
         locked = locks.get(s.name, {})
@@ -138,7 +138,7 @@ def _made_by(index: Index, path: str, key: str, value: str) -> str:
 def lock_differences(root: Path, index: Index) -> list[str]:
     """One line per output whose bytes on disk are not the version ``dvc.lock`` names, with the run
     that produced each (a merge takes one branch's dvc.lock, the workspace keeps the other's output)."""
-    hashes, out = hash_cache(root, index=index), []
+    hashes, out = HashCache(root, index=index), []
     for stage, locked in dvcfiles.lock_outs(root).items():
         for path, md5 in sorted(locked.items()):
             if not (root / path).exists():

@@ -29,10 +29,11 @@ from marin.config import Params, SelectRule, SweepParams, flatten, parse, sweep_
 from marin.env import git
 from marin.errors import MarinError, ParamsError
 from marin.ledger.bodies import SelectionBody, TrialBody, TrialRun
-from marin.ledger.run import SWEEP_VAR, Plan, Run
+from marin.ledger.run import SWEEP_VAR, Plan, Recipe, Run
 from marin.ledger.store import RunLog, load_run
 from marin.params_file import present, read_yaml
 from marin.paths import ledger_dir
+from marin.stages import code_files
 
 STAGE = "sweep"
 
@@ -198,8 +199,8 @@ def sweep(root: Path, params: Params, say: Callable[[str], None] = print) -> str
     spec = params.sweep
     chosen = trials(spec, params.seed)
     baseline = check_trials(params.raw, chosen)
-    plan = Plan.make(root, STAGE, params={"sweep": params.raw["sweep"], "seed": params.seed, "baseline": baseline},
-                     inputs=[])  # its own index, closed before the trials' stages open theirs
+    recorded = {"sweep": params.raw["sweep"], "seed": params.seed, "baseline": baseline}
+    plan = Plan.make(root, Recipe(STAGE, recorded, closure=code_files(root, STAGE)))  # its own index
     with Run.begin(plan) as run:
         say(f"sweep: run {run.run_id}, {len(chosen)} trial(s) ({spec.method}), up to stage {spec.target}")
         results = []

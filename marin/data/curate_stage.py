@@ -16,7 +16,7 @@ from marin.data import manifest, sources
 from marin.data.curate import curate
 from marin.data.engine import Engine
 from marin.errors import StageError
-from marin.ledger import Input, Run
+from marin.ledger import Input, Recipe, Run
 
 _DECLARED = stages.declaration("curate")  # the paths below: marin/stages/table.py
 RAW, OUT = _DECLARED.input("raw"), _DECLARED.out("curated")
@@ -35,8 +35,8 @@ def run_stage(root: Path, params: Params) -> None:
     inputs = [Input(f"archive:{s.name}", p.relative_to(root).as_posix(), s.license, s.locator)
               for s, p in archives]
     engine = Engine.from_params(params)
-    with Run.start(root, "curate", params=params.section("fetch", "curate"), inputs=inputs,
-                   execution=engine.describe()) as run:
+    with Run.start(root, Recipe("curate", params.section("fetch", "curate"), inputs,
+                                 closure=stages.code_files(root, "curate"), execution=engine.describe())) as run:
         with fsutil.atomic_dir(root / OUT) as tmp:
             work = tmp / ".work"  # scratch inside the staged output: a killed run's is removed with it
             work.mkdir()

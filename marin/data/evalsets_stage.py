@@ -12,7 +12,7 @@ from marin.data import evalsets as es
 from marin.data import manifest
 from marin.data.parquet import read
 from marin.fsutil import atomic_dir
-from marin.ledger import Input, Run
+from marin.ledger import Input, Recipe, Run
 
 _DECLARED = stages.declaration("evalsets")  # the paths below: marin/stages/table.py
 CURATED, OUT = _DECLARED.input("curated"), _DECLARED.out("evalsets")
@@ -22,7 +22,7 @@ def run_stage(root: Path, params: Params) -> None:
     """The evalsets stage: data/curated's validation split into data/evalsets, as a ledger run."""
     inputs = [Input("validation", (CURATED / "validation.parquet").as_posix())]
     # no params: what is drawn, and how, is code (es.SALT and the sizes in marin.data.evalsets)
-    with Run.start(root, "evalsets", params={}, inputs=inputs) as run, \
+    with Run.start(root, Recipe("evalsets", {}, inputs, closure=stages.code_files(root, "evalsets"))) as run, \
             atomic_dir(root / OUT) as tmp:
         validation = [es.Doc(r["doc_id"], r["corpus"], r["name"], r["license"], r["text"])
                       for r in read(root / CURATED / "validation.parquet").to_pylist()]

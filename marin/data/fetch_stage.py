@@ -13,7 +13,7 @@ from marin import fsutil, hashing, stages
 from marin.config import Params
 from marin.data import sources
 from marin.errors import FetchError
-from marin.ledger import Run
+from marin.ledger import Recipe, Run
 from marin.ledger.bodies import InputBody
 
 RAW = stages.declaration("fetch").out("raw")  # marin/stages/table.py
@@ -23,7 +23,8 @@ def run_stage(root: Path, params: Params) -> None:
     """The fetch stage: every source into data/raw, recorded as a ledger run."""
     raw = root / RAW
     tracked = sources.tracked_paths(params.fetch.sources, root)  # local sources in the project: dirty if changed
-    with Run.start(root, "fetch", params=params.section("fetch"), inputs=[], tracked=tracked) as run, \
+    with Run.start(root, Recipe("fetch", params.section("fetch"), closure=stages.code_files(root, "fetch"),
+                                     tracked=tracked)) as run, \
             fsutil.atomic_dir(raw) as tmp:
         failures: list[FetchError] = []
         for src in params.fetch.sources:

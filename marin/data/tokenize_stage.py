@@ -18,7 +18,7 @@ from marin.data import chat, manifest
 from marin.data import tokenize as tk
 from marin.data.engine import Engine
 from marin.errors import StageError
-from marin.ledger import Input, Run
+from marin.ledger import Input, Recipe, Run
 from marin.progress import meter
 
 _DECLARED = stages.declaration("tokenize")  # the paths below: marin/stages/table.py
@@ -97,8 +97,8 @@ def run_stage(root: Path, params: Params) -> None:
     pinned = tk.pretrained(root, pretrained) if pretrained else None  # refused before any run starts
     if pinned is not None:
         inputs.append(Input("pretrained_tokenizer", pinned.path))
-    with Run.start(root, "tokenize", params=params.section("tokenize"), inputs=inputs,
-                   execution=engine.describe()) as run:
+    with Run.start(root, Recipe("tokenize", params.section("tokenize"), inputs,
+                                 closure=stages.code_files(root, "tokenize"), execution=engine.describe())) as run:
         data, tok, facts = tokenizer_file(root, params, pinned)
         with fsutil.atomic_dir(root / OUT) as tmp:
             fsutil.write_bytes(tmp / "tokenizer.json", data)

@@ -23,7 +23,7 @@ from typing import Any
 from marin import fsutil, stages
 from marin.config import HarnessParams, Params
 from marin.evaluate import harness_run, ngrams, training_data
-from marin.ledger import Input, Run, exact
+from marin.ledger import Input, Recipe, Run, exact
 from marin.ledger.bodies import Exact
 from marin.stages import task_files
 
@@ -42,7 +42,8 @@ def run_stage(root: Path, params: Params) -> None:
         inputs.append(Input("evalsets", EVALSETS.as_posix()))
     inputs += [Input(f"task:{p}", p) for p in task_files.listed_paths(root, hp, "decontaminate")]
     recorded = {"decontaminate": {"ngram": n}, "evaluate": {"harness": params.raw["evaluate"].get("harness", {})}}
-    with Run.start(root, "decontaminate", params=recorded, inputs=inputs) as run:
+    recipe = Recipe("decontaminate", recorded, inputs, closure=stages.code_files(root, "decontaminate"))
+    with Run.start(root, recipe) as run:
         items = task_items(root, hp)
         (root / ".marin").mkdir(exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="decontaminate-", dir=root / ".marin") as index:

@@ -211,7 +211,7 @@ def run_stage(root: Path, params: Params) -> None:
     from marin.data import tokenize as tk
     from marin.evaluate import tracing
     from marin.instruct.instructions_stage import section
-    from marin.ledger import Input, Run, exact
+    from marin.ledger import Input, Recipe, Run, exact
     from marin.model import weights
 
     n = section(params).eval_tokens
@@ -224,8 +224,9 @@ def run_stage(root: Path, params: Params) -> None:
     recorded = {"instructions": {"eval_tokens": n},
                 "runtime": {"xla_cpu_threads": rt.xla_cpu_threads, "determinism": params.runtime.determinism},
                 "trace": {"min_tokens": params.trace.min_tokens}}
-    with Run.start(root, "evaluate_instruct", params=recorded, inputs=inputs,
-                   det_class=runtime.determinism_class(rt, fp), fingerprint=fp) as run:
+    with Run.start(root, Recipe("evaluate_instruct", recorded, inputs,
+                                 closure=stages.code_files(root, "evaluate_instruct"),
+                                 det_class=runtime.determinism_class(rt, fp), fingerprint=fp)) as run:
         tok = tk.load(root / TOKENIZER)
         examples = [json.loads(x) for x in readers.lines(root / HELDOUT, "conversations", StageError) if x.strip()]
         metrics: dict[str, Any] = {}

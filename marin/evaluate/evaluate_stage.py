@@ -38,7 +38,7 @@ def run_stage(root: Path, params: Params) -> None:
     from marin import env
     from marin.data import manifest
     from marin.evaluate import harness_run, tracing
-    from marin.ledger import Input, Run
+    from marin.ledger import Input, Recipe, Run
     from marin.model import weights
 
     fp = env.fingerprint()
@@ -54,8 +54,8 @@ def run_stage(root: Path, params: Params) -> None:
     recorded = {"evaluate": {k: v for k, v in params.raw["evaluate"].items() if k != "references"},  # their own stages
                 "runtime": {"xla_cpu_threads": rt.xla_cpu_threads, "determinism": params.runtime.determinism},
                 "trace": {"min_tokens": params.trace.min_tokens}}
-    with Run.start(root, "evaluate", params=recorded, inputs=inputs,
-                   det_class=runtime.determinism_class(rt, fp), fingerprint=fp) as run:
+    with Run.start(root, Recipe("evaluate", recorded, inputs, closure=stages.code_files(root, "evaluate"),
+                                 det_class=runtime.determinism_class(rt, fp), fingerprint=fp)) as run:
         model = weights.load(root / MODEL)
         tok_manifest = manifest.read(root / TOKENS / "manifest.json", "tokenize")
         results = _score(root, params, run, model, tok_manifest)

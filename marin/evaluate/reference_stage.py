@@ -100,7 +100,7 @@ def run_stage(root: Path, params: Params) -> None:
 
     from marin import env
     from marin.evaluate import harness_run
-    from marin.ledger import Input, Run
+    from marin.ledger import Input, Recipe, Run
 
     hp = params.evaluate.harness
     inputs = [Input("model", folder, license=ref.license), Input("text", validation.as_posix())]
@@ -116,7 +116,8 @@ def run_stage(root: Path, params: Params) -> None:
     recorded = {"evaluate": {"harness": params.section("evaluate")["evaluate"].get("harness", {}),
                              "decontaminate": params.evaluate.decontaminate},
                 "reference": {"name": ref.name, "path": ref.path, "sha256": ref.sha256, "license": ref.license}}
-    with Run.start(root, stage.name, params=recorded, inputs=inputs, det_class=det, fingerprint=fp) as run:
+    with Run.start(root, Recipe(stage.name, recorded, inputs, closure=stages.code_files(root, stage.name),
+                                     det_class=det, fingerprint=fp)) as run:
         lm = hf_model(root, folder, hp.batch_size)
         harness = harness_run.run_tasks(root, hp, lm, lambda body: run.record("eval", body), decon=decon)
         tallies = _bits_per_byte(root / validation, lm, run)

@@ -23,7 +23,7 @@ from marin.errors import StageError
 from marin.evaluate import trace_index, training_data
 from marin.evaluate.training_data import CURATED_TRAIN, INSTRUCTIONS_TRAIN
 from marin.fsutil import atomic_dir
-from marin.ledger import Input, Run
+from marin.ledger import Input, Recipe, Run
 
 _DECLARED = stages.declaration("trace_index")  # the paths below: marin/stages/table.py
 TOKENS, OUT = _DECLARED.input("tokens"), _DECLARED.out("trace_index")
@@ -37,7 +37,8 @@ def run_stage(root: Path, params: Params) -> None:
     inputs = [Input("tokens", TOKENS.as_posix()), Input("curated_train", CURATED_TRAIN.as_posix()),
               Input("instructions_train", INSTRUCTIONS_TRAIN.as_posix()),
               Input("instructions_manifest", INSTRUCTIONS_MANIFEST.as_posix())]
-    with Run.start(root, "trace_index", params={"trace": params.raw.get("trace", {})}, inputs=inputs) as run, \
+    with Run.start(root, Recipe("trace_index", {"trace": params.raw.get("trace", {})}, inputs,
+                                         closure=stages.code_files(root, "trace_index"))) as run, \
             atomic_dir(root / OUT) as tmp:
         built = trace_index.build(documents(root), tmp, tp.shard_tokens)
         run.output("trace_index", OUT, source=tmp)

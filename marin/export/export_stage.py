@@ -22,7 +22,7 @@ from marin.errors import IntegrityError, StageError
 from marin.evaluate import metrics_file
 from marin.export import card, hf, training
 from marin.export.training import Training
-from marin.ledger import Input, Run
+from marin.ledger import Input, Recipe, Run
 
 _DECLARED = stages.declaration("export")  # the paths below: marin/stages/table.py
 MODEL, TOKENIZER, OUT = _DECLARED.input("model"), _DECLARED.input("tokenizer"), _DECLARED.out("hf_model")
@@ -91,7 +91,8 @@ def export(root: Path, params: Params, target: Target) -> None:
     trained_by = training.training_run(root, target.model)  # its ledger file: what the card says of training
     inputs += [Input("training_run", trained_by.as_posix())]
     recorded = target.recorded(params)
-    with Run.start(root, target.stage, params=recorded, inputs=[*inputs, *target.inputs]) as run:
+    with Run.start(root, Recipe(target.stage, recorded, [*inputs, *target.inputs],
+                                     closure=stages.code_files(root, target.stage))) as run:
         tensors, config = model_folder.read(root / target.model)
         tok = readers.read_bytes(root / TOKENIZER, "tokenizer", StageError)
         if hashing.bytes_digest(tok) != config["tokenizer"]["digest"]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from marin import hashing
+from marin import hashing, stages
 from marin.errors import MarinError
 from marin.export.export_stage import OUT as EXPORT
 from marin.ledger.query import Ledger
@@ -23,7 +23,8 @@ def recorded_export(root: Path) -> tuple[str, str]:
     if not src.is_dir():
         raise HubFolderError(f"{EXPORT}: no such folder; run the export stage (`dvc repro export`)")
     digest = hashing.path_digest(src)
-    found = [(log.run_id, b) for log, b in Ledger(root).producers_of(digest) if b.get("name") == "hf_model"]
+    with Ledger(root, sources=stages.SOURCE_STAGES) as ledger:
+        found = [(log.run_id, b) for log, b in ledger.producers_of(digest) if b.get("name") == "hf_model"]
     if not found:
         raise HubFolderError(f"{EXPORT}: is not what any export run recorded (a file was added, edited or removed); "
                              "restore it with `dvc checkout models/hf` or rerun `dvc repro export`")

@@ -54,7 +54,8 @@ def checkpoint_tensors(path: Path, recorded: str) -> dict[str, np.ndarray]:
 
 def _train_log(root: Path, export_run: str) -> RunLog:
     """The training run behind the export run: the ledger file it recorded as its ``training_run`` input."""
-    found = [i for i in Ledger(root).runs[export_run].bodies("input") if i["name"] == "training_run"]
+    with Ledger(root, sources=stages.SOURCE_STAGES) as ledger:
+        found = [i for i in ledger.runs[export_run].bodies("input") if i["name"] == "training_run"]
     if not found:
         raise HubFolderError(f"export run {export_run} records no training run (an export from before revisions); "
                              "rerun `dvc repro export`")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marin import hashing
+from marin import hashing, stages
 from marin.errors import StageError
 from marin.ledger.query import Ledger
 from marin.ledger.store import read_run
@@ -48,8 +48,9 @@ def training_run(root: Path, model: Path) -> Path:
     """The ledger file of the earliest succeeded training run whose ``model`` output is the folder ``model``
     as it is now: an input of the export run, so that a replay (whose ledger starts empty) gets it back."""
     digest = hashing.path_digest(root / model)
-    found = [log for log, body in Ledger(root).producers_of(digest)
-             if body.get("name") == "model" and log.status == "succeeded"]
+    with Ledger(root, sources=stages.SOURCE_STAGES) as ledger:
+        found = [log for log, body in ledger.producers_of(digest)
+                 if body.get("name") == "model" and log.status == "succeeded"]
     if not found:
         raise StageError(f"{model}: no succeeded train or sft run in the ledger wrote it ({digest}); "
                          "rerun `dvc repro` from train")

@@ -22,7 +22,7 @@ from marin.data.shards import Oversize
 from marin.errors import ParamsError, StageError
 from marin.fsutil import shown
 from marin.instruct import messages, tasks
-from marin.ledger import Input, Run
+from marin.ledger import Input, Recipe, Run
 
 _DECLARED = stages.declaration("instructions")  # the paths below: marin/stages/table.py
 CURATED, RAW, OUT = _DECLARED.input("curated"), _DECLARED.input("raw"), _DECLARED.out("instructions")
@@ -164,8 +164,9 @@ def run_stage(root: Path, params: Params) -> None:
     inputs = [Input(s, (CURATED / f"{s}.parquet").as_posix()) for s in SETS.values()]
     inputs += [Input(f"archive:{s.name}", p.relative_to(root).as_posix(), s.license, s.locator)
                for s, p in byod if p is not None]
-    with Run.start(root, "instructions", params=params.section("fetch", "curate", "instructions"),
-                   inputs=inputs) as run, fsutil.atomic_dir(root / OUT) as tmp:
+    recipe = Recipe("instructions", params.section("fetch", "curate", "instructions"), inputs,
+                    closure=stages.code_files(root, "instructions"))
+    with Run.start(root, recipe) as run, fsutil.atomic_dir(root / OUT) as tmp:
         refuse_large(root, params)
         train, heldout = Out(tmp / "train.jsonl"), Out(tmp / "heldout.jsonl")
         try:

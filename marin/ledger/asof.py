@@ -12,25 +12,32 @@ file cut at the snapshot's seq; ``since`` (checked beside it) proves the kept re
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from pathlib import Path
-from typing import Any
 
 from marin.ledger.head import Head
-from marin.ledger.index import Index, RunRow
+from marin.ledger.index import Entity, Index, RunRow
 from marin.ledger.query import Ledger, Runs
 from marin.ledger.store import RunLog, load_run
 
 
 class AsOfIndex:
-    """An :class:`Index` seen at ``snapshot``; every other method is the index's own."""
+    """An :class:`Index` seen at ``snapshot`` (a :class:`marin.ledger.query.IndexLike`)."""
 
     def __init__(self, index: Index, snapshot: Head, root: Path):
         self._index, self._root = index, Path(root)
         self.held = {leaf.run_id: leaf.seq for leaf in snapshot.leaves}
         self._rows: dict[str, RunRow] = {}
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._index, name)
+    @property
+    def whole(self) -> Index:
+        return self._index
+
+    def unreadable(self) -> dict[str, str]:
+        return self._index.unreadable()  # the index's own, as the digests below
+
+    def digests_with_prefix(self, prefix: str, limit: int = 6) -> list[str]:
+        return self._index.digests_with_prefix(prefix, limit)
 
     def run(self, run_id: str) -> RunRow | None:
         row = self._index.run(run_id)
@@ -40,8 +47,10 @@ class AsOfIndex:
         rows = [self._as_of(r) for r in self._index.runs(stage, include_unstarted) if r.run_id in self.held]
         return rows[-last:] if last else rows
 
-    def entities(self, **kw: Any) -> list[tuple[str, int, str, dict[str, Any]]]:
-        return [e for e in self._index.entities(**kw) if e[0] in self.held and e[1] <= self.held[e[0]]]
+    def entities(self, *, digest: str | None = None, run_id: str | None = None, path: str | None = None,
+                 role: str | None = None) -> list[Entity]:
+        found = self._index.entities(digest=digest, run_id=run_id, path=path, role=role)
+        return [e for e in found if e[0] in self.held and e[1] <= self.held[e[0]]]
 
     def _as_of(self, row: RunRow) -> RunRow:
         """The row as it was at the snapshot (read from the file only when records were added since)."""
@@ -66,7 +75,7 @@ class AsOfRuns(Runs):
     """Run files read as the snapshot holds them (cut at its seq); runs it does not hold are absent."""
 
     def __init__(self, root: Path, index: AsOfIndex):
-        super().__init__(root, index)  # type: ignore[arg-type]
+        super().__init__(root, index)
         self._held = index.held
 
     def __getitem__(self, run_id: str) -> RunLog:
@@ -77,9 +86,9 @@ class AsOfRuns(Runs):
         return self._logs[run_id]
 
 
-def ledger_as_of(root: Path, index: Index, snapshot: Head) -> Ledger:
-    """A :class:`Ledger` whose every read is the ledger at ``snapshot``."""
+def ledger_as_of(root: Path, index: Index, snapshot: Head, sources: Collection[str]) -> Ledger:
+    """A :class:`Ledger` whose every read is the ledger at ``snapshot`` (``sources``: as for :class:`Ledger`)."""
     view = AsOfIndex(index, snapshot, root)
-    ledger = Ledger(root, view)  # type: ignore[arg-type]
+    ledger = Ledger(root, view, sources=sources)
     ledger.runs = AsOfRuns(Path(root), view)
     return ledger

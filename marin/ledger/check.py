@@ -1,4 +1,5 @@
-"""``marin ledger check``: schema, chain, Merkle root, outputs on disk, dvc.lock, clocks.
+"""``marin ledger check``: schema, chain, Merkle root (each run: :mod:`marin.ledger.runcheck`), outputs
+on disk, dvc.lock, clocks.
 
 Each check is a numbered step with its own message; every failure names the run file,
 the record seq and what differs.
@@ -7,30 +8,31 @@ the record seq and what differs.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from marin import fsutil, hashing, schemas
-from marin.errors import IntegrityError, LedgerError, SchemaError
-from marin.ledger import clock, head, listing, merkle
-from marin.ledger.hash_cache import hash_cache
+from marin.errors import IntegrityError
+from marin.ledger import clock, head, listing
+from marin.ledger.hash_cache import HashCache
 from marin.ledger.head import Head
-from marin.ledger.records import AFTER_FINISH, Record, content_digest
-from marin.ledger.store import RunLog, odd_files, open_run, read_run, run_files, run_lines
+from marin.ledger.records import Record
+from marin.ledger.runcheck import Problem as Problem
+from marin.ledger.runcheck import RunCheck, stream_run
+from marin.ledger.runcheck import check_run as check_run
+from marin.ledger.store import odd_files, read_run, run_files
 from marin.paths import ledger_dir
-from marin.schemas import UnpinnedSchema
-from marin.stages import dvcfiles
 
 
 @dataclass(frozen=True)
-class Problem:
-    where: str  # run file (and seq) or output path
-    what: str
+class DvcOuts:
+    """What the project's DVC files say of its outputs, read by the caller (:mod:`marin.stages.dvcfiles`:
+    ``locked``, ``declared_outs``): the ledger reads no pipeline file itself."""
 
-    def __str__(self) -> str:
-        return f"{self.where}: {self.what}"
+    locked: Mapping[str, str]  # output path -> the md5 dvc.lock records for it
+    declared: Mapping[str, bool]  # every output path dvc.yaml declares -> whether DVC caches it
 
 
 @dataclass
@@ -48,164 +50,6 @@ class Report:
         return not self.problems
 
 
-class RunCheck:
-    """Steps 1-4 for one run, fed a record at a time (O(log n) memory: the Merkle root is built
-    as records arrive): lines parse and match their schemas, seq/prev/digest chain, run.started
-    first and run.finished last (only verification records may follow it), Merkle root."""
-
-    def __init__(self, name: str, run_id: str, watch: int | None = None, skew_s: float = clock.SKEW_S):
-        self.name, self.run_id = name, run_id
-        self.watch, self.watched, self.watched_time = watch, None, ""  # the record at seq ``watch`` (for --since)
-        self.clock = clock.Clock(skew_s, since_seq=-1 if watch is None else watch)
-        self.last_seq: int | None = None
-        self.problems: list[Problem] = []
-        self.records = 0
-        self.stage: str | None = None  # of run.started, and its time: all a check keeps of it
-        self.started_time = ""
-        self.finished: tuple[int, str] | None = None  # (seq, status) of the closing run.finished
-        self.outputs: list[Record] = []  # output records, their (long) entry lists dropped
-        self.checkpoints: list[tuple[int, str, str]] = []  # (seq, path, files digest) of checkpoint records
-        self._prev: tuple[int, str] | None = None  # (seq, digest) of the previous record
-        self._merkle = merkle.Builder()
-        self._root_problem: Problem | None = None
-        self.unvalidated = 0  # records parsed without their schema (it is edited)
-
-    def bad_line(self, problem: str) -> None:  # 1. JSON, canonical form, schema
-        self.problems.append(Problem(*problem.split(": ", 1)))
-
-    def truncated(self, nbytes: int) -> None:
-        n = self.records + len(self.problems) + 1
-        self.problems.append(Problem(
-            f"{self.name} line {n}",
-            f"truncated last line ({nbytes} bytes, a crash mid-write); the {self.records} records before it "
-            f"are intact; `marin ledger repair {self.run_id}` sets it aside"))
-
-    def feed(self, r: Record, content_digest: str) -> None:
-        """One parsed record and the digest its content hashes to."""
-        prev = self._prev
-        if r.run_id != self.run_id:  # 2. chain
-            self._problem(r, f"run_id {r.run_id!r} does not match the file name")
-        if r.seq != self.records and (prev is None or r.seq != prev[0] + 1):
-            expected = 0 if prev is None else prev[0] + 1
-            self._problem(r, f"seq {r.seq} where {expected} was expected: a record is missing or out of order")
-        if content_digest != r.digest:
-            self._problem(r, f"record digest mismatch: recorded {r.digest}, "
-                             f"content hashes to {content_digest} (record edited)")
-        expected_prev = None if prev is None else prev[1]
-        if r.prev != expected_prev:
-            self._problem(r, f"chain broken: prev is {r.prev}, the previous record's digest is {expected_prev}")
-        self._shape(r)
-        self._merkle.append(hashing.parse(r.digest))
-        self._prev, self.records, self.last_seq = (r.seq, r.digest), self.records + 1, r.seq
-        self.clock.feed(r)
-        if r.seq == self.watch:
-            self.watched, self.watched_time = r.digest, r.time
-        if r.kind == "checkpoint" and "files_digest" in r.body:
-            self.checkpoints.append((r.seq, r.body["path"], r.body["files_digest"]))
-        if r.kind == "output":  # kept for the output checks; entries are re-read if a file differs
-            body = {**r.body, "entries": None} if "entries" in r.body else r.body
-            self.outputs.append(Record(r.schema, r.run_id, r.seq, r.prev, r.time, r.kind, body, r.digest))
-
-    def _problem(self, r: Record, what: str) -> None:
-        self.problems.append(Problem(f"{self.name} seq {r.seq}", what))
-
-    def _shape(self, r: Record) -> None:
-        """3. run.started first, run.finished last but for verifications; 4. the Merkle root."""
-        if self.records and self.finished is None and r.kind not in AFTER_FINISH and r.kind != "run.finished":
-            return  # a record amid the run: nothing of this step to check
-        where = f"{self.name} seq {r.seq}"
-        if self.records == 0:
-            if r.kind == "run.started":
-                self.stage, self.started_time = r.body["stage"], r.time
-            else:
-                self.problems.append(Problem(where, "first record is not run.started"))
-        if self.finished is not None and r.kind not in AFTER_FINISH:
-            self.problems.append(Problem(f"{self.name} seq {self.finished[0]}",
-                                         "run.finished is followed by records other than verifications"))
-            self.finished, self._root_problem = None, None
-        if r.kind in AFTER_FINISH and self.finished is None:
-            self.problems.append(Problem(where, f"a {r.kind} record before run.finished"))
-        if r.kind == "run.finished":
-            self.finished, self._root_problem = (r.seq, r.body["status"]), None
-            n, size = r.body["records"], self._merkle.size
-            root = hashing.fmt(self._merkle.root())
-            if n != size:
-                self._root_problem = Problem(where, f"run.finished covers {n} records but {size} precede it")
-            elif root != r.body["merkle_root"]:
-                self._root_problem = Problem(where, f"Merkle root mismatch: recorded {r.body['merkle_root']}, "
-                                                    f"records hash to {root}")
-
-    @property
-    def status(self) -> str:
-        return self.finished[1] if self.finished is not None else "unfinished"
-
-    def close(self) -> list[Problem]:
-        return self.problems + ([self._root_problem] if self._root_problem else [])
-
-
-def check_run(log: RunLog) -> list[Problem]:
-    """Steps 1-4 for a run already read into memory (verify and report check one run each)."""
-    rc = RunCheck(log.path.name, log.run_id)
-    for p in log.problems:
-        rc.bad_line(p)
-    for r in log.records:
-        rc.feed(r, Record.compute_digest(r.to_dict()))
-    if log.truncated is not None:
-        rc.truncated(len(log.truncated))
-    return rc.close()
-
-
-def stream_run(path: Path, watch: int | None = None, skew_s: float = clock.SKEW_S) -> RunCheck:
-    """Steps 1-4 for one run file, read a line at a time: each line parsed, checked for its
-    canonical form and validated once. A record whose schema is edited (reported by step 0)
-    is parsed without it, so the chain, digests and Merkle root are still checked."""
-    name = path.name
-    rc = RunCheck(name, name.removesuffix(".jsonl"), watch, skew_s)
-    try:
-        with open_run(path) as f:
-            for i, line in enumerate(run_lines(f, path), start=1):
-                if not line.endswith(b"\n"):
-                    rc.truncated(len(line))
-                    break
-                _feed(rc, line, f"{name} line {i}")
-    except LedgerError as e:  # over a cap: named as the run's problem, the rest of the file unread
-        rc.bad_line(str(e))
-    return rc
-
-
-def _feed(rc: RunCheck, line: bytes, where: str) -> None:
-    try:
-        try:
-            rec = Record.from_line(line, where)
-        except UnpinnedSchema:
-            rec = _unvalidated(line, where)
-            rc.unvalidated += 1
-    except SchemaError as e:
-        rc.bad_line(str(e))
-        return
-    rc.feed(rec, content_digest(line))
-
-
-_USED = {"run.started": ("stage",), "run.finished": ("status", "records", "merkle_root"), "output": ("path", "digest")}
-
-
-def _unvalidated(line: bytes, where: str) -> Record:
-    """A record parsed without its (edited) schema, if it has what the chain and output checks read."""
-    r = Record.from_line(line, where, validate=False)
-    try:
-        hashing.parse(r.digest)
-        # unvalidated: seq and body hold whatever JSON the line has, whatever Record declares
-        shaped = (isinstance(r.seq, int)  # pyright: ignore[reportUnnecessaryIsInstance]
-                  and isinstance(r.body, dict)  # pyright: ignore[reportUnnecessaryIsInstance]
-                  and all(isinstance(r.body.get(k), str | int) for k in _USED.get(r.kind, ())))
-    except (ValueError, TypeError, AttributeError):
-        shaped = False
-    if not shaped:
-        raise SchemaError(f"{where}: not a record (seq, digest or body unreadable; its schema is edited, so "
-                          "nothing more was checked)")
-    return r
-
-
 def _latest_per_stage(runs: list[RunCheck]) -> set[str]:
     """Run ids of the latest succeeded run of each stage: the outputs a workspace should hold."""
     latest: dict[str, str] = {}
@@ -215,7 +59,8 @@ def _latest_per_stage(runs: list[RunCheck]) -> set[str]:
     return set(latest.values())
 
 
-def check_outputs(root: Path, runs: list[RunCheck], report: Report, hashes: hashing.FileHashes) -> list[Problem]:
+def check_outputs(root: Path, dvc: DvcOuts, runs: list[RunCheck], report: Report,
+                  hashes: hashing.FileHashes) -> list[Problem]:
     """Steps 5-7: every output on disk that a run recorded has a recorded digest (the latest
     run's, or an older run's that DVC checked out); every output dvc.lock or dvc.yaml names is
     explained by a recorded run; dvc.lock's md5 for it was recorded beside our sha256."""
@@ -223,8 +68,7 @@ def check_outputs(root: Path, runs: list[RunCheck], report: Report, hashes: hash
     for rc in runs:
         for r in rc.outputs:
             by_path[r.body["path"]].append((rc, r))
-    locked = {p: md5 for outs in dvcfiles.lock_outs(root).values() for p, md5 in outs.items()}
-    cached = dvcfiles.declared_outs(root)
+    locked, cached = dvc.locked, dvc.declared
     declared = set(cached)
     latest = _latest_per_stage(runs)
     problems: list[Problem] = []
@@ -348,10 +192,10 @@ def _listings(root: Path, runs: list[RunCheck]) -> list[Problem]:
     return out
 
 
-def leftovers(root: Path) -> list[str]:
-    """One line per temporary file or folder that a killed run left beside a declared output (or a
-    ledger listing) and no live run holds: the next run of the stage removes it."""
-    folders = {(root / p).parent for p in dvcfiles.declared_outs(root)} | {root / listing.LISTINGS}
+def leftovers(root: Path, declared: Iterable[str]) -> list[str]:
+    """One line per temporary file or folder that a killed run left beside a declared output (``declared``:
+    :attr:`DvcOuts.declared`) or a ledger listing, and that no live run holds: the next run of the stage removes it."""
+    folders = {(root / p).parent for p in declared} | {root / listing.LISTINGS}
     out: list[str] = []
     for d in sorted(folders):
         for p in fsutil.leftovers(d):
@@ -360,15 +204,14 @@ def leftovers(root: Path) -> list[str]:
     return out
 
 
-def check(root: Path, since: Head | None = None, rehash: bool = False, skew_s: float | None = None) -> Report:
-    """Check the whole ledger of the project at ``root`` (and that it only grew since ``since``),
-    one run file at a time; output files are re-read only when their inode, size or times
-    changed since they were last hashed (``rehash`` reads them all). ``skew_s``: the clock skew
-    allowed (None: params.yaml's ``ledger.clock_skew_s``)."""
+def check(root: Path, dvc: DvcOuts, skew_s: float, since: Head | None = None, rehash: bool = False) -> Report:
+    """Check the whole ledger of the project at ``root`` against its DVC files' outputs ``dvc`` (and that it
+    only grew since ``since``), one run file at a time; output files are re-read only when their inode, size
+    or times changed since they were last hashed (``rehash`` reads them all). ``skew_s``: the clock skew
+    allowed (``ledger.clock_skew_s``)."""
     pinned = schemas.pin_problems()  # 0. the schemas that judge the records are the released ones
-    skew_s = clock.skew_of(root) if skew_s is None else skew_s
     watch = {leaf.run_id: leaf.seq for leaf in since.leaves} if since is not None else {}
-    runs = [stream_run(path, watch.get(path.name.removesuffix(".jsonl")), skew_s)
+    runs = [stream_run(path, skew_s, watch.get(path.name.removesuffix(".jsonl")))
             for path in run_files(ledger_dir(root))]
     runs.sort(key=lambda rc: (rc.started_time, rc.run_id))  # oldest first
     report = Report(runs=len(runs), records=sum(rc.records for rc in runs))
@@ -382,10 +225,10 @@ def check(root: Path, since: Head | None = None, rehash: bool = False, skew_s: f
     for rc in runs:
         report.problems.extend(rc.close())
     report.problems.extend(_listings(root, runs))
-    hashes = hash_cache(root, rehash)
-    report.problems.extend(check_outputs(root, runs, report, hashes))
-    report.problems.extend(check_checkpoints(root, runs, report, hashes))
-    report.leftovers = leftovers(root)
+    with HashCache(root, rehash) as hashes:
+        report.problems.extend(check_outputs(root, dvc, runs, report, hashes))
+        report.problems.extend(check_checkpoints(root, runs, report, hashes))
+    report.leftovers = leftovers(root, dvc.declared)
     if since is not None:  # 8. nothing in the snapshot was deleted, rolled back or rewritten
         found = {rc.run_id: (rc.last_seq, rc.watched) for rc in runs}
         report.problems.extend(Problem(where, what) for where, what in head.since(since, found))

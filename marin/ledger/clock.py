@@ -9,7 +9,8 @@ A run cannot start before the earliest producer recorded that output, nor a reco
 record before it in the same run file, nor any record lie ahead of now, by more than
 ``ledger.clock_skew_s`` (machines' clocks differ a little; a year back or a day ahead is a clock
 set wrong, or a run forged with a shifted clock). The skew is the reader's to choose: ``marin ledger
-check --clock-skew-s S`` overrides the checked project's own params.yaml, which its author wrote.
+check --clock-skew-s S`` overrides the checked project's own params.yaml, which its author wrote; either
+way the caller passes it in (:func:`marin.config.clock_skew_s`): the ledger reads no params.
 """
 
 from __future__ import annotations
@@ -18,14 +19,11 @@ import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from marin.ledger.records import Record
     from marin.ledger.store import RunLog
-
-SKEW_S = 300.0  # the default of ledger.clock_skew_s
 
 
 class _Run(Protocol):
@@ -62,7 +60,7 @@ def ahead(t: str, now: dt.datetime, skew_s: float) -> float | None:
 class Clock:
     """What the clock checks keep of one run, fed a record at a time (constant memory but for inputs)."""
 
-    skew_s: float = SKEW_S
+    skew_s: float  # ledger.clock_skew_s
     now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
     since_seq: int = -1  # the seq a snapshot holds of the run (-1: none): records after it were added since
     first_after: tuple[int, str] | None = None  # (seq, time) of the earliest-dated record after ``since_seq``
@@ -180,7 +178,7 @@ class Snapshot(Protocol):
     def leaves(self) -> Sequence[Any]: ...  # each with run_id and seq
 
 
-def problems_for(runs: Iterable[RunLog], skew_s: float = SKEW_S, now: dt.datetime | None = None,
+def problems_for(runs: Iterable[RunLog], skew_s: float, now: dt.datetime | None = None,
                  snapshot: Snapshot | None = None) -> list[str]:
     """Steps 8b and 9 over runs already read (``marin report verify``: the runs behind a report), one
     ``"<run file> seq N: what"`` line each: clocks that went back, records in the future, runs started
@@ -203,15 +201,3 @@ def problems_for(runs: Iterable[RunLog], skew_s: float = SKEW_S, now: dt.datetim
         out += backdated(head_time(snapshot.time, watched), set(held), fed, skew_s)
     return [f"{where}: {what}" for where, what in out]
 
-
-def skew_of(root: Path) -> float:
-    """``ledger.clock_skew_s`` of the project's params.yaml; the default where it has none, or where
-    params.yaml is not valid (the ledger is checked whatever state params.yaml is in)."""
-    from marin import config
-    from marin.errors import MarinError
-
-    path = root / "params.yaml"
-    try:
-        return config.load(path).ledger.clock_skew_s if path.is_file() else SKEW_S
-    except MarinError:
-        return SKEW_S

@@ -28,17 +28,34 @@ def file_hashes(idx: Index, path: Path, rehash: bool = False) -> tuple[str, str,
     return sha, md5, size
 
 
-def hash_cache(root: Path, rehash: bool = False, index: Index | None = None) -> hashing.FileHashes:
-    """``file_hashes`` of the project's index (``index``, the command's, else opened here), or plain
-    hashing where no index can be kept."""
-    try:
-        idx = index or Index.open(root, refresh=False)
-    except (OSError, sqlite3.Error):
-        return hashing.file_digests
+class HashCache:
+    """:func:`file_hashes` of the project's index, called as a :data:`marin.hashing.FileHashes`: the command's
+    index (``index``), else the project's, opened here and closed by :meth:`close` or at the end of a ``with``
+    block (a closed cache hashes directly); plain hashing where no index can be kept."""
 
-    def cached(path: Path) -> tuple[str, str, int]:
+    def __init__(self, root: Path, rehash: bool = False, index: Index | None = None):
+        self.rehash, self._owned = rehash, index is None
         try:
-            return file_hashes(idx, path, rehash)
+            self._index: Index | None = index or Index.open(root, refresh=False)
+        except (OSError, sqlite3.Error):
+            self._index = None
+
+    def __call__(self, path: Path) -> tuple[str, str, int]:
+        if self._index is None:
+            return hashing.file_digests(path)
+        try:
+            return file_hashes(self._index, path, self.rehash)
         except sqlite3.Error:  # a locked or failing index never fails a command: hash directly
             return hashing.file_digests(path)
-    return cached
+
+    def close(self) -> None:
+        """Close the index this cache opened (not the command's)."""
+        if self._owned and self._index is not None:
+            self._index.close()
+        self._index = None
+
+    def __enter__(self) -> HashCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

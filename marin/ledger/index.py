@@ -79,6 +79,9 @@ def stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
+Entity = tuple[str, int, str, dict[str, Any]]  # (run id, seq, role, body) of an input, output or checkpoint
+
+
 class Index:
     """Open with :meth:`open`; every query sees the run files as they are at open (or refresh)."""
 
@@ -101,6 +104,17 @@ class Index:
 
     def close(self) -> None:
         self.db.close()
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def whole(self) -> Index:
+        """The index itself (:class:`marin.ledger.query.IndexLike`: a view's is the index it views)."""
+        return self
 
     @classmethod
     @contextmanager
@@ -234,7 +248,7 @@ class Index:
             (stage, recipe))]
 
     def entities(self, *, digest: str | None = None, run_id: str | None = None, path: str | None = None,
-                 role: str | None = None) -> list[tuple[str, int, str, dict[str, Any]]]:
+                 role: str | None = None) -> list[Entity]:
         """(run id, seq, role, body) of inputs/outputs/checkpoints matching every given field, in file order."""
         conds: list[str] = []
         args: list[str] = []

@@ -4,8 +4,9 @@
 Lineage needs no shared ids: a run's input digest names the run whose output had that
 digest (the latest succeeded one among those started before it). Runs of a source stage
 (``fetch``) read from outside the ledger, so their inputs are the leaves: the raw archives,
-with their locator and license. ``marin lineage``, verify, report and publish read the
-ledger through here; the derived index (built once per command) is passed down.
+with their locator and license; which stages those are is the caller's to say (``sources``:
+:data:`marin.stages.SOURCE_STAGES`), as the ledger knows no pipeline. ``marin lineage``, verify, report and
+publish read the ledger through here; the derived index (built once per command) is passed down.
 """
 
 from __future__ import annotations
@@ -13,20 +14,19 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from marin import hashing
 from marin.errors import MarinError
 from marin.fsutil import not_regular
 from marin.ledger import listing
-from marin.ledger.hash_cache import hash_cache
-from marin.ledger.index import Index, RunRow
+from marin.ledger.hash_cache import HashCache
+from marin.ledger.index import Entity, Index, RunRow
 from marin.ledger.store import AmbiguousRun, NoSuchRun, RunLog, load_run, resolve_run_id
 from marin.paths import relpath
-from marin.stages import SOURCE_STAGES  # their inputs come from outside the ledger
 
 MIN_PREFIX = 8  # shortest hex prefix accepted as a digest target
 Found = tuple[RunLog, dict[str, Any]]  # a run and one of its input or output record bodies
@@ -88,11 +88,31 @@ class Target:
 PRODUCED = ("output", "checkpoint")  # index roles whose digest a run generated
 
 
+class IndexLike(Protocol):
+    """What the ledger's readers ask of an index: :class:`Index` itself, or a view of it
+    (:class:`marin.ledger.asof.AsOfIndex`: the index as a snapshot holds it)."""
+
+    def run(self, run_id: str) -> RunRow | None: ...
+
+    def runs(self, stage: str | None = None, include_unstarted: bool = False,
+             last: int | None = None) -> list[RunRow]: ...
+
+    def entities(self, *, digest: str | None = None, run_id: str | None = None, path: str | None = None,
+                 role: str | None = None) -> list[Entity]: ...
+
+    def digests_with_prefix(self, prefix: str, limit: int = 6) -> list[str]: ...
+
+    def unreadable(self) -> dict[str, str]: ...
+
+    @property
+    def whole(self) -> Index: ...  # the index viewed: the file hashes it keeps are the same in every view
+
+
 class Runs(Mapping[str, RunLog]):
     """Run files by id, read (parsed, not validated) when first asked for: a command touches
     only the runs it needs, whatever the size of the ledger."""
 
-    def __init__(self, root: Path, index: Index, skip: tuple[str, ...] = ()):
+    def __init__(self, root: Path, index: IndexLike, skip: tuple[str, ...] = ()):
         self._root, self._index, self._skip = root, index, skip
         self._logs: dict[str, RunLog] = {}
 
@@ -117,15 +137,33 @@ class Runs(Mapping[str, RunLog]):
 
 class Ledger:
     """The ledger as its readers see it: runs by id, and the runs that produced or read each digest,
-    looked up in the derived index (built once per command and passed down)."""
+    looked up in the derived index (built once per command and passed down). Use it in a ``with`` block:
+    an index it opened itself is closed at the block's end."""
 
-    def __init__(self, root: Path, index: Index | None = None, skip: tuple[str, ...] = ()):
-        """``skip``: record kinds the caller never reads (``marin lineage`` skips metrics, so a
+    def __init__(self, root: Path, index: IndexLike | None = None, *, sources: Collection[str],
+                 skip: tuple[str, ...] = ()):
+        """``sources``: the stages whose inputs come from outside the ledger (lineage ends at them);
+        ``skip``: record kinds the caller never reads (``marin lineage`` skips metrics, so a
         million-record training run costs what its inputs and outputs cost)."""
-        self.root = Path(root)
-        self.index = index or Index.open(self.root)
+        self.root, self.sources = Path(root), frozenset(sources)
+        self._owned: Index | None = None
+        if index is None:
+            index = self._owned = Index.open(self.root)
+        self.index = index
+        self.hashes = HashCache(self.root, index=self.index.whole)  # file digests, kept in the index
         self.runs = Runs(self.root, self.index, skip)
         self._steps: dict[str, Step] = {}
+
+    def close(self) -> None:
+        """Close the index this ledger opened (not one passed in)."""
+        if self._owned is not None:
+            self._owned.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def producers_of(self, digest: str) -> list[Found]:
         """Every (run, output body) that generated ``digest``, oldest run first."""
@@ -167,7 +205,7 @@ class Ledger:
         rel = relpath(self.root, path)
         _refuse_special(path, target)
         if path.exists():
-            digest = hashing.digest_path(path, hash_cache(self.root, index=self.index)).digest
+            digest = hashing.digest_path(path, self.hashes).digest
             if self.producers_of(digest):
                 return Target("digest", digest)
         recorded = [(self.runs[r], b) for r, _, role, b in self.index.entities(path=rel) if role in PRODUCED]
@@ -192,8 +230,7 @@ class Ledger:
             if not rows:
                 continue
             name = Path(rel).relative_to(folder).as_posix()
-            hashes = hash_cache(self.root, index=self.index)
-            digest = hashing.digest_path(path, hashes).digest if path.is_file() else None
+            digest = hashing.digest_path(path, self.hashes).digest if path.is_file() else None
             listed = [(log, b, e["digest"]) for log, b in rows for e in listing.entries(self.root, b)
                       if e["path"] == name]
             if not listed:
@@ -208,10 +245,10 @@ class Ledger:
 
     def node(self, target: Target) -> Artifact | Step:
         """The lineage tree of a resolved target."""
-        return self._step(target.key) if target.kind == "run" else self._artifact(target.key)
+        return self.step(target.key) if target.kind == "run" else self._artifact(target.key)
 
     def _producer(self, digest: str, reader: RunLog | None) -> Found | None:
-        if reader is not None and reader.records[0].body["stage"] in SOURCE_STAGES:
+        if reader is not None and reader.records[0].body["stage"] in self.sources:
             return None
         cands = [c for c in self.producers_of(digest)
                  if reader is None or c[0].records[0].time < reader.records[0].time]
@@ -225,10 +262,11 @@ class Ledger:
             return Artifact(digest, b["name"], b["path"], b.get("size"), b.get("locator"), b.get("license"))
         log, out = producer
         b = used or out
-        return Artifact(digest, b["name"], b["path"], b.get("size"), run=self._step(log.run_id),
+        return Artifact(digest, b["name"], b["path"], b.get("size"), run=self.step(log.run_id),
                         tensor_digest=out.get("tensor_digest"))
 
-    def _step(self, run_id: str) -> Step:
+    def step(self, run_id: str) -> Step:
+        """The run ``run_id`` as a lineage step, its inputs traced upstream."""
         if run_id in self._steps:
             return self._steps[run_id]
         log = self.runs[run_id]
@@ -270,15 +308,17 @@ def _refuse_special(path: Path, target: str) -> None:
                             "or a file or folder a run wrote")
 
 
-def resolve(root: Path, target: str) -> Target:
+def resolve(root: Path, target: str, sources: Collection[str]) -> Target:
     """Resolve TARGET (run id, digest or unique prefix, path) against the ledger under ``root``."""
-    return Ledger(root).resolve(target)
+    with Ledger(root, sources=sources) as ledger:
+        return ledger.resolve(target)
 
 
-def tree(root: Path, target: str) -> Artifact | Step:
-    """The lineage tree of TARGET: an Artifact (digest, path) or a Step (run id), down to raw archives."""
-    ledger = Ledger(root)
-    return ledger.node(ledger.resolve(target))
+def tree(root: Path, target: str, sources: Collection[str]) -> Artifact | Step:
+    """The lineage tree of TARGET: an Artifact (digest, path) or a Step (run id), down to raw archives
+    (the inputs of the ``sources`` stages)."""
+    with Ledger(root, sources=sources) as ledger:
+        return ledger.node(ledger.resolve(target))
 
 
 def upstream(*nodes: Artifact | Step) -> list[Step]:

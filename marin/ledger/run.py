@@ -1,6 +1,7 @@
 """A ledger run: one execution of one stage, from ``run.started`` to ``run.finished``.
 
-    with Run.start(root, "curate", params=..., inputs=[...], det_class=...) as run:
+    recipe = Recipe("curate", params, [Input(...)], closure=stages.code_files(root, "curate"))
+    with Run.start(root, recipe) as run:
         ...do the work...
         run.output("train", "data/curated/train.parquet")
 
@@ -23,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, overload
 
-from marin import env, hashing, stages
+from marin import env, hashing
 from marin.errors import LedgerError
 from marin.ledger import listing
 from marin.ledger.bodies import (
@@ -45,7 +46,7 @@ from marin.ledger.bodies import (
     TrialBody,
     VerificationBody,
 )
-from marin.ledger.hash_cache import hash_cache
+from marin.ledger.hash_cache import HashCache
 from marin.ledger.index import Index, seed
 from marin.ledger.records import Record, new_run_id
 from marin.ledger.store import RunFile, read_run
@@ -64,6 +65,26 @@ class Input:
     path: str  # project-relative
     license: str | None = None
     locator: str | None = None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What a run is asked to be, as the stage that starts it says: the stage, its params and inputs, and the
+    facts of its pipeline the ledger records but does not know (the ledger imports no stage)."""
+
+    stage: str
+    params: dict[str, Any]
+    inputs: Sequence[Input] = ()
+    # the stage's code files (marin.stages.code_files): their digest is in the recipe; None records none
+    closure: Sequence[str] | None = None
+    det_class: DeterminismClass | None = None  # None: the data class of this machine
+    seeds: Seeds | None = None
+    command: list[str] | None = None  # None: this process's argv
+    fingerprint: Env | None = None  # None: this machine's
+    execution: dict[str, Any] | None = None  # where the run ran (engine, workers): recorded, not in the recipe
+    # paths the run reads that are not inputs (fetch's local sources): an uncommitted change to them where
+    # git tracks them makes the run dirty, as for inputs
+    tracked: Sequence[str] = ()
 
 
 def recipe_code(code: Mapping[str, Any]) -> str:
@@ -122,69 +143,66 @@ class Plan:
     body: RunStarted
     input_records: list[InputBody]
     t0: float
-    hashes: hashing.FileHashes | None = None  # the file-hash cache the inputs were digested with
+    hashes: HashCache | None = None  # the file-hash cache the inputs were digested with (the run closes it)
 
     @property
     def recipe_digest(self) -> str:
         return self.body["recipe_digest"]
 
     @classmethod
-    def make(
-        cls, root: Path, stage: str, *, params: dict[str, Any], inputs: list[Input],
-        det_class: DeterminismClass | None = None, seeds: Seeds | None = None,
-        command: list[str] | None = None, fingerprint: Env | None = None,
-        execution: dict[str, Any] | None = None, tracked: Sequence[str] = (), index: Index | None = None,
-    ) -> Plan:
-        """``execution``: where the run ran (engine, workers), recorded but not in the recipe.
-        ``tracked``: paths the run reads that are not ``inputs`` (fetch's local sources): an
-        uncommitted change to them where git tracks them makes the run dirty, as for inputs.
-        ``index``: the command's ledger index (else one is opened)."""
+    def make(cls, root: Path, recipe: Recipe, index: Index | None = None) -> Plan:
+        """Digest the inputs and state the run; ``index``: the command's ledger index (else one is opened,
+        and closed with the run's file hashes)."""
         t = time.perf_counter()
-        root = Path(root)
-        fp = fingerprint or env.fingerprint()
-        det = det_class or env.data_class(fp)
-        code = env.code_state(root, [*(i.path for i in inputs), *tracked], closure=stages.code_files(root, stage))
-        command = command or [relpath(root, sys.argv[0]), *sys.argv[1:]]
-        hashes = hash_cache(root, index=index)  # each input read once for sha256 and md5, not again while unchanged
+        root, r = Path(root), recipe
+        fp = r.fingerprint or env.fingerprint()
+        det = r.det_class or env.data_class(fp)
+        closure = None if r.closure is None else list(r.closure)
+        code = env.code_state(root, [*(i.path for i in r.inputs), *r.tracked], closure=closure)
+        command = r.command or [relpath(root, sys.argv[0]), *sys.argv[1:]]
+        hashes = HashCache(root, index=index)  # each input read once for sha256 and md5, not again while unchanged
         digested: list[tuple[Input, str, int, str]] = []
-        for i in inputs:
+        for i in r.inputs:
             p = root / i.path
             if not p.exists():
+                hashes.close()
                 raise LedgerError(f"input {i.name}: {i.path} does not exist; run the stage that makes it")
             d = hashing.digest_path(p, hashes)
             digested.append((i, d.digest, d.size, d.dvc_md5))
         recipe_inputs = [{"name": i.name, "digest": d} for i, d, _, _ in digested]
         body: RunStarted = {
-            "stage": stage, "command": command, "params": params,
-            "recipe_digest": recipe_digest(stage, command, params, recipe_code(code), recipe_inputs, det),
+            "stage": r.stage, "command": command, "params": r.params,
+            "recipe_digest": recipe_digest(r.stage, command, r.params, recipe_code(code), recipe_inputs, det),
             "inputs": recipe_inputs, "code": code, "env": fp, "determinism_class": det,  # pyright: ignore[reportAssignmentType]
-            "determinism_digest": env.class_digest(det), "seeds": seeds or {},
+            "determinism_digest": env.class_digest(det), "seeds": r.seeds or {},
         }
-        execution = {**(execution or {}), **sweep_tag(), **dvc_experiment_tag()}
+        execution = {**(r.execution or {}), **sweep_tag(), **dvc_experiment_tag()}
         if execution:
             body["execution"] = execution
-        records: list[InputBody] = []
-        for i, d, size, md5 in digested:
-            rec: InputBody = {"name": i.name, "path": i.path, "digest": d, "size": size, "dvc_md5": md5}
-            if i.license:
-                rec["license"] = i.license
-            if i.locator:
-                rec["locator"] = i.locator
-            records.append(rec)
-        return cls(root, body, records, t, hashes)
+        return cls(root, body, [_input_body(i, d, size, md5) for i, d, size, md5 in digested], t, hashes)
+
+
+def _input_body(i: Input, digest: str, size: int, md5: str) -> InputBody:
+    rec: InputBody = {"name": i.name, "path": i.path, "digest": digest, "size": size, "dvc_md5": md5}
+    if i.license:
+        rec["license"] = i.license
+    if i.locator:
+        rec["locator"] = i.locator
+    return rec
 
 
 class Run:
-    """An open ledger run. Create with :meth:`start` or :meth:`resume`."""
+    """An open ledger run. Create with :meth:`start` or :meth:`resume`, and use it in a ``with`` block: it
+    finishes at the block's end (failed on an exception) and closes the file hashes it keeps."""
 
     def __init__(self, root: Path, file: RunFile, started: Record, t0: float | None = None,
-                 hashes: hashing.FileHashes | None = None):
+                 hashes: HashCache | None = None):
         self.root = root
         self.file = file
         self.started = started
         self.t0 = time.perf_counter() if t0 is None else t0
         self.ledger_s = 0.0
-        self.hashes = hashes or hash_cache(root)  # the file digests of its inputs and outputs, kept
+        self.hashes = hashes or HashCache(root)  # the file digests of its inputs and outputs, kept
         self._outputs: list[dict[str, str]] = []
 
     @property
@@ -198,9 +216,9 @@ class Run:
     # -- creation ------------------------------------------------------------------------
 
     @classmethod
-    def start(cls, root: Path, stage: str, **kw: Any) -> Run:
+    def start(cls, root: Path, recipe: Recipe, index: Index | None = None) -> Run:
         """Digest the inputs, write ``run.started`` and one ``input`` record per input."""
-        return cls.begin(Plan.make(root, stage, **kw))
+        return cls.begin(Plan.make(root, recipe, index))
 
     @classmethod
     def begin(cls, plan: Plan) -> Run:
@@ -317,11 +335,18 @@ class Run:
     def __enter__(self) -> Run:
         return self
 
+    def close(self) -> None:
+        """Close the file-hash cache (the index it opened); a closed run's later digests read the files."""
+        self.hashes.close()
+
     def __exit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if et is None:
-            self.finish("succeeded")
-        elif issubclass(et, Exception):  # Ctrl-C (KeyboardInterrupt) leaves the run unfinished, as a kill does:
-            with contextlib.suppress(LedgerError):  # the ledger's disk failed too: report the first error
-                self.finish("failed", f"{et.__name__}: {ev}")  # a train or sft run then resumes where it was
+        try:
+            if et is None:
+                self.finish("succeeded")
+            elif issubclass(et, Exception):  # Ctrl-C (KeyboardInterrupt) leaves the run unfinished, as a kill does:
+                with contextlib.suppress(LedgerError):  # the ledger's disk failed too: report the first error
+                    self.finish("failed", f"{et.__name__}: {ev}")  # a train or sft run then resumes where it was
+        finally:
+            self.close()

@@ -24,7 +24,7 @@ import yaml
 
 from marin import fsutil, hashing, stages
 from marin.attest import dsse, keyring
-from marin.config import Params, ReportParams
+from marin.config import Params, ReportParams, clock_skew_s
 from marin.errors import ParamsError
 from marin.ledger import check as ledger_check
 from marin.ledger.check import check_run
@@ -32,7 +32,7 @@ from marin.ledger.head import Head, head
 from marin.ledger.index import Index, with_index
 from marin.ledger.prov import prov_json
 from marin.ledger.query import Ledger
-from marin.ledger.run import Plan, Run, recipe_code, recipe_digest
+from marin.ledger.run import Plan, Recipe, Run, recipe_code, recipe_digest
 from marin.ledger.store import run_files
 from marin.paths import ledger_dir, relpath
 from marin.report import cards, experiments, fmti, mof, reference, render, toc, training, verifications
@@ -40,6 +40,7 @@ from marin.report.facts import ReportError
 from marin.report.gather import gather
 from marin.report.reference import References
 from marin.report.vouching import Files, Vouching
+from marin.stages import dvcfiles
 
 ENVELOPE = "provenance.intoto.json"
 HEAD_FILE = "ledger_head.json"
@@ -60,7 +61,7 @@ def render_files(ledger: Ledger, meta: dict[str, Any], refs: References,
                  vouching: Vouching) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Every re-derivable report file, as bytes, and the gathered document."""
     root = ledger.root
-    facts, doc = gather(root, meta["model"], ledger, vouching)
+    facts, doc = gather(root, ledger, meta["model"], vouching)
     meta = {**meta, "date": (doc["lineage"][-1]["finished"] or doc["lineage"][-1]["started"])[:10],
             "model_tensor_digest": facts.items[doc["model"]["tensor_digest"]].value}  # the BibTeX note (CITATION.cff)
     md = toc.with_toc(render.markdown(facts.items, doc, meta))  # heading ids and a contents list
@@ -76,7 +77,7 @@ def render_files(ledger: Ledger, meta: dict[str, Any], refs: References,
                                        sort_keys=False, allow_unicode=True),
              "report.json": json.dumps(report_json, indent=1, sort_keys=True, ensure_ascii=False) + "\n"}
     files["lineage.prov.json"] = prov_json(ledger.node(ledger.resolve(meta["model"])),
-                                           *(ledger._step(r["run_id"]) for r in doc["lineage"]))
+                                           *(ledger.step(r["run_id"]) for r in doc["lineage"]))
     files.update({f"figures/{k}.svg": svg for k, svg in figures.items()})
     return {k: v.encode() for k, v in files.items()}, doc
 
@@ -216,7 +217,7 @@ def publish(root: Path, params: Params, model: str = stages.MODEL, *, index: Ind
     inputs += [_head_input(root, snapshot)] + ([_key_input(root, key)] if key is not None else [])
     vsas = verifications.current(root)  # read once: the section is built from these very bytes
     inputs += verifications.inputs(vsas)
-    plan = Plan.make(root, "report", params=params.section("report"), inputs=[], index=index)
+    plan = Plan.make(root, Recipe("report", params.section("report"), closure=stages.code_files(root, "report")), index)
     rel = Path("reports") / p.model_name
 
     def record(tmp: Path) -> None:  # recorded, then published: a ledger that cannot take it keeps the old report
@@ -226,7 +227,8 @@ def publish(root: Path, params: Params, model: str = stages.MODEL, *, index: Ind
 
     with Run.begin(_with_inputs(plan, inputs)) as run:
         index.refresh()  # the ledger as it is now, this run's start included
-        out = write(Ledger(root, index), p, refs, snapshot, key, model, record, vsas, run.started.time)
+        ledger = Ledger(root, index, sources=stages.SOURCE_STAGES)
+        out = write(ledger, p, refs, snapshot, key, model, record, vsas, run.started.time)
     return Published(out, run.run_id, key, _configured(root, p))
 
 
@@ -236,7 +238,9 @@ def refuse_unless_intact(root: Path, own: Path) -> None:
     drop out of the report's lineage (its evaluation, say) and the signature would vouch for what is left.
     The report's own folder ``own`` is left out: this build replaces it whole, a hand-edited file included."""
     mine = own.as_posix()
-    problems = [p for p in ledger_check.check(root).problems if p.where != mine and not p.where.startswith(f"{mine}/")]
+    dvc = ledger_check.DvcOuts(dvcfiles.locked(root), dvcfiles.declared_outs(root))
+    found = ledger_check.check(root, dvc, clock_skew_s(root)).problems
+    problems = [p for p in found if p.where != mine and not p.where.startswith(f"{mine}/")]
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ReportError(f"the ledger does not check: {problems[0].where}: {problems[0].what}{more}; run "

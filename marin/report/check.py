@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marin import hashing, readers
+from marin import hashing, readers, stages
 from marin.attest import dsse, keyring
 from marin.attest.models import Envelope, Statement
+from marin.config import clock_skew_s
 from marin.errors import LedgerError, MarinError
 from marin.ledger import clock
 from marin.ledger.asof import ledger_as_of
@@ -98,7 +99,8 @@ def verify(root: Path, directory: Path, public_key: Path | None = None,
         return v
     v.report = old
     try:
-        _rederive(root, directory, stmt, signed, old, v)
+        with Ledger(root, sources=stages.SOURCE_STAGES) as ledger:  # one index for the whole verification
+            _rederive(root, ledger, directory, stmt, signed, old, v)
     except (KeyError, TypeError, AttributeError) as e:  # report.json is not what marin report writes
         v.problems.append(f"report.json: not a marin report ({type(e).__name__}: {e}); rebuild it with `marin report`")
     return v
@@ -133,15 +135,14 @@ def report_snapshot(root: Path, directory: Path, public_key: Path | None = None)
     return snap, v.signature
 
 
-def _rederive(root: Path, directory: Path, stmt: Statement, signed: dict[str, str], old: dict[str, Any],
-              v: ReportCheck) -> None:
+def _rederive(root: Path, ledger: Ledger, directory: Path, stmt: Statement, signed: dict[str, str],
+              old: dict[str, Any], v: ReportCheck) -> None:
     """Steps 3-6."""
-    ledger = Ledger(root)  # one index for the whole verification
     _ledger(ledger, directory, stmt, old, v)  # 3
     as_of = _as_of(ledger, directory, v)
     with contextlib.suppress(LedgerError):  # a snapshot that cannot be read is named by step 3
         # re-rendered from the ledger as the report's snapshot holds it: later runs change nothing here
-        ledger = ledger_as_of(root, ledger.index, load_snapshot(directory / build.HEAD_FILE))
+        ledger = ledger_as_of(root, ledger.index.whole, load_snapshot(directory / build.HEAD_FILE), ledger.sources)
     refs, ref_problems = reference.recorded(root, old.get("references"))  # 4
     v.problems.extend(ref_problems)
     listed = old["doc"].get("independent_verification") or {}
@@ -250,7 +251,7 @@ def _ledger(ledger: Ledger, directory: Path, stmt: Statement, old: dict[str, Any
     v.problems.extend(f"ledger: {where}: {what}" for where, what in since(snap, found))
     _staleness(ledger, snap, found, v)
     logs = [ledger.runs[r["run_id"]] for r in old["doc"]["lineage"] if r["run_id"] in ledger.runs]
-    v.problems.extend(f"ledger: {p}" for p in clock.problems_for(logs, clock.skew_of(root), snapshot=snap))
+    v.problems.extend(f"ledger: {p}" for p in clock.problems_for(logs, clock_skew_s(root), snapshot=snap))
 
 
 def _staleness(ledger: Ledger, snap: Head, found: dict[str, tuple[int | None, str | None]], v: ReportCheck) -> None:

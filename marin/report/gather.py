@@ -45,12 +45,11 @@ SECTIONS: tuple[tuple[str, Callable[[Facts, Context], Any]], ...] = (
     ("experiments", experiments.facts), ("proves", proves.facts))
 
 
-def gather(root: Path, model_at: str = stages.MODEL, ledger: Ledger | None = None,
+def gather(root: Path, ledger: Ledger, model_at: str = stages.MODEL,
            vouching: Vouching | None = None) -> tuple[Facts, dict[str, Any]]:
-    """Facts about the model at ``model_at`` (a path, digest or train run id) and the report's structure;
-    ``vouching``: what the Independent verification section is judged against (None: no section)."""
+    """Facts about the model at ``model_at`` (a path, digest or train run id) and the report's structure, read
+    from ``ledger``; ``vouching``: what the Independent verification section is judged against (None: no section)."""
     root = Path(root)
-    ledger = ledger or Ledger(root)
     target = ledger.resolve(model_at)
     node = ledger.node(target)
     if target.note:
@@ -69,7 +68,7 @@ def gather(root: Path, model_at: str = stages.MODEL, ledger: Ledger | None = Non
     logs.update(read)
     # every run whose records the report cites, and everything upstream of them (evaluate's evalsets run; the sft
     # and instructions runs behind evaluate_instruct): the lineage, the compute and the verification tables
-    behind = upstream(node, *(ledger._step(log.run_id) for log in read.values()))  # pyright: ignore[reportPrivateUsage]
+    behind = upstream(node, *(ledger.step(log.run_id) for log in read.values()))
     c = Context(root, ledger, logs, {"lineage": [_lineage_row(s) for s in behind]}, vouching)
     f = Facts(root)
     for key, facts in SECTIONS:

@@ -38,6 +38,11 @@ def lock_outs(root: Path) -> dict[str, dict[str, str]]:
     return out
 
 
+def locked(root: Path) -> dict[str, str]:
+    """Output path -> md5 of every output ``dvc.lock`` lists with a hash, whatever its stage."""
+    return {p: md5 for outs in lock_outs(root).values() for p, md5 in outs.items()}
+
+
 def stage_deps(root: Path, stage: str) -> list[str]:
     """The dependencies ``dvc.yaml`` lists for ``stage`` (POSIX paths, as written)."""
     deps = ((_load(Path(root) / DVC_YAML).get("stages") or {}).get(stage) or {}).get("deps") or []

@@ -30,7 +30,7 @@ from marin import stages
 from marin.config import Params, RuntimeParams, TrainParams
 from marin.data import manifest
 from marin.ledger import Input
-from marin.ledger.hash_cache import hash_cache
+from marin.ledger.hash_cache import HashCache
 from marin.model import ModelConfig, count_params
 from marin.tracking.live import Live
 from marin.train import distributed, release, rounding_log, runtime, seeds, step, universal
@@ -81,8 +81,8 @@ def setup(root: Path, params: Params) -> Setup:
     graphdef, abstract = step.abstract_state(cfg, optimizer)
     shardings = step.state_shardings(abstract, mesh, rt.param_sharding)
     shards = [root / TOKENS / s["file"] for s in tok["splits"]["train"]["shards"]]
-    hashes = hash_cache(root)  # the digests Plan.make just took of the same files
-    stream = open_stream(shards, tok["tokenizer"]["eos_id"], root / CACHE, lambda p: hashes(p)[0])
+    with HashCache(root) as hashes:  # the digests Plan.make just took of the same files
+        stream = open_stream(shards, tok["tokenizer"]["eos_id"], root / CACHE, lambda p: hashes(p)[0])
     loader = Loader(stream, cfg.max_seq_len, tp.batch_size, seeds.key_bytes(params.seed, "data_order"))
     compute, train_step, rounding = train_step_for(rt, tp, cfg, graphdef, optimizer, shardings, mesh)
     val = validation_loss_fn(compute, [root / TOKENS / s["file"] for s in tok["splits"]["validation"]["shards"]],

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TypedDict
 
-from marin import env
+from marin import env, stages
 from marin.config import Params
-from marin.ledger import Run
+from marin.ledger import Recipe, Run
 from marin.ledger.index import Index
 from marin.ledger.run import Plan
 from marin.ledger.store import RunLog, load_run
@@ -79,9 +79,10 @@ def begin(root: Path, params: Params, topo: distributed.Topology, job: Job) -> t
     execution = {"processes": procs, "coordinator": topo.coordinator or "cluster auto-detection"} if procs else None
     plan = prior = su = None
     if topo.primary:
-        plan = Plan.make(root, job.stage, params=params.section(*job.sections), inputs=list(job.inputs),
-                         det_class=runtime.determinism_class(rt, fp), seeds=seeds.record(params.seed, job.streams),
-                         fingerprint=fp, execution=execution)
+        plan = Plan.make(root, Recipe(
+            job.stage, params.section(*job.sections), list(job.inputs), closure=stages.code_files(root, job.stage),
+            det_class=runtime.determinism_class(rt, fp), seeds=seeds.record(params.seed, job.streams),
+            fingerprint=fp, execution=execution))
         su = job.setup(root, params)  # first, alone: it may build the token cache the others then read
         prior = find_resumable(root, plan.recipe_digest, job.stage)
     found: Found | None = None if prior is None else {
@@ -96,6 +97,8 @@ def begin(root: Path, params: Params, topo: distributed.Topology, job: Job) -> t
         metrics = {m["step"]: m["values"] for m in prior.bodies("metric")}
         run = Run.resume(root, prior.run_id, reason="unfinished run of the same recipe", from_step=start,
                          execution=execution)
+        if plan is not None and plan.hashes is not None:  # the plan found the run to resume: it begins none
+            plan.hashes.close()
         print(f"{job.stage}: resuming {run.run_id} from step {start}")
     elif topo.primary:
         assert plan is not None  # the primary process plans the run

@@ -9,7 +9,7 @@ from typing import Any
 from marin.errors import MarinError
 from marin.ledger.index import Index, with_index
 from marin.ledger.query import Ledger
-from marin.stages import TRAINING
+from marin.stages import SOURCE_STAGES, TRAINING
 from marin.verify.outcome import Outcome, Say
 from marin.verify.verifier import verify
 from marin.verify.workspace import CannotVerify
@@ -24,7 +24,7 @@ def verify_upstream(root: Path, target: str, say: Say = print, *, index: Index, 
     from marin.ledger.query import LineageError, upstream
 
     index.refresh()
-    ledger = Ledger(root, index)
+    ledger = Ledger(root, index, sources=SOURCE_STAGES)
     try:
         resolved = ledger.resolve(target)
     except LineageError as e:

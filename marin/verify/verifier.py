@@ -42,7 +42,7 @@ from marin.ledger.run import recipe_code, recipe_digest
 from marin.ledger.store import NoSuchRun, RunFile, RunLog, load_run, read_all, resolve_run_id
 from marin.paths import ledger_dir
 from marin.remote import checkpoints_dir
-from marin.stages import TRAINING
+from marin.stages import SOURCE_STAGES, TRAINING
 from marin.verify import rounding, samples
 from marin.verify.compare import Divergence, class_differences, compare, cpu_differences, metric_distances
 from marin.verify.outcome import Outcome, Say, counts, json_run, render
@@ -167,7 +167,7 @@ class Verifier:
         """Steps 3-7 in the open workspace."""
         ws, out, say = self.ws, self.out, self.say
         say(f"  3. workspace: git worktree at {ws.commit[:12]} with the recorded params")
-        self.restore_inputs(Ledger(self.root, self.index))  # 4
+        self.restore_inputs(Ledger(self.root, self.index, sources=SOURCE_STAGES))  # 4
         self.replay_env = ws.env(self.started, list(xla_flags))  # 5
         self.replay_env.update(rounding.replay_env(self.root, self.log, self.index))  # universal: its log
         out.verifier = {"workspace": f"git worktree at {ws.commit}", "inputs": ws.restored,

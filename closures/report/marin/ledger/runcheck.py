@@ -1,0 +1,1 @@
+../../../../marin/ledger/runcheck.py
