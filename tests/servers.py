@@ -29,12 +29,12 @@ def free_port() -> int:
 class S3:
     """moto's S3 server in a thread of the test process."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         from moto.server import ThreadedMotoServer
 
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self.url = f"http://{host}:{self.port}"  # a namespaced host's object store: tests/hosts.py's gateway
+        self.server = ThreadedMotoServer(ip_address=host, port=self.port, verbose=False)
 
     def start(self) -> S3:
         import logging
