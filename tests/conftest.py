@@ -376,7 +376,8 @@ SLOWEST_FIRST = ("test_portable.py", "test_aarch64.py", "test_pipeline_dvc.py", 
 # A test that builds a project (a git repository, a copy of the pipeline, stages run as processes) is an
 # end-to-end test: marked slow whatever its file says, so `pytest -m "not slow"` is the unit tier.
 PROJECT_FIXTURES = frozenset({"project", "data_project", "_data_project", "trained_project", "_trained_project",
-                              "_shipped", "sft_project", "_sft_project", "s3", "_universal_project"})
+                              "_shipped", "sft_project", "_sft_project", "s3", "_universal_project",
+                              "_universal_evaluated", "_universal_sft"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

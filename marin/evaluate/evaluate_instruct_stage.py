@@ -34,6 +34,7 @@ from marin.train import runtime
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
+    from marin.evaluate.universal_scoring import Rounder
     from marin.model.weights import Loaded
 
 _DECLARED = stages.declaration("evaluate_instruct")  # the paths below: marin/stages/table.py
@@ -72,23 +73,22 @@ def score(answer: str, reference: str) -> tuple[bool, bool]:
     return answer.strip() == reference.strip(), reference.strip().casefold() in answer.casefold()
 
 
-def answer_all(model: Loaded, tok: Tokenizer, examples: list[dict[str, Any]],
-               n: int) -> list[dict[str, Any]]:
-    """Every example's prompt, answer text, answer ids (through the stop token) and scores."""
-    import jax
-    from flax import nnx
-
+def answer_all(model: Loaded, tok: Tokenizer, examples: list[dict[str, Any]], n: int,
+               rounder: Rounder | None = None) -> list[dict[str, Any]]:
+    """Every example's prompt, answer text, answer ids (through the stop token) and scores (universal:
+    ``rounder``, the model's float64 logits rounded with the log, marin.evaluate.universal_scoring)."""
     from marin.evaluate import instruct_tokens as it
+    from marin.evaluate.universal_scoring import logits_fn as make_logits_fn
 
     graphdef, params, config = model
     eos_id, seq_len = config["tokenizer"]["eos_id"], config["model"]["max_seq_len"]
     eos, end_id = chat.token_of(tok, eos_id), chat.special_id(tok, chat.END)
-    logits_fn = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x))
+    logits_fn = make_logits_fn(graphdef, rounder)
     prompts = [chat.prompt_ids(tok, e["messages"][:-1], eos) for e in examples]
     ids: list[list[int]] = []
     for i in range(0, len(prompts), BATCH):
         ids += greedy_batch(logits_fn, params, prompts[i:i + BATCH], eos_id, {eos_id, end_id}, seq_len, n)
-    chosen = choices_right(model, tok, examples)
+    chosen = choices_right(model, tok, examples, rounder)
     known = it.hits(logits_fn, params, it.answer_ids(tok, examples, eos), eos_id, seq_len)
     rows = []
     for e, out, right, tokens in zip(examples, ids, chosen, known, strict=True):
@@ -100,7 +100,8 @@ def answer_all(model: Loaded, tok: Tokenizer, examples: list[dict[str, Any]],
     return rows
 
 
-def choices_right(model: Loaded, tok: Tokenizer, examples: list[dict[str, Any]]) -> list[bool]:
+def choices_right(model: Loaded, tok: Tokenizer, examples: list[dict[str, Any]],
+                  rounder: Rounder | None = None) -> list[bool]:
     """Per example, whether the model scores its reference above the task's other answers
     (:mod:`marin.evaluate.instruct_choice`), through the harness adapter's log-likelihoods."""
     from marin.evaluate import instruct_choice as ic
@@ -108,7 +109,7 @@ def choices_right(model: Loaded, tok: Tokenizer, examples: list[dict[str, Any]])
 
     graphdef, params, config = model
     eos_id, seq_len = config["tokenizer"]["eos_id"], config["model"]["max_seq_len"]
-    lm = MarinLM(graphdef, params, tok, eos_id, seq_len, batch_size=BATCH)
+    lm = MarinLM(graphdef, params, tok, eos_id, seq_len, batch_size=BATCH, rounder=rounder)
     choices = ic.options(examples)
     reqs = ic.requests(tok, examples, choices, chat.token_of(tok, eos_id))
     return ic.correct(choices, [ll for ll, _ in lm._loglikelihood_tokens(reqs)])
@@ -202,14 +203,13 @@ def _sample(row: dict[str, Any]) -> Sample:
 
 def run_stage(root: Path, params: Params) -> None:
     """Both models on the held-out instructions, recorded as a ledger run."""
-    rt = RuntimeParams(params.runtime.xla_cpu_threads, 1, "replicated",
-                       determinism=runtime.scoring_profile(params.runtime.determinism))  # universal: portable, for now
+    rt = RuntimeParams(params.runtime.xla_cpu_threads, 1, "replicated", determinism=params.runtime.determinism)
     runtime.configure(rt)
     import jax  # noqa: F401  # before the fingerprint, as evaluate does
 
     from marin import env
     from marin.data import tokenize as tk
-    from marin.evaluate import tracing
+    from marin.evaluate import tracing, universal_scoring
     from marin.instruct.instructions_stage import section
     from marin.ledger import Input, Recipe, Run, exact
     from marin.model import weights
@@ -226,18 +226,21 @@ def run_stage(root: Path, params: Params) -> None:
                 "trace": {"min_tokens": params.trace.min_tokens}}
     with Run.start(root, Recipe("evaluate_instruct", recorded, inputs,
                                  closure=stages.code_files(root, "evaluate_instruct"),
-                                 det_class=runtime.determinism_class(rt, fp), fingerprint=fp)) as run:
+                                 det_class=runtime.determinism_class(rt, fp), fingerprint=fp)) as run, \
+            universal_scoring.stage_log(root, run, "evaluate_instruct", rt.determinism) as rounder:
         tok = tk.load(root / TOKENIZER)
         examples = [json.loads(x) for x in readers.lines(root / HELDOUT, "conversations", StageError) if x.strip()]
         metrics: dict[str, Any] = {}
         loaded = {name: weights.load(root / path) for name, path in MODELS.items()}
+        if rounder is not None:  # universal: float64 from the float32 weights
+            loaded = {name: universal_scoring.wide_model(m) for name, m in loaded.items()}
         constant = constant_values(examples, tok, chat.token_of(tok, loaded["base"][2]["tokenizer"]["eos_id"]))
         run.record("eval", {"name": "constant_answer_instructions", "split": "heldout_instructions",
                             "values": constant})
         answers: dict[str, list[Sample]] = {}
         by_model: dict[str, dict[str, Any]] = {}  # each model's recorded values, for the terminal's summary
         for name, model in loaded.items():
-            rows = answer_all(model, tok, examples, n)
+            rows = answer_all(model, tok, examples, n, rounder)
             answers[f"{name}_instructions"] = [_sample(r) for r in rows]
             metrics[name] = s = summary(rows)
             values = {**{key: exact(s[key]) for key, _ in SCORES},

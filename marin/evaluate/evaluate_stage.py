@@ -18,6 +18,7 @@ from marin.evaluate import decontam, metrics_file
 from marin.train import runtime
 
 if TYPE_CHECKING:
+    from marin.evaluate.universal_scoring import Rounder
     from marin.ledger import Run
     from marin.model.weights import Loaded
 
@@ -31,13 +32,13 @@ TRACE = _DECLARED.out("trace_samples")  # the greedy samples traced to the train
 def run_stage(root: Path, params: Params) -> None:
     """The evaluate stage: models/final scored on data/tokens, recorded as a ledger run."""
     rt = RuntimeParams(params.runtime.xla_cpu_threads, 1, "replicated",  # scoring needs no mesh
-                       determinism=runtime.scoring_profile(params.runtime.determinism))
+                       determinism=params.runtime.determinism)
     runtime.configure(rt)
     import jax  # noqa: F401  # before the fingerprint: importing jax sets TF_CPP_MIN_LOG_LEVEL, which it records
 
     from marin import env
     from marin.data import manifest
-    from marin.evaluate import harness_run, tracing
+    from marin.evaluate import harness_run, tracing, universal_scoring
     from marin.ledger import Input, Recipe, Run
     from marin.model import weights
 
@@ -55,16 +56,18 @@ def run_stage(root: Path, params: Params) -> None:
                 "runtime": {"xla_cpu_threads": rt.xla_cpu_threads, "determinism": params.runtime.determinism},
                 "trace": {"min_tokens": params.trace.min_tokens}}
     with Run.start(root, Recipe("evaluate", recorded, inputs, closure=stages.code_files(root, "evaluate"),
-                                 det_class=runtime.determinism_class(rt, fp), fingerprint=fp)) as run:
+                                 det_class=runtime.determinism_class(rt, fp), fingerprint=fp)) as run, \
+            universal_scoring.stage_log(root, run, "evaluate", rt.determinism) as rounder:
         model = weights.load(root / MODEL)
+        model = model if rounder is None else universal_scoring.wide_model(model)  # universal: float64
         tok_manifest = manifest.read(root / TOKENS / "manifest.json", "tokenize")
-        results = _score(root, params, run, model, tok_manifest)
-        samples = _samples(root, params, run, model, tok_manifest)
+        results = _score(root, params, run, model, tok_manifest, rounder)
+        samples = _samples(root, params, run, model, tok_manifest, rounder)
         tracing.record_samples(root, run, {"greedy_samples": samples}, TRACE, params.trace.min_tokens)
         metrics = _metrics(results)
         logs: dict[str, Any] = {}
         metrics["harness"] = harness_run.evaluate(root, params.evaluate.harness, run, model, tok_manifest,
-                                                  root / TOKENS, logs, decon)
+                                                  root / TOKENS, logs, decon, rounder)
         _harness_files(root, params.evaluate.harness, run, logs)
         metrics_file.write(root, run, metrics, ("eval_metrics", METRICS), ("eval_context", CONTEXT),
                            metrics_file.evaluation_headline)
@@ -74,15 +77,16 @@ def run_stage(root: Path, params: Params) -> None:
             print(f"evaluate: {s['prompt']!r} -> {s['completion']!r}")
 
 
-def _score(root: Path, params: Params, run: Run, model: Loaded,
-           tok_manifest: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Score the model and the unigram baseline; one eval record per (scorer, corpus)."""
+def _score(root: Path, params: Params, run: Run, model: Loaded, tok_manifest: dict[str, Any],
+           rounder: Rounder | None) -> dict[str, dict[str, dict[str, Any]]]:
+    """Score the model and the unigram baseline; one eval record per (scorer, corpus) (universal:
+    ``rounder`` rounds the per-token NLL, the unigram table and the values, marin.evaluate.universal_scoring)."""
     from marin.data.documents import documents, shard_tokens
     from marin.evaluate import scoring as ev
+    from marin.evaluate.universal_scoring import nll_fn
     from marin.ledger import exact
     from marin.ledger.bodies import EvalBody
     from marin.progress import bar
-    from marin.train import step
 
     graphdef, model_params, config = model
     eos = tok_manifest["tokenizer"]["eos_id"]
@@ -92,38 +96,38 @@ def _score(root: Path, params: Params, run: Run, model: Loaded,
 
     val = shards("validation")  # documents are read as scored, twice (model, baseline)
     docs = bar(documents(val), "evaluate", total=tok_manifest["splits"]["validation"]["docs"], unit="doc")
-    scored = ev.score(step.eval_nll_fn(graphdef), model_params, docs, eos, config["model"]["max_seq_len"],
+    scored = ev.score(nll_fn(graphdef, rounder), model_params, docs, eos, config["model"]["max_seq_len"],
                       params.evaluate.batch_size)
     counts = ev.token_counts(shard_tokens(shards("train")), config["model"]["vocab_size"])
-    base = ev.unigram(counts, documents(val))
+    table = None if rounder is None else rounder.table("unigram.logp", ev.unigram_logp(counts))
+    base = ev.unigram(counts, documents(val), table)
     results: dict[str, dict[str, dict[str, Any]]] = {}
     for name, tallies in (("model", scored), ("unigram_baseline", base)):
         for corpus, t in sorted(tallies.items()):
-            values = {"bits_per_byte": exact(t.bits_per_byte), "perplexity": exact(t.perplexity),
-                      "nll_nats": exact(t.nll_nats), "tokens": t.tokens, "bytes": t.bytes, "docs": t.docs}
+            raw = {"bits_per_byte": t.bits_per_byte, "perplexity": t.perplexity, "nll_nats": t.nll_nats}
+            raw = raw if rounder is None else rounder.values(f"{name}.{corpus or 'all'}", raw)  # exp: libm's bits
+            values = {**{k: exact(v) for k, v in raw.items()}, "tokens": t.tokens, "bytes": t.bytes, "docs": t.docs}
             body: EvalBody = {"name": name, "split": "validation", "values": values}
             if corpus:
                 body["corpus"] = corpus
             run.record("eval", body)
             results.setdefault(name, {})[corpus or "all"] = {
-                "bits_per_byte": t.bits_per_byte, "perplexity": t.perplexity, "tokens": t.tokens}
+                "bits_per_byte": raw["bits_per_byte"], "perplexity": raw["perplexity"], "tokens": t.tokens}
     return results
 
 
-def _samples(root: Path, params: Params, run: Run, model: Loaded,
-             tok_manifest: dict[str, Any]) -> list[dict[str, Any]]:
+def _samples(root: Path, params: Params, run: Run, model: Loaded, tok_manifest: dict[str, Any],
+             rounder: Rounder | None) -> list[dict[str, Any]]:
     """Greedy continuations of the fixed prompts, recorded as one eval record."""
-    import jax
-    from flax import nnx
-
     from marin.data import tokenize as tk
+    from marin.evaluate.universal_scoring import logits_fn as make_logits_fn
     from marin.model.decode import greedy
     from marin.progress import bar
 
     graphdef, model_params, config = model
     eos, seq_len = tok_manifest["tokenizer"]["eos_id"], config["model"]["max_seq_len"]
     tokenizer = tk.load(root / TOKENS / "tokenizer.json")
-    logits_fn = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x))
+    logits_fn = make_logits_fn(graphdef, rounder)
     samples = []
     for prompt in bar(params.evaluate.prompts, "evaluate: samples", unit="prompt"):
         ids = tokenizer.encode(prompt, add_special_tokens=False).ids  # as in the shards: no special tokens

@@ -61,11 +61,14 @@ class MarinLM(TemplateLM):
     """lm-eval's model interface over a marin transformer (graphdef, params) and tokenizer."""
 
     def __init__(self, graphdef: nnx.GraphDef, params: Any, tokenizer: Any, eos_id: int, seq_len: int,
-                 batch_size: int = 32, max_gen_toks: int = 64):
+                 batch_size: int = 32, max_gen_toks: int = 64, rounder: Any = None):
         super().__init__()
         self.graphdef, self.params, self.tok = graphdef, params, tokenizer
         self.eos_id, self.seq_len, self.batch_size, self.max_gen_toks = eos_id, seq_len, batch_size, max_gen_toks
         self.requests_scored = 0
+        if rounder is not None:  # universal: float64 rounded with the stage's log
+            self._universal(rounder)
+            return
 
         def logits(p: Any, x: jax.Array) -> jax.Array:
             return nnx.merge(graphdef, p)(x)  # (B, T, V)
@@ -79,6 +82,29 @@ class MarinLM(TemplateLM):
             return jnp.argmax(jnp.take_along_axis(out, last[:, None, None], 1)[:, 0], -1)  # (B,)
 
         self._token_logprobs, self._next_tokens = jax.jit(token_logprobs), jax.jit(next_tokens)
+
+    def _universal(self, rounder: Any) -> None:
+        """The same functions in float64 (``graphdef`` computes in it), each output rounded to float32 with
+        the log of ``rounder`` (:class:`marin.evaluate.universal_scoring.Rounder`); the argmaxes are taken
+        of the rounded logits on the host, so a near tie is a logged rounding."""
+        logits = rounder.forward(self.graphdef)
+
+        def wide_logprobs(p: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+            out = logits(p, x)  # (B, T, V)
+            logp = jax.nn.log_softmax(out, axis=-1)
+            return jnp.take_along_axis(logp, y[..., None], -1)[..., 0], out
+
+        def wide_next(p: Any, x: jax.Array, last: jax.Array) -> jax.Array:
+            return jnp.take_along_axis(logits(p, x), last[:, None, None], 1)[:, 0]  # (B, V)
+
+        scored, following = rounder.jit("loglik", wide_logprobs), rounder.jit("next", wide_next)
+
+        def token_logprobs(p: Any, x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+            logp, out = scored(p, x, y)
+            return np.asarray(logp), np.asarray(out).argmax(-1) == np.asarray(y)
+
+        self._token_logprobs = token_logprobs
+        self._next_tokens = lambda p, x, last: np.asarray(following(p, x, last)).argmax(-1)
 
     @property
     def eot_token_id(self) -> int:
@@ -192,10 +218,12 @@ class UnigramLM(TemplateLM):
     of :mod:`marin.evaluate.scoring`): a continuation's log-likelihood ignores its context, its
     greedy continuation is the most frequent token, repeated."""
 
-    def __init__(self, counts: np.ndarray, tokenizer: Any, eos_id: int, seq_len: int, max_gen_toks: int = 64):
+    def __init__(self, counts: np.ndarray, tokenizer: Any, eos_id: int, seq_len: int, max_gen_toks: int = 64,
+                 logp: np.ndarray | None = None):
         super().__init__()
-        smoothed = (counts + 1).astype(np.float64)
-        self.logp, self.best = np.log(smoothed / smoothed.sum()), int(np.argmax(counts))
+        smoothed = (counts + 1).astype(np.float64)  # marin.evaluate.scoring.unigram_logp, without its imports
+        self.logp = np.log(smoothed / smoothed.sum()) if logp is None else logp  # given: universal's, rounded
+        self.best = int(np.argmax(counts))
         self.tok, self.eos_id, self.seq_len, self.max_gen_toks = tokenizer, eos_id, seq_len, max_gen_toks
 
     @property

@@ -142,11 +142,12 @@ def data_file_problem(root: Path, f: str) -> str | None:
 
 
 def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any, prefix: str = "harness", decon: Any = None,
-              logs: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+              logs: dict[str, Any] | None = None, rounder: Any = None) -> dict[str, dict[str, Any]]:
     """Run every task on ``lm`` in one ``simple_evaluate``; ``record(body)`` takes each task's eval
     record body (``<prefix>:<task>``), in the order of ``tasks``. Returns the results by task
     (metric -> value, or ``error`` for a task that could not run); ``logs`` takes, by task that ran,
-    lm-eval's own results, config and per-sample log (:func:`results_json`, :func:`samples_jsonl`)."""
+    lm-eval's own results, config and per-sample log (:func:`results_json`, :func:`samples_jsonl`);
+    ``rounder``: universal's, which rounds lm-eval's aggregates (marin.evaluate.universal_scoring)."""
     errors = []
     # the harness's progress bars and notes, and datasets', are not the stage's output
     with offline(root), contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()), \
@@ -165,10 +166,10 @@ def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any, prefix: str =
             else:
                 loaded[name] = task
         logs = {} if logs is None else logs
-        if not _runs(lm, hp, loaded, tm, bodies, prefix, logs, decon):  # a task raised: run them one by one to name it
+        if not _runs(lm, hp, loaded, tm, bodies, prefix, logs, decon, rounder):  # a task raised: one by one, to name it
             for name in loaded:
                 try:
-                    _runs(lm, hp, {name: load_task(root, tm, name)[0]}, tm, bodies, prefix, logs, decon)
+                    _runs(lm, hp, {name: load_task(root, tm, name)[0]}, tm, bodies, prefix, logs, decon, rounder)
                 except Exception as e:
                     errors.append(f"harness task {name!r} failed: {type(e).__name__}: {_line(e)}")
                     bodies[name] = {"name": f"{prefix}:{name}", "split": SPLIT, "values": {"error": errors[-1]}}
@@ -182,7 +183,7 @@ def run_tasks(root: Path, hp: HarnessParams, lm: Any, record: Any, prefix: str =
 
 
 def _runs(lm: Any, hp: HarnessParams, loaded: dict[str, Any], tm: Any, bodies: dict[str, Any], prefix: str,
-          logs: dict[str, Any], decon: Any = None) -> bool:
+          logs: dict[str, Any], decon: Any = None, rounder: Any = None) -> bool:
     """Run ``loaded`` tasks in one ``simple_evaluate`` and put their bodies in ``bodies``; False if
     more than one task ran and one of them raised (the caller reruns them one by one)."""
     from lm_eval import simple_evaluate as evaluate_fn
@@ -204,6 +205,8 @@ def _runs(lm: Any, hp: HarnessParams, loaded: dict[str, Any], tm: Any, bodies: d
             raise
         return False
     for name in loaded:
+        if rounder is not None:  # its aggregates through exp and log: float32 with the log, in the files too
+            res["results"][name] = rounder.values(f"{prefix}:{name}", res["results"][name])
         extra = decon.values(name, loaded[name], res, hp.limit) if decon is not None else {}
         bodies[name] = {"name": f"{prefix}:{name}", "split": SPLIT, "values": {**values(res, name, hp), **extra}}
         logs[name] = {k: res[k][name] for k in ("results", "configs", "versions", "n-shot", "higher_is_better",
@@ -348,11 +351,12 @@ def samples_digest(samples: list[dict[str, Any]]) -> str:
 # (marin/stages/closure.py), and decontaminate, which imports this module, would depend on the model code
 def evaluate(root: Path, hp: HarnessParams, run: Run, model: tuple[Any, Any, dict[str, Any]],
              tok_manifest: dict[str, Any], tokens: Path, logs: dict[str, Any],
-             decon: Any = None) -> dict[str, dict[str, Any]]:
+             decon: Any = None, rounder: Any = None) -> dict[str, dict[str, Any]]:
     """The evaluate stage's harness part: ``hp``'s tasks on the stage's model, one eval record each
     in ``run`` (``harness:<task>``), then the tasks that ran under the unigram baseline of the train
     tokens (``unigram:<task>``); the model's numeric results by task, for metrics/eval.json. ``logs``
-    takes lm-eval's results and per-sample log of the model's tasks (the stage writes them out)."""
+    takes lm-eval's results and per-sample log of the model's tasks (the stage writes them out); ``rounder``:
+    the universal profile's (marin.evaluate.universal_scoring)."""
     from dataclasses import replace
 
     from marin.data import tokenize as tk
@@ -363,8 +367,8 @@ def evaluate(root: Path, hp: HarnessParams, run: Run, model: tuple[Any, Any, dic
     graphdef, params, config = model
     eos, seq_len, tokenizer = tok_manifest["tokenizer"]["eos_id"], config["model"]["max_seq_len"], tk.load(
         tokens / "tokenizer.json")
-    lm = MarinLM(graphdef, params, tokenizer, eos, seq_len, batch_size=hp.batch_size)
-    results = run_tasks(root, hp, lm, lambda body: run.record("eval", body), decon=decon, logs=logs)
+    lm = MarinLM(graphdef, params, tokenizer, eos, seq_len, batch_size=hp.batch_size, rounder=rounder)
+    results = run_tasks(root, hp, lm, lambda body: run.record("eval", body), decon=decon, logs=logs, rounder=rounder)
     base: dict[str, dict[str, Any]] = {}
     ran = tuple(name for name, vals in results.items() if "error" not in vals)
     if ran:  # the same requests, same seed, under the unigram model: the baseline where a task has one
@@ -372,8 +376,9 @@ def evaluate(root: Path, hp: HarnessParams, run: Run, model: tuple[Any, Any, dic
                                                    ["shards"]), config["model"]["vocab_size"])
         folders = tuple(t for t in hp.tasks if (root / t).is_dir())
         base = run_tasks(root, replace(hp, tasks=ran, include=(*hp.include, *folders)),
-                         UnigramLM(counts, tokenizer, eos, seq_len), lambda body: run.record("eval", body),
-                         prefix="unigram", decon=decon)
+                         UnigramLM(counts, tokenizer, eos, seq_len, logp=None if rounder is None else rounder.table(
+                             "unigram.logp", scoring.unigram_logp(counts))), lambda body: run.record("eval", body),
+                         prefix="unigram", decon=decon, rounder=rounder)
     for name in ran:
         print(terminal_line(name, results[name], base.get(name, {}),
                             str(logs.get(name, {}).get("configs", {}).get("output_type", ""))))

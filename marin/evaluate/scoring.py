@@ -107,11 +107,18 @@ def token_counts(chunks: Iterable[np.ndarray], vocab_size: int) -> np.ndarray:
     return counts
 
 
-def unigram(counts: np.ndarray, docs: Iterable[tuple[np.ndarray, str, int]]) -> dict[str, Tally]:
-    """The same tallies under an add-one-smoothed unigram model with train ``counts``."""
+def unigram_logp(counts: np.ndarray) -> np.ndarray:
+    """The add-one-smoothed unigram model's log-probability of each id, from train ``counts``."""
     # Integer counts below 2**53 are exact in float64: the same values as summing per document.
     smoothed = (counts + 1).astype(np.float64)
-    logp = np.log(smoothed / smoothed.sum())
+    return np.log(smoothed / smoothed.sum())
+
+
+def unigram(counts: np.ndarray, docs: Iterable[tuple[np.ndarray, str, int]],
+            logp: np.ndarray | None = None) -> dict[str, Tally]:
+    """The same tallies under an add-one-smoothed unigram model with train ``counts`` (``logp``: its
+    table, given: rounded to float32 under the universal profile, marin.evaluate.universal_scoring)."""
+    logp = unigram_logp(counts) if logp is None else logp
     tallies: dict[str, Tally] = defaultdict(Tally)
     for ids, corpus, n_bytes in docs:
         nll = float(-logp[ids].sum())

@@ -28,6 +28,9 @@ LOG_FILE = "rounding.jsonl"  # beside a run's checkpoints (checkpoints/<run>/) a
 TAU_VAR = "MARIN_ROUNDING_TAU"  # a threshold other than TAU at record time (tests, measurements): in the class
 REPLAY_VAR = "MARIN_ROUNDING_LOG"  # a recorded rounding log: the run takes its directions from it (a replay)
 GRAD = "grad"  # the gradient's tensors: grad['blocks'][0]..., rounded before the optimizer uses them
+SCORING_DIR = Path("evals/rounding")  # a scoring stage's log, <stage>.jsonl (marin.evaluate.universal_scoring)
+OUTPUT = "rounding_log"  # a scoring stage's output record of its log
+AGAINST = ".against.jsonl"  # beside a replayed scoring log: the logged directions against the replay's nearest even
 
 Log = dict[int, dict[str, dict[int, int]]]  # step -> tensor -> flat index -> direction
 

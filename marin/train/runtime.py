@@ -93,12 +93,6 @@ def configure(rt: RuntimeParams) -> None:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
-def scoring_profile(determinism: str) -> str:
-    """The profile evaluate and evaluate_instruct compute under: universal runs them as portable (float32 on
-    x86-64-v3, their class saying so) until they round float64 with a log as train and sft do (issue 56)."""
-    return "portable" if determinism == "universal" else determinism
-
-
 def global_devices(rt: RuntimeParams) -> int:
     """Devices on the mesh: ``runtime.devices`` in each of ``runtime.processes`` processes."""
     return rt.devices * rt.processes

@@ -88,6 +88,8 @@ class RoundingLog:
         self.path: Path | None = None
         self.step = 0  # the step whose entries are being written
         self.used: set[str] = set()  # the recorded tensors of ``step`` met so far (a replay)
+        # a replay's logged directions that are not its own nearest even: on the recorder's machine, changed entries
+        self.against: list[tuple[int, str, int, int]] = []
 
     @classmethod
     def from_env(cls) -> RoundingLog:
@@ -164,6 +166,9 @@ class RoundingLog:
             self._check(step, tensor, flat, dist, logged)
             index = np.array(sorted(logged), np.int64)
             direction = np.array([logged[int(i)] for i in index], np.uint32)
+            nearest = rounding.nearest_even_direction(own[index], lo[index])
+            self.against += [(step, tensor, int(i), int(d)) for i, d, r in zip(index, direction, nearest, strict=True)
+                             if d != r]
         self._write(step, tensor, index, direction)
         if self.recorded is None and near == -1 and not len(index):
             return None
@@ -199,7 +204,9 @@ class RoundingLog:
             self._far(step, tensor, far[0], logged[far[0]], at[far[0]][0])
         index = np.array(sorted(logged), np.int64)
         self._write(step, tensor, index, np.array([logged[int(i)] for i in index], np.uint32))
-        return [(i, d) for i, d in sorted(logged.items()) if d != at[i][1]]
+        changes = [(i, d) for i, d in sorted(logged.items()) if d != at[i][1]]
+        self.against += [(step, tensor, i, d) for i, d in changes]
+        return changes
 
     def _unlogged(self, step: int, tensor: str, i: int, dist: float) -> None:
         raise RoundingError(f"step {step} tensor {tensor} index {i}: the value lies {dist:+.3g} float32 ulp "
@@ -277,7 +284,7 @@ class UniversalStep:
         i = int(state.step)
         step = i + 1  # the state after this step: the log's step, as checkpoints count
         g32, near, g64, metrics = self.grad(state, batch)
-        g32 = self._fix(step, GRAD, g32, near, g64, None)
+        g32 = apply_log(self.log, step, GRAD, g32, near, g64)
         # the clip factor and the learning rate from a sum and a cosine: float32 through the log
         norm = float(np.sqrt(sum(float(np.dot(g, g)) for g in (np.asarray(x, np.float64).reshape(-1)
                                                                  for x in jax.tree.leaves(g32)))))
@@ -285,38 +292,41 @@ class UniversalStep:
                                          "lr": float(np.asarray(self.schedule(i)))}, prefix=SCALAR)
         rounded, near, new64, scales = self.update(state, g32, np.float64(scalars["clip"]),
                                                    np.float64(scalars["lr"]))
-        new = self._fix(step, "", rounded, near, new64, scales)
+        new = apply_log(self.log, step, "", rounded, near, new64, scales)
         if self.keep:
             self.kept = (g64, new64, scales)
         return new, {**metrics, "grad_norm": np.float64(norm)}
 
-    def _fix(self, step: int, prefix: str, rounded: Any, near: list[tuple[jax.Array, ...]], wide: Any,
-             scales: Any) -> Any:
-        """``rounded`` with the log's part: recording only writes the near values; a replay changes the
-        leaves whose logged directions are not nearest even. Only the near values (and a replay's logged
-        ones) are read on the host, and the masks of the leaves that have any."""
-        counts = jax.device_get([(n, largest) for n, _, largest in near])
-        paths, treedef = jax.tree_util.tree_flatten_with_path(rounded)
-        scale_leaves = jax.tree.leaves(scales) if scales is not None else [None] * len(paths)
-        out = []
-        for (path, leaf), w, sc, (n, largest), (_, mask, _) in zip(paths, jax.tree.leaves(wide), scale_leaves,
-                                                                   counts, near, strict=True):
-            name = prefix + jax.tree_util.keystr(path)
-            if w.dtype != jnp.float64 or (int(n) == 0 and not self.log.logged(step, name)):
-                out.append(leaf)
-                continue
-            index = np.flatnonzero(np.asarray(mask).reshape(-1)) if int(n) else np.zeros(0, np.int64)
-            read = _reader(w, sc, float(largest))
-            dist, nearest = read([int(i) for i in index])
-            changes = self.log.decide(step, name, index, dist, nearest, read)
-            if not changes:
-                out.append(leaf)
-                continue
-            lo = rounding.decompose(np.asarray(w, np.float64).reshape(-1)[[i for i, _ in changes]])[0]
-            fixed = np.array(leaf).reshape(-1)
-            fixed.view(np.uint32)[[i for i, _ in changes]] = lo + np.array([d for _, d in changes], np.uint32)
-            out.append(jax.device_put(fixed.reshape(leaf.shape), leaf.sharding))
-        return jax.tree.unflatten(treedef, out)
+
+
+def apply_log(log: RoundingLog, step: int, prefix: str, rounded: Any, near: list[tuple[jax.Array, ...]], wide: Any,
+              scales: Any = None) -> Any:
+    """``rounded`` (:func:`round_tree`'s tree of ``wide``) with the log's part, each leaf the tensor
+    ``prefix`` + its path: recording only writes the near values; a replay changes the leaves whose logged
+    directions are not nearest even. Only the near values (and a replay's logged ones) are read on the
+    host, and the masks of the leaves that have any."""
+    counts = jax.device_get([(n, largest) for n, _, largest in near])
+    paths, treedef = jax.tree_util.tree_flatten_with_path(rounded)
+    scale_leaves = jax.tree.leaves(scales) if scales is not None else [None] * len(paths)
+    out = []
+    for (path, leaf), w, sc, (n, largest), (_, mask, _) in zip(paths, jax.tree.leaves(wide), scale_leaves,
+                                                               counts, near, strict=True):
+        name = prefix + jax.tree_util.keystr(path)
+        if w.dtype != jnp.float64 or (int(n) == 0 and not log.logged(step, name)):
+            out.append(leaf)
+            continue
+        index = np.flatnonzero(np.asarray(mask).reshape(-1)) if int(n) else np.zeros(0, np.int64)
+        read = _reader(w, sc, float(largest))
+        dist, nearest = read([int(i) for i in index])
+        changes = log.decide(step, name, index, dist, nearest, read)
+        if not changes:
+            out.append(leaf)
+            continue
+        lo = rounding.decompose(np.asarray(w, np.float64).reshape(-1)[[i for i, _ in changes]])[0]
+        fixed = np.array(leaf).reshape(-1)
+        fixed.view(np.uint32)[[i for i, _ in changes]] = lo + np.array([d for _, d in changes], np.uint32)
+        out.append(jax.device_put(fixed.reshape(leaf.shape), leaf.sharding))
+    return jax.tree.unflatten(treedef, out)
 
 
 def _reader(wide: Any, scale: Any, largest: float) -> Callable[[list[int]], tuple[np.ndarray, np.ndarray]]:

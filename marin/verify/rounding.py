@@ -9,13 +9,14 @@ entry (from the metric records' log digests and the checkpoint's first differing
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
-from marin import hashing
+from marin import hashing, readers
 from marin.ledger.index import Index
 from marin.ledger.store import RunLog
 from marin.remote import checkpoints_dir
-from marin.train.rounding_log import GRAD, LOG_FILE, REPLAY_VAR, RoundingError, entries, entry, header
+from marin.train.rounding_log import AGAINST, GRAD, LOG_FILE, OUTPUT, REPLAY_VAR, RoundingError, entries, entry, header
 from marin.verify.compare import Divergence
 from marin.verify.outcome import Outcome
 from marin.verify.workspace import CannotVerify
@@ -36,13 +37,20 @@ def recorded_log(root: Path, log: RunLog, index: Index) -> Path:
         return beside
     for rec in log.of_kind("output"):
         body = rec.body_as("output")
+        if body["name"] == OUTPUT:  # a scoring stage's own log (marin.evaluate.universal_scoring): not checked
+            there = root / body["path"]  # here either; a changed one is named by explain_scoring
+            if there.is_file():
+                return there
+            beside = there
+            continue
         want = next((e["digest"] for e in body.get("entries") or [] if e["path"] == LOG_FILE), None)
         there = root / body["path"] / LOG_FILE
         if want is not None and there.is_file() and hashing.file_digest(there) == want:
             return there
     raise CannotVerify(f"step 5: run {log.run_id} was recorded under the universal profile, and its rounding log is "
                        f"not on this machine ({beside or 'no checkpoints'}, nor the {LOG_FILE} its model output "
-                       "recorded); restore its checkpoints folder or its model folder (dvc checkout) and retry")
+                       f"recorded); restore the run's checkpoints, model folder or {OUTPUT} output (evals/rounding/) "
+                       "and retry")
 
 
 def explain(out: Outcome, log: RunLog, env: dict[str, str]) -> None:
@@ -100,3 +108,41 @@ def _digest_through(found: list[tuple[int, str, int, int]], step: int) -> str:
         if s <= step:
             h.update(entry(s, t, i, d))
     return "sha256:" + h.hexdigest()
+
+
+def explain_scoring(out: Outcome, log: RunLog, env: dict[str, str], replay_root: Path) -> None:
+    """A scoring stage's (evaluate, evaluate_instruct) changed rounding log: the log the replay followed
+    does not hash to the run's ``rounding_log`` output, and the replay (on one machine, whose nearest
+    even is the recorder's) names the entries whose direction is not its own nearest even
+    (``<log>.against.jsonl``): a divergence before the others naming the first."""
+    path = Path(env[REPLAY_VAR]) if REPLAY_VAR in env else None
+    rec = next((r for r in log.of_kind("output") if r.body_as("output")["name"] == OUTPUT), None)
+    if path is None or rec is None or not path.is_file():
+        return
+    body = rec.body_as("output")
+    found = hashing.file_digest(path)
+    if found == body["digest"]:
+        return
+    what = (f"the rounding log {path} is not the one the run recorded: it hashes to {found}, the run's output "
+            f"says {body['digest']}")
+    side = (replay_root / body["path"]).with_suffix(AGAINST)
+    against = list(entries_of(side)) if side.is_file() else []
+    step: int | None = None
+    tensor: str | None = None
+    index: int | None = None
+    if against:
+        step, tensor, index, direction = against[0]
+        what += f"; its entry here (direction {direction}, against the value's nearest even) was changed"
+    else:
+        what += "; an entry was added or removed, or changed where the replay's value lies on the midpoint"
+    out.divergences.insert(0, Divergence(rec.seq, "rounding_log", what, step=step, tensor=tensor, index=index,
+                                         recorded=body["digest"], replayed=found, independent=True))
+
+
+def entries_of(path: Path) -> list[tuple[int, str, int, int]]:
+    """The entries of a headerless list of rounding log entries (a replay's ``.against.jsonl``)."""
+    out: list[tuple[int, str, int, int]] = []
+    for line in readers.lines(path, "rounding_log", RoundingError):
+        e = json.loads(line)
+        out.append((int(e["step"]), str(e["tensor"]), int(e["index"]), int(e["direction"])))
+    return out

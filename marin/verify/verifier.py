@@ -211,6 +211,8 @@ class Verifier:
         if out.stage in TRAINING:
             self.checkpoint_tensors(replay)
             rounding.explain(out, log, self.replay_env)  # a changed rounding log: named at its entry
+        else:  # a scoring stage's log (universal): named at its entry
+            rounding.explain_scoring(out, log, self.replay_env, ws.root)
         if out.class_diffs:
             out.distances = {"metrics": metric_distances(log, replay), **(out.distances or {})}
         self.say(f"  7. compared {sum(out.compared.values())} records ({counts(out.compared)})")

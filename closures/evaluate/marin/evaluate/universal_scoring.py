@@ -1,0 +1,1 @@
+../../../../marin/evaluate/universal_scoring.py

@@ -1,0 +1,1 @@
+../../../../marin/model/head_loss.py

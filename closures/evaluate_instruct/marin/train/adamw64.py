@@ -1,0 +1,1 @@
+../../../../marin/train/adamw64.py
