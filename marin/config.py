@@ -216,6 +216,7 @@ class ReportParams:
     language: tuple[str, ...]
     datasheet: dict[str, str] | None = None  # the lab's answers to datasheet questions the ledger cannot answer
     hub: HubParams | None = None  # optional: the model's Hub repository
+    register: bool = False  # register every report run's model in MLflow, not only releases (marin.report.release)
 
 
 @dataclass(frozen=True)

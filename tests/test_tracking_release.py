@@ -19,6 +19,7 @@ def released(tmp_path_factory, _trained_project):
     """The trained project exported and reported (a release), mirrored into a real `mlflow server`
     (SQLite, artifacts served by the server) by `marin mlflow sync`: (project, server, the sync's stdout)."""
     proj = copy_project(_trained_project, tmp_path_factory.mktemp("released") / "proj")
+    proj.git("commit", "-qam", "the tiny model's params")  # a release: a report on a clean commit of the main branch
     proj.stage("export")
     proj.stage("report")
     srv = Server(tmp_path_factory.mktemp("released-server"))

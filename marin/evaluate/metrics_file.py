@@ -21,29 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from marin import fsutil, readers
 from marin.errors import MarinError
+from marin.headline import BASELINES, INSTRUCTION_SCORES, is_measurement, task_headline
 
 if TYPE_CHECKING:
     from marin.ledger import Run
 
-BASELINES = ("chance/", "constant/", "unigram/", "unigram_")  # a task's or the data's own levels
-SETTINGS = ("limit",)  # lm-eval's limit may be a float (a fraction of the items)
-INSTRUCTION_SCORES = ("token_acc", "choice_acc")  # of each model: graded per token, and by the best choice
 # A headline rule: (the key's path, the mapping that holds it) -> whether its value goes to the metrics file
 Headline = Callable[[tuple[str, ...], dict[str, Any]], bool]
-
-
-def is_measurement(key: str, value: object) -> bool:
-    """A float that measures the model: not a baseline, a setting or a count."""
-    return isinstance(value, float) and not key.startswith(BASELINES) and key not in SETTINGS
-
-
-def task_headline(values: dict[str, Any]) -> str | None:
-    """A harness task's headline metric: its accuracy (lm-eval's ``acc``) where it has one, else the
-    first of its metrics by name (no stderr, baseline or decontaminated variant)."""
-    if "acc" in values:
-        return "acc"
-    names = sorted(k for k, v in values.items() if is_measurement(k, v) and "/" not in k and "stderr" not in k)
-    return names[0] if names else None
 
 
 def evaluation_headline(path: tuple[str, ...], holder: dict[str, Any]) -> bool:

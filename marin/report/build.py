@@ -35,7 +35,7 @@ from marin.ledger.query import Ledger
 from marin.ledger.run import Plan, Recipe, Run, recipe_code, recipe_digest
 from marin.ledger.store import run_files
 from marin.paths import ledger_dir, relpath
-from marin.report import cards, experiments, fmti, mof, reference, render, toc, training, verifications
+from marin.report import cards, experiments, fmti, mof, reference, release, render, toc, training, verifications
 from marin.report.facts import ReportError
 from marin.report.gather import gather
 from marin.report.reference import References
@@ -197,6 +197,7 @@ class Published:
     run_id: str
     key: Path | None  # the signing key, or None: unsigned
     looked_for: str  # where a key was looked for
+    release: dict[str, Any]  # whether MLflow registers it (marin.report.release)
 
 
 @with_index
@@ -218,6 +219,8 @@ def publish(root: Path, params: Params, model: str = stages.MODEL, *, index: Ind
     vsas = verifications.current(root)  # read once: the section is built from these very bytes
     inputs += verifications.inputs(vsas)
     plan = Plan.make(root, Recipe("report", params.section("report"), closure=stages.code_files(root, "report")), index)
+    released = release.decide(root, p.register, dict(plan.body))
+    plan.body["execution"] = {**plan.body.get("execution", {}), "release": released}
     rel = Path("reports") / p.model_name
 
     def record(tmp: Path) -> None:  # recorded, then published: a ledger that cannot take it keeps the old report
@@ -229,7 +232,7 @@ def publish(root: Path, params: Params, model: str = stages.MODEL, *, index: Ind
         index.refresh()  # the ledger as it is now, this run's start included
         ledger = Ledger(root, index, sources=stages.SOURCE_STAGES)
         out = write(ledger, p, refs, snapshot, key, model, record, vsas, run.started.time)
-    return Published(out, run.run_id, key, _configured(root, p))
+    return Published(out, run.run_id, key, _configured(root, p), released)
 
 
 def refuse_unless_intact(root: Path, own: Path) -> None:

@@ -17,7 +17,7 @@ def run_stage(root: Path, params: Params) -> bool:
     import sys
 
     from marin.ledger.index import Index  # here, not above: params are checked before the report's imports
-    from marin.report import build
+    from marin.report import build, release
     from marin.report.placeholders import placeholders
     from marin.tracking import sync_quietly
 
@@ -25,6 +25,7 @@ def run_stage(root: Path, params: Params) -> bool:
     with Index.using(root, None, refresh=False) as idx:
         done = build.publish(root, params, model, index=idx)
         print(build.report_line(done, root))
+        print(release.line(done.release, params.report.model_name if params.report else ""))
         for line in placeholders(build.meta_for(params.report, model)) if params.report else ():
             print(f"report: warning: params.yaml: {line} (`marin report verify --release` refuses it)", file=sys.stderr)
         sync_quietly(root, idx)  # the MLflow view, as after every stage

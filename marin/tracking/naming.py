@@ -59,18 +59,54 @@ def run_name(stage: str, run_id: str) -> str:
     return f"{stage} {run_id.rsplit('-', 1)[-1]}"
 
 
-def pipeline_key(code: Mapping[str, Any]) -> str:
-    """The pipeline a stage run belongs to: its git commit (12 hex), and the diff's digest if dirty."""
+def experiment(started: Mapping[str, Any]) -> str | None:
+    """The DVC experiment a run belongs to (``dvc exp run``: run.started.execution.dvc_experiment), or None."""
+    return ((started.get("execution") or {}).get("dvc_experiment") or {}).get("name")
+
+
+def pipeline_key(started: Mapping[str, Any]) -> str:
+    """The pipeline a stage run belongs to: its git commit (12 hex), the diff's digest if dirty, and the DVC
+    experiment's name under ``dvc exp run`` (its runs share the baseline's commit, params.yaml aside)."""
+    code = started["code"]
     key = (code["git_commit"] or "no-commit")[:12]
     if code["dirty"]:
         key += "-dirty-" + code["diff_digest"].split(":")[1][:8]
-    return key
+    exp = experiment(started)
+    return key + (f"-exp-{exp}" if exp else "")
 
 
-def pipeline_name(code: Mapping[str, Any]) -> str:
-    """A pipeline run's name: ``pipeline 1a2b3c4d`` (commit), ``+5e6f7a`` for a dirty tree's diff."""
+def pipeline_name(started: Mapping[str, Any]) -> str:
+    """A pipeline run's name: the DVC experiment's (``naggy-toea``, as ``dvc exp show`` lists it), else
+    ``pipeline 1a2b3c4d`` (commit), ``+5e6f7a`` for a dirty tree's diff."""
+    code = started["code"]
+    if exp := experiment(started):
+        return exp
     name = "pipeline " + (code["git_commit"] or "no-commit")[:8]
     return name + ("+" + code["diff_digest"].split(":")[1][:6] if code["dirty"] else "")
+
+
+HEADLINE_STAGES = ("evaluate", "evaluate_instruct")  # the model's own scores (a reference stage scores another)
+
+
+def headline_metrics(stage: str, r: Record) -> dict[str, float]:
+    """The headline scores of an eval record, as its pipeline run carries them to sort by (the DVC metrics
+    files' selection, :mod:`marin.evaluate.metrics_file`): validation bits per byte, each harness task's
+    headline, each instruction-tuned model's token and choice accuracy."""
+    from marin.headline import INSTRUCTION_SCORES, task_headline
+
+    b = r.body
+    if stage not in HEADLINE_STAGES or r.kind != "eval":
+        return {}
+    values = {k: v["value"] for k, v in b["values"].items() if isinstance(v, dict)}
+    if b["name"] == "model" and b["split"] == "validation" and "corpus" not in b:
+        keep = {"bits_per_byte"}
+    elif b["name"].startswith("harness:"):
+        keep = {task_headline(values)}
+    elif b["name"].endswith("_instructions") and not b["name"].startswith("constant_"):
+        keep = set(INSTRUCTION_SCORES)
+    else:
+        return {}
+    return {f"{eval_prefix(r)}/{k}": v for k, v in values.items() if k in keep and isinstance(v, float)}
 
 
 def short_tags(log: RunLog) -> dict[str, str]:

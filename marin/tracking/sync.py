@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +14,15 @@ from marin.ledger import mirror
 from marin.ledger.index import Index
 from marin.ledger.records import Record
 from marin.ledger.store import RunLog, load_run
-from marin.tracking.models import LoggedModels
+from marin.tracking.models import LoggedModels, release_of
 from marin.tracking.naming import (
     EXPERIMENT_NOTE,
     PIPELINE_NOTE,
     eval_metrics,
     eval_params,
+    experiment,
     flat,
+    headline_metrics,
     ms,
     pipeline_key,
     pipeline_name,
@@ -31,6 +32,9 @@ from marin.tracking.naming import (
     short_tags,
     user,
 )
+from marin.tracking.outcome import SyncReport, TrackingError, default_uri
+
+__all__ = ["SyncReport", "TrackingError", "default_uri", "sync", "sync_quietly"]
 
 EXPERIMENT = "marin"
 # MLflow 3 opens an experiment by its kind: without it the UI guesses, and a run with a LoggedModel is
@@ -39,40 +43,8 @@ EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 CONTEXT = {"fetch": "training", "curate": "training", "tokenize": "training", "train": "training",
            "evalsets": "evaluation", "instructions": "training", "sft": "training", "evaluate": "evaluation",
            "evaluate_instruct": "evaluation", "decontaminate": "evaluation", "trace_index": "evaluation"}
-UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 BATCH = 900  # MLflow accepts up to 1000 metrics per log_batch
 CREATED = "marin.created_ns"  # when this MLflow run was made: of two made at once, the first stays
-
-class TrackingError(MarinError):
-    """MLflow could not be reached or refused a write."""
-
-
-@dataclass
-class SyncReport:
-    uri: str
-    created: list[str] = field(default_factory=list)
-    updated: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-    experiment: str | None = None
-
-    @property
-    def changes(self) -> int:
-        return len(self.created) + len(self.updated)
-
-    def summary(self) -> str:
-        line = (f"mlflow sync to {self.uri}: {len(self.created)} run(s) created, {len(self.updated)} updated, "
-                f"{len(self.unchanged)} unchanged")
-        if self.experiment and self.uri.startswith("http"):  # MLflow 3.17's UI opens GenAI unless told
-            line += f"; open {self.uri.rstrip('/')}/#/experiments/{self.experiment}?workflowType=machine_learning"
-        elif self.experiment and self.uri.startswith("sqlite:"):
-            line += (f"; view it with `mlflow ui --backend-store-uri {self.uri}` at "
-                     f"{UI}/#/experiments/{self.experiment}?workflowType=machine_learning")
-        return line
-
-
-def default_uri(root: Path) -> str:
-    """$MLFLOW_TRACKING_URI, else the embedded SQLite database at the project root."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(root / 'mlflow.db').resolve()}"
 
 
 class _Syncer:
@@ -158,8 +130,8 @@ class _Syncer:
         return True
 
     def parent(self, log: RunLog) -> str:
-        code = log.code
-        key = pipeline_key(code)
+        code, s = log.code, log.start.body
+        key = pipeline_key(s)
         found = self.lookup("pipeline:" + key)
         if found is not None and found.info.status == "RUNNING" and self.known is None:
             time.sleep(1.0)  # just made by a stage syncing now: by then it has kept or deleted it
@@ -167,9 +139,9 @@ class _Syncer:
         if found is not None:
             return found.info.run_id
         run, created = self._create_once(
-            "marin.pipeline", key, run_name=pipeline_name(code), start_time=ms(log.start.time),
+            "marin.pipeline", key, run_name=pipeline_name(s), start_time=ms(log.start.time),
             tags={"marin.kind": "pipeline", "marin.pipeline": key, "mlflow.source.git.commit": code["git_commit"] or "",
-                  "mlflow.note.content": PIPELINE_NOTE})
+                  "mlflow.note.content": PIPELINE_NOTE, **_experiment_tags(s)})
         if created:
             time.sleep(0.5)  # a parent made at the same moment by another stage is visible by now
             if self._lost_late("marin.pipeline", key, run):
@@ -193,7 +165,7 @@ class _Syncer:
                 "mlflow.source.name": " ".join(s["command"]), "mlflow.source.type": "LOCAL", "mlflow.user": user(),
                 "marin.determinism_digest": s["determinism_digest"], "marin.code_digest": s["code"]["code_digest"],
                 "mlflow.parentRunId": self.parent(log), "mlflow.note.content": run_note(log),
-                **short_tags(log)}
+                **short_tags(log), **_experiment_tags(s)}
         run, created = self._create_once("marin.run_id", log.run_id, run_name=run_name(s['stage'], log.run_id),
                                          start_time=ms(log.start.time), tags=tags)
         if created:
@@ -224,6 +196,7 @@ class _Syncer:
         metrics = [m for r in new for m in self._metrics(r, log)]
         for i in range(0, len(metrics), BATCH):
             self.client.log_batch(mlflow_id, metrics=metrics[i : i + BATCH])
+        self._headlines(run.data.tags.get("mlflow.parentRunId"), log, new)
         counts = [p for r in new if r.kind == "eval" for p in eval_params(r)]
         for i in range(0, len(counts), 100):  # as the run's params: a concurrent sync may insert the same one
             _racing(lambda i=i: self.client.log_batch(mlflow_id, params=counts[i : i + 100]))
@@ -233,6 +206,9 @@ class _Syncer:
         self.client.log_artifact(mlflow_id, str(log.path), "ledger")
         tags = [RunTag("marin.synced_seq", str(last.seq)), RunTag("marin.synced_digest", last.digest),
                 RunTag("marin.status", log.status), RunTag("status", log.status)]
+        if release := release_of(log):  # a report run: whether it is a release, and why
+            tags.append(RunTag("marin.release", ("registered: " if release["register"] else "not registered: ")
+                               + release["why"]))
         # Outputs as tags, so lineage can be followed in MLflow alone: input digest -> producing run.
         outputs = [r.body_as("output") for r in new if r.kind == "output"]
         tags += [RunTag("marin.output." + b["name"].replace(":", "/"), b["digest"]) for b in outputs]
@@ -256,6 +232,14 @@ class _Syncer:
             status = "FINISHED" if log.status == "succeeded" else "FAILED"
             self.client.set_terminated(mlflow_id, status, end_time=ms(log.finished.time))
             self._extend_parent(run.data.tags.get("mlflow.parentRunId"), ms(log.finished.time))
+
+    def _headlines(self, parent_id: str | None, log: RunLog, new: list[Record]) -> None:
+        """The pipeline run carries its evaluations' headline scores, to sort pipelines (and DVC experiments) by."""
+        from mlflow.entities import Metric
+
+        found = [Metric(k, v, ms(r.time), 0) for r in new for k, v in headline_metrics(log.stage, r).items()]
+        if parent_id and found:
+            self.client.log_batch(parent_id, metrics=found)
 
     def _extend_parent(self, parent_id: str | None, end: int) -> None:
         """A pipeline run lasts until its last stage run ends (it was made with no duration)."""
@@ -309,12 +293,22 @@ class _Syncer:
             self.client.log_artifact(mlflow_id, str(path), "manifests")
         if b["name"] == "trace_samples" and path.is_file():  # the samples traced to their training documents
             self.client.log_artifact(mlflow_id, str(path), "trace")
+        if b["name"] == "harness_samples" and path.is_file():  # lm-eval's per-sample log: an evaluation table
+            from marin.tracking.tables import log_samples
+
+            log_samples(self.client, mlflow_id, path, b["digest"])
         if b["name"] in ("model", "hf_model"):
             self.models.log_output(mlflow_id, log, r)
         if log.stage == "report" and b["name"] == "report" and path.is_dir():
             self.client.log_artifacts(mlflow_id, str(path), "report")  # the report itself, beside its ledger
         if log.stage == "report" and b["name"] == "report_json" and path.is_file():
             self.models.register(log, readers.read_json(path, "report"))
+
+
+def _experiment_tags(started: dict[str, Any]) -> dict[str, str]:
+    """The DVC experiment a run belongs to, as a tag DVC's users search by (``tags.dvc_experiment = 'naggy-toea'``)."""
+    exp = experiment(started)
+    return {"dvc_experiment": exp, "marin.dvc_experiment": exp} if exp else {}
 
 
 def _made(run: Any) -> tuple[int, str]:
@@ -378,6 +372,8 @@ def _sync(root: Path, uri: str, idx: Index, full: bool) -> SyncReport:
         if log.started is not None and not log.problems and log.truncated is None:
             syncer.sync_run(log, report)
             mirror.mark_synced(idx, uri, run_id, log.records[-1].seq, log.records[-1].digest)
+    if full:  # exports logged as files only while the hf group was absent, now that it is not
+        report.upgraded = syncer.models.upgrade()
     return report
 
 

@@ -1,0 +1,1 @@
+../../../../marin/report/release.py

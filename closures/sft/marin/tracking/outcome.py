@@ -1,0 +1,1 @@
+../../../../marin/tracking/outcome.py

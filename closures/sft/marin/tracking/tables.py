@@ -1,0 +1,1 @@
+../../../../marin/tracking/tables.py
