@@ -368,7 +368,8 @@ SLOWEST_FIRST = ("test_portable.py", "test_aarch64.py", "test_pipeline_dvc.py", 
                  "test_train.py",
                  # after ~600 s of the files above: the shipped repro (built by test_pipeline_dvc's worker) is done
                  "test_separation.py", "test_instruct.py", "test_distributed.py", "test_experiments.py",
-                 "test_team.py", "test_harness_stage.py", "test_report_trust.py", "test_harness_registry.py",
+                 "test_team.py", "test_registry.py", "test_harness_stage.py", "test_report_trust.py",
+                 "test_harness_registry.py",
                  "test_sweep_runs.py", "test_params_fuzz.py", "test_trace.py", "test_curate_scale.py",
                  "test_tracking_release.py", "test_publish.py", "test_report.py", "test_cli.py")
 
