@@ -16,7 +16,7 @@ import math
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from marin import hashing, schemas
 from marin.config_data import CurateParams, FetchParams, ModelParams, TokenizeParams
@@ -32,13 +32,24 @@ from marin.config_data import Split as Split
 from marin.errors import MarinError, ParamsError
 from marin.params_file import from_defaults, read_yaml, value_problem, with_defaults
 
+# the values the schema (schemas/params.schema.json) allows, each in its enum's order (tests/test_defaults.py)
+Schedule = Literal["cosine", "wsd"]
+SelectMetric = Literal["bits_per_byte", "val_loss", "loss"]
+Goal = Literal["min", "max"]
+SweepMethod = Literal["grid", "random"]
+Task = Literal["corpus", "reference", "quote", "speaker", "continue"]
+Sharding = Literal["replicated", "fsdp"]
+Determinism = Literal["portable", "native", "universal"]
+DataEngine = Literal["local", "ray"]
+Decontaminate = Literal["report", "exclude"]
+
 
 @dataclass(frozen=True)
 class TrainParams:
     steps: int
     batch_size: int
     lr: float
-    schedule: str
+    schedule: Schedule
     warmup_steps: int
     min_lr_ratio: float
     wsd_decay_fraction: float
@@ -54,15 +65,15 @@ class TrainParams:
 
 @dataclass(frozen=True)
 class SelectRule:
-    metric: str  # bits_per_byte | val_loss | loss
-    goal: str  # min | max
+    metric: SelectMetric
+    goal: Goal
 
 
 @dataclass(frozen=True)
 class SweepParams:
     """``marin sweep`` (marin/commands/sweep.py); no stage reads it."""
 
-    method: str  # grid | random
+    method: SweepMethod
     space: tuple[dict[str, Any], ...]  # {param: dotted key, values: [...]} or {param, low, high, log}
     select: SelectRule
     trials: int = 4  # random only
@@ -78,7 +89,7 @@ class InstructionsParams:
     salt: str
     per_document: int
     heldout_max: int
-    tasks: tuple[str, ...]
+    tasks: tuple[Task, ...]
     eval_tokens: int  # greedy tokens per held-out instruction (evaluate)
 
 
@@ -86,7 +97,7 @@ class InstructionsParams:
 class DataRuntime:
     """Where the data stages run; never part of a recipe (outputs are the same for all)."""
 
-    engine: str = from_defaults("runtime.data.engine")  # local | ray
+    engine: DataEngine = from_defaults("runtime.data.engine")
     workers: int = from_defaults("runtime.data.workers")
 
 
@@ -94,12 +105,12 @@ class DataRuntime:
 class RuntimeParams:
     xla_cpu_threads: int  # NPROC for XLA's CPU thread pool: decides the bits
     devices: int  # devices per process (simulated CPU devices when > 1)
-    param_sharding: str  # replicated | fsdp
+    param_sharding: Sharding
     data: DataRuntime = DataRuntime()
     processes: int = from_defaults("runtime.processes")  # jax.distributed processes; the data axis: processes x devices
     # portable (bits pinned to x86-64-v3) | native (this CPU's fastest kernels) | universal (float64 steps rounded
     # to float32 with a rounding log: the same bits on x86-64 and aarch64)
-    determinism: str = from_defaults("runtime.determinism")
+    determinism: Determinism = from_defaults("runtime.determinism")
 
 
 @dataclass(frozen=True)
@@ -161,7 +172,7 @@ class EvaluateParams:
     sample_tokens: int
     batch_size: int
     harness: HarnessParams
-    decontaminate: str  # report | exclude: the items stage decontaminate found in training data
+    decontaminate: Decontaminate  # the items stage decontaminate found in training data
     references: tuple[Reference, ...] = ()  # other models on the same requests, a stage each
 
 

@@ -4,6 +4,14 @@ built by :func:`marin.config.parse` after params.yaml is validated; ``marin.conf
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+# the values the schema (schemas/params.schema.json) allows, each in its enum's order (tests/test_defaults.py)
+Format = Literal["text", "jsonl", "parquet", "messages"]
+SourceKind = Literal["pypi", "url", "local", "file", "glob"]
+Normalization = Literal["NFC", "NFKC", "none"]
+Oversize = Literal["refuse", "drop"]
+Dtype = Literal["float32", "bfloat16"]
 
 
 @dataclass(frozen=True)
@@ -19,7 +27,7 @@ class Extract:
 
     corpus: str  # the label documents carry ("shakespeare", "milton", "bible")
     include: tuple[str, ...]  # glob patterns over member paths
-    format: str  # text | jsonl | parquet
+    format: Format  # messages: conversations for the instruction set, not a corpus
     exclude: tuple[str, ...] = ()
     text_field: str | None = None  # the JSON field or Parquet column holding the text
     group_by: tuple[str, ...] = ()
@@ -39,7 +47,7 @@ class Source:
     """
 
     name: str
-    kind: str  # pypi | url | local | file | glob
+    kind: SourceKind
     locator: str
     sha256: str
     license: str
@@ -88,12 +96,12 @@ class Split:
 
 @dataclass(frozen=True)
 class CurateParams:
-    normalization: str
+    normalization: Normalization
     filters: Filters
     dedup: Dedup
     split: Split
     max_document_bytes: int = 16 << 20  # one record or document, checked while streaming
-    oversize: str = "refuse"  # refuse | drop (counted in the funnel's oversize step)
+    oversize: Oversize = "refuse"  # drop: counted in the funnel's oversize step
 
 
 @dataclass(frozen=True)
@@ -126,7 +134,7 @@ class ModelParams:
     seq_len: int
     tie_embeddings: bool
     rope_theta: float
-    dtype: str
+    dtype: Dtype
 
     def shape_problems(self) -> list[str]:
         """Why this shape cannot be built (the head size, grouped-query attention), one line each."""

@@ -14,7 +14,7 @@ import errno
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import BinaryIO, NamedTuple
+from typing import Any, BinaryIO, Literal, NamedTuple
 
 from marin.errors import MarinError
 from marin.fsutil import open_regular, shown
@@ -29,7 +29,12 @@ class Cap(NamedTuple):
     fix: str  # what to do about a file over the cap
 
 
-CAPS: dict[str, Cap] = {
+# what a file is read as: one a key of CAPS (tests/test_no_unbounded_reads.py holds the two the same)
+Kind = Literal["run", "listing", "snapshot", "vsa", "trust", "key", "params", "tokenizer", "task", "conversations",
+               "config", "report", "manifest", "dvc_dir", "json", "samples", "text", "rounding_log", "published",
+               "model_config", "weights"]
+
+CAPS: dict[Kind, Cap] = {
     # a run's records: a long training run's metrics stay far below (about 300 bytes a step); the
     # largest record, an output naming 10,000 files inline (marin.ledger.run.MAX_ENTRIES), is ~2 MB
     "run": Cap(256 * MiB, 16 * MiB, "a run file", "move it out of ledger/runs/ and run `marin ledger check`"),
@@ -69,7 +74,7 @@ def _over(where: str, cap: Cap, size: str, limit: int) -> str:
     return f"{where}: {size}, over the {limit:,}-byte cap for {cap.what}; it was not read; {cap.fix}"
 
 
-def open_file(path: str | os.PathLike[str], kind: str, error: type[MarinError] = ReadError) -> BinaryIO:
+def open_file(path: str | os.PathLike[str], kind: Kind, error: type[MarinError] = ReadError) -> BinaryIO:
     """``path`` opened for reading as a file of ``kind``: a regular file within its size cap, else
     ``error`` in one line. FileNotFoundError passes through (callers say what a missing file means)."""
     cap = CAPS[kind]
@@ -95,14 +100,14 @@ def _why(e: OSError) -> str:
 
 
 @contextmanager
-def opened(path: str | os.PathLike[str], kind: str,
+def opened(path: str | os.PathLike[str], kind: Kind,
            error: type[MarinError] = ReadError) -> Iterator[BinaryIO]:
     """:func:`open_file` as a context manager."""
     with open_file(path, kind, error) as f:
         yield f
 
 
-def read_bytes(path: str | os.PathLike[str], kind: str, error: type[MarinError] = ReadError) -> bytes:
+def read_bytes(path: str | os.PathLike[str], kind: Kind, error: type[MarinError] = ReadError) -> bytes:
     """All of ``path``, a regular file of ``kind`` within its cap (checked before reading and while)."""
     cap = CAPS[kind]
     with opened(path, kind, error) as f:
@@ -112,7 +117,7 @@ def read_bytes(path: str | os.PathLike[str], kind: str, error: type[MarinError] 
     return data
 
 
-def read_text(path: str | os.PathLike[str], kind: str, error: type[MarinError] = ReadError) -> str:
+def read_text(path: str | os.PathLike[str], kind: Kind, error: type[MarinError] = ReadError) -> str:
     """:func:`read_bytes` decoded as UTF-8 (a byte that is not UTF-8 is ``error`` in one line)."""
     data = read_bytes(path, kind, error)
     try:
@@ -121,8 +126,9 @@ def read_text(path: str | os.PathLike[str], kind: str, error: type[MarinError] =
         raise error(f"{shown(path)}: not UTF-8 (byte {e.start}); {CAPS[kind].fix}") from None
 
 
-def read_json(path: str | os.PathLike[str], kind: str = "json", error: type[MarinError] = ReadError):
-    """The JSON value in ``path`` (bounded as :func:`read_bytes`); unparsable JSON is ``error``."""
+def read_json(path: str | os.PathLike[str], kind: Kind = "json", error: type[MarinError] = ReadError) -> Any:
+    """The JSON value in ``path`` (bounded as :func:`read_bytes`), as :func:`json.loads` gives it (the caller
+    knows its shape: a schema validates it, or a typed reader reads it); unparsable JSON is ``error``."""
     import json
 
     try:
@@ -133,7 +139,7 @@ def read_json(path: str | os.PathLike[str], kind: str = "json", error: type[Mari
         raise error(f"{shown(path)}: not JSON this reader takes (nested too deeply); {CAPS[kind].fix}") from None
 
 
-def lines(path: str | os.PathLike[str], kind: str, error: type[MarinError] = ReadError) -> Iterator[bytes]:
+def lines(path: str | os.PathLike[str], kind: Kind, error: type[MarinError] = ReadError) -> Iterator[bytes]:
     """The lines of ``path``, newline kept (a last line without one is yielded as it is), streamed:
     a file over the size cap is refused before reading, and a line over the line cap when the cap
     is reached, without reading the rest of it."""
@@ -141,7 +147,7 @@ def lines(path: str | os.PathLike[str], kind: str, error: type[MarinError] = Rea
         yield from stream_lines(f, path, kind, error)
 
 
-def stream_lines(f: BinaryIO, path: str | os.PathLike[str], kind: str,
+def stream_lines(f: BinaryIO, path: str | os.PathLike[str], kind: Kind,
                  error: type[MarinError] = ReadError) -> Iterator[bytes]:
     """The lines of the open file ``f`` (see :func:`lines`), within ``kind``'s caps."""
     cap, total, n = CAPS[kind], 0, 0

@@ -174,3 +174,33 @@ def test_the_config_nests_as_its_field_types_say() -> None:
     nested = {f"{r.cls.__name__}.{r.field.name}" for r in ROWS if field_kinds(r.cls)[r.field.name][0] is not None}
     assert set(seen) == nested
     assert isinstance(p.curate.filters.min_mean_word_length, float) and isinstance(p.network.retries, int)
+
+
+def _enum(node: dict[str, Any]) -> list[Any]:
+    """The values the schema allows at a node, or at each item of a list node; [] when it allows any."""
+    if node.get("type") == "array" and "items" in node:
+        node = _resolved(node["items"])
+    return list(node.get("enum", []))
+
+
+def _literal(hint: Any) -> list[Any]:
+    """The values of the Literal in a field's type (``X``, ``X | None``, ``tuple[X, ...]``); [] without one."""
+    return [v for h in (hint, *typing.get_args(hint)) if typing.get_origin(h) is typing.Literal
+            for v in typing.get_args(h)]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.path for r in ROWS])
+def test_a_field_the_schema_limits_to_a_list_is_typed_as_that_list(row: Row) -> None:
+    """Each config field whose values the schema enumerates is a ``Literal`` of those values, in their order (the
+    type checker then refuses a misspelt one), and a field typed by a Literal is enumerated in the schema."""
+    node = _schema(row.path)
+    if node is None:
+        return
+    assert _literal(typing.get_type_hints(row.cls)[row.field.name]) == _enum(node), row.path
+
+
+def test_the_enum_rule_sees_a_list_of_literals() -> None:
+    tasks = typing.get_type_hints(config.InstructionsParams)["tasks"]
+    assert _literal(tasks) == _enum(_schema("instructions.tasks") or {}) == ["corpus", "reference", "quote", "speaker",
+                                                                              "continue"]
+    assert len(_literal(typing.get_type_hints(config.RuntimeParams)["determinism"])) == 3

@@ -212,3 +212,13 @@ def ok(p, f, text):
         pass
 '''
     assert unbounded_reads(src, "x.py") == []
+
+
+def test_the_read_kinds_are_the_caps_table() -> None:
+    """``readers.Kind``, the Literal every reader takes, names exactly the kinds CAPS has a cap for: a kind
+    without a cap is a type error, not a KeyError at run time."""
+    import typing
+
+    from marin import readers
+
+    assert set(typing.get_args(readers.Kind)) == set(readers.CAPS)

@@ -128,7 +128,7 @@ def select(results: list[TrialBody], rule: SelectRule) -> SelectionBody:
     """The succeeded trial with the lowest (or highest) value of the rule's metric; the first on a tie."""
     done = [t for t in results if t["status"] == "succeeded" and rule.metric in t["metrics"]]
     words = f"{'lowest' if rule.goal == 'min' else 'highest'} {rule.metric}"
-    body: SelectionBody = {"rule": {"metric": rule.metric, "goal": rule.goal}, "trial": None,  # pyright: ignore[reportAssignmentType]
+    body: SelectionBody = {"rule": {"metric": rule.metric, "goal": rule.goal}, "trial": None,
                            "reason": f"{words} of {len(done)} succeeded trial(s) of {len(results)}"}
     if done:
         sign = 1 if rule.goal == "min" else -1

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from marin import hashing
 from marin.config import CurateParams, Source
+from marin.config_data import Normalization
 from marin.data import dedup, filters, manifest, parquet
 from marin.data.engine import Engine
 from marin.data.shards import Origin, Oversize, Shard, oversize, read_records, shards
@@ -95,9 +96,9 @@ def _decode(data: bytes) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def normalize(text: str, form: str) -> str:
+def normalize(text: str, form: Normalization) -> str:
     text = text.strip()
-    return text if form == "none" else unicodedata.normalize(form, text)  # pyright: ignore[reportArgumentType]
+    return text if form == "none" else unicodedata.normalize(form, text)
 
 
 def split_of(doc_id: str, salt: str, validation_fraction: float) -> str:

@@ -27,6 +27,7 @@ from marin.attest import dsse, keyring
 from marin.config import Params, ReportParams, clock_skew_s
 from marin.errors import ParamsError
 from marin.ledger import check as ledger_check
+from marin.ledger.bodies import Named
 from marin.ledger.check import check_run
 from marin.ledger.head import Head, head
 from marin.ledger.index import Index, with_index
@@ -269,7 +270,8 @@ def _with_inputs(plan: Plan, records: list[dict[str, Any]]) -> Plan:
     at a path (the snapshot, the key fingerprint), in run.started and its recipe digest as well as in
     the input records."""
     b = plan.body
-    inputs = [*b["inputs"], *({"name": r["name"], "digest": r["digest"]} for r in records)]
+    added: list[Named] = [{"name": r["name"], "digest": r["digest"]} for r in records]
+    inputs = [*b["inputs"], *added]
     body = {**b, "inputs": inputs, "recipe_digest": recipe_digest(
         b["stage"], b["command"], b["params"], recipe_code(b["code"]), inputs, b["determinism_class"])}
     return dataclasses.replace(plan, body=body, input_records=[*plan.input_records, *records])

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
+from huggingface_hub import CardData, DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
 
 from marin.export.card import METRICS, Measure, hf_license, metadata, model_index
 from marin.report import budget, harness_section, people, references_section, usage
@@ -77,6 +77,10 @@ def verification(c: Ctx, stage: str) -> str | None:
 # ---------------------------------------------------------------- model card
 
 
+def _to_yaml(data: CardData) -> str:
+    return data.to_yaml()  # pyright: ignore[reportUnknownMemberType]  # huggingface_hub leaves line_break unannotated
+
+
 def card_data(c: Ctx, extra_results: Iterable[EvalResult] = (), base_model: str | None = None) -> ModelCardData:
     """The card's metadata (``marin.export.card.metadata``, as the export's card): licence, language,
     datasets (the sources' Hub ids, where given), library, ``model-index``: the evaluate run's validation bits
@@ -100,7 +104,7 @@ def _sources_table(c: Ctx) -> list[str]:
 
 
 def _splits_table(c: Ctx) -> list[str]:
-    rows = []
+    rows: list[list[str]] = []
     for sp, v in c.doc["data"]["splits"].items():
         for name, x in [("all", v), *((f"`{k}`", x) for k, x in v["corpora"].items())]:
             rows.append([sp, name, c.md(x["docs"]), c.md(x["tokens"]), c.md(x["bytes"])])
@@ -111,7 +115,7 @@ def model_card(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any])
     """A Hugging Face model card (README.md with YAML metadata) built with huggingface_hub."""
     c = Ctx(facts, doc, meta)
     body = _card_body(c)
-    card = ModelCard("---\n" + card_data(c).to_yaml() + "\n---\n\n" + body)  # parsed back by the Hub's parser
+    card = ModelCard("---\n" + _to_yaml(card_data(c)) + "\n---\n\n" + body)  # parsed back by the Hub's parser
     return str(card.content)
 
 
@@ -235,7 +239,8 @@ def _missing(key: str, why: str = "") -> str:
 def _answer(c: Ctx, key: str, why: str = "") -> str:
     """The answer to a question the ledger holds no fact for: the lab's, from params.yaml
     (``report.datasheet.<key>``, recorded in the report run's params), else what to add where."""
-    answer = (c.meta.get("datasheet") or {}).get(key)
+    answers: dict[str, str] = c.meta.get("datasheet") or {}
+    answer = answers.get(key)
     return f"{answer} (params.yaml `report.datasheet.{key}`)" if answer else _missing("datasheet." + key, why)
 
 
@@ -258,7 +263,7 @@ def datasheet(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) 
     """A datasheet for the training data, with the seven sections of Gebru et al. (2021)."""
     c = Ctx(facts, doc, meta)
     fs = f"{doc['data']['filters_source']['run_id']}#{doc['data']['filters_source']['seq']}"
-    out = ["---", _dataset_data(c).to_yaml(), "---", "", f"# Datasheet: training data of {meta['model_name']}", "",
+    out = ["---", _to_yaml(_dataset_data(c)), "---", "", f"# Datasheet: training data of {meta['model_name']}", "",
            "Answers to the questions of *Datasheets for Datasets* (Gebru et al., 2021). Every value links to "
            "its ledger record in the [technical report](report.md); what the records do not hold is marked "
            f"\"{NR}\", naming the params.yaml key (`report.datasheet.*`) where the lab states it.", ""]
@@ -305,7 +310,7 @@ def _collection(c: Ctx, fs: str) -> list[str]:
 
 def _extraction_rules(c: Ctx) -> list[str]:
     """One line per corpus of each source: the archive members it takes and leaves."""
-    out = []
+    out: list[str] = []
     for source, rules in c.doc["data"].get("extract", {}).items():
         for r in rules:
             left = f"; excluded: {', '.join(f'`{g}`' for g in r['exclude'])}" if r["exclude"] else ""

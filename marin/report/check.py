@@ -145,7 +145,7 @@ def _rederive(root: Path, ledger: Ledger, directory: Path, stmt: Statement, sign
         ledger = ledger_as_of(root, ledger.index.whole, load_snapshot(directory / build.HEAD_FILE), ledger.sources)
     refs, ref_problems = reference.recorded(root, old.get("references"))  # 4
     v.problems.extend(ref_problems)
-    listed = old["doc"].get("independent_verification") or {}
+    listed: dict[str, Any] = old["doc"].get("independent_verification") or {}
     vsas, vsa_problems = verifications.recorded(root, listed)  # 4b: the VSA files, digests and validity
     runs = {r["run_id"]: ledger.runs[r["run_id"]] for r in old["doc"]["lineage"] if r["run_id"] in ledger.runs}
     vsa_problems += verifications.recheck(listed, vsas, runs, v.signer, as_of)
@@ -295,7 +295,7 @@ def rederive(root: Path, facts: dict[str, dict[str, Any]]) -> tuple[dict[str, An
     (the values found by fact id, the problems)."""
     runs: dict[str, dict[int, Record] | None] = {}
     values: dict[str, Any] = {}
-    problems = []
+    problems: list[str] = []
     for fid, fact in sorted(facts.items(), key=lambda kv: (len(kv[0]), kv[0])):  # inputs come before
         src, label = fact["source"], f"fact {fid} ({fact['label']})"
         try:

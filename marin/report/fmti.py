@@ -41,7 +41,8 @@ def _data_sources(c: Ctx) -> tuple[str, list[str]]:
 
 
 def _curation(c: Ctx) -> tuple[str, list[str]]:
-    parts, ids = [], []
+    parts: list[str] = []
+    ids: list[str] = []
     for f in c.doc["data"]["funnel"]:
         removed = ", ".join(f"{step} {c.t(r['docs'])} documents/{c.t(r['bytes'])} bytes"
                             for step, r in f["removed"].items()) or "none"

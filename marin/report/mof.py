@@ -68,7 +68,7 @@ def mof(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) -> dic
     if ev and ev["samples"]:
         have["Sample model outputs"] = ("Greedy completions of fixed prompts (an eval record)",
                                         f"ledger/runs/{ev['run_id']}.jsonl", docs)
-    components = []
+    components: list[dict[str, str]] = []
     for name in MOF_COMPONENTS:
         desc, loc, lic = have.get(name, ("Not part of this release", "", NOT_INCLUDED))
         lic = lic or NOT_SPECIFIED
@@ -85,7 +85,7 @@ def mof(facts: dict[str, Any], doc: dict[str, Any], meta: dict[str, Any]) -> dic
 def _evaluation_code(c: Ctx) -> str:
     """What the evaluation code the release holds computed: each evaluation this report states."""
     parts = ["Bits per byte, perplexity and the unigram baseline (marin/evaluate/scoring.py)"]
-    harness = c.doc.get("harness") or {}
+    harness: dict[str, Any] = c.doc.get("harness") or {}
     if harness.get("rows"):
         version = harness["rows"][0]["harness_version"]
         parts.append(f"the lm-evaluation-harness {c.t(version)} adapter and its task files "
@@ -96,10 +96,15 @@ def _evaluation_code(c: Ctx) -> str:
     return "; ".join(parts)
 
 
+def _harness_rows(c: Ctx) -> list[dict[str, Any]]:
+    harness: dict[str, Any] = c.doc.get("harness") or {}
+    return harness.get("rows") or []
+
+
 def _evaluation_data(c: Ctx) -> tuple[str, str]:
     """(description, locations) of the data every evaluation this report states was run on."""
     desc, where = ["Validation split of the tokenized data"], [stages.declaration("tokenize").out("tokens").as_posix()]
-    if (c.doc.get("harness") or {}).get("rows"):
+    if _harness_rows(c):
         desc.append("the harness tasks' items, cut from the validation split")
         where.append(stages.declaration("evalsets").out("evalsets").as_posix())
     if c.doc.get("instruct"):
@@ -114,7 +119,7 @@ def _evaluation_results(c: Ctx) -> tuple[str, str]:
     where: list[str] = []
     if c.evaluation:
         desc.append("Validation bits per byte and perplexity"
-                    + (" and the harness tasks' scores" if (c.doc.get("harness") or {}).get("rows") else ""))
+                    + (" and the harness tasks' scores" if _harness_rows(c) else ""))
         where.append(stages.declaration("evaluate").out("eval_metrics").as_posix())
     if c.doc.get("instruct"):
         desc.append("the base and instruct models' held-out instruction scores")
