@@ -302,6 +302,26 @@ def _status(sub: Sub) -> None:
     p.set_defaults(fn=cmd.status)
 
 
+def _launch(sub: Sub) -> None:
+    p = sub.add_parser("launch", help="start a multi-host run: one command on every node of a Ray cluster, as "
+                                      "process i of N (MARIN_COORDINATOR, MARIN_PROCESS_ID, MARIN_NUM_PROCESSES)")
+    lsub = p.add_subparsers(dest="launch_command", required=True, metavar="ON")
+    ray = lsub.add_parser("ray", help="on the Ray cluster at RAY_ADDRESS; each node runs the command in the folder "
+                                      "its Ray was started from", usage="marin launch ray [--nodes N] -- COMMAND")
+    ray.add_argument("--nodes", type=int, default=None, help="how many nodes (default: every live node)")
+    ray.add_argument("--port", type=int, default=0, help="the coordinator's port on the head (default: a free one)")
+    ray.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND",
+                     help="after --: the command each node runs, e.g. uv run python -m pipeline.train")
+    ray.set_defaults(fn=_launch_ray, needs_project=False)
+
+
+def _launch_ray(args: argparse.Namespace) -> int:
+    from marin.launch import launch
+
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    return launch(argv, args.nodes, args.port)
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -320,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("-v", "--verbose", action="store_true", help="show tracebacks and extra notes")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in (_ledger, _status, _mlflow, _lineage, _trace, _diff, _verify, _report, _stages, _schemas, _params,
-                  _pin, _publish, _sweep, _reference):
+                  _pin, _publish, _sweep, _reference, _launch):
         group(sub)
     return ap
 

@@ -163,7 +163,7 @@ def test_outside_a_project_every_command_says_so_in_one_line_and_writes_nothing(
                                                                                capsys) -> None:
     from marin.cli import main
 
-    assert set(OUTSIDE) | {("schemas", "check"), ("schemas", "pin")} == set(_leaf_commands())
+    assert set(OUTSIDE) | {("schemas", "check"), ("schemas", "pin"), ("launch", "ray")} == set(_leaf_commands())
     monkeypatch.delenv("MARIN_ROOT", raising=False)
     monkeypatch.chdir(tmp_path)
     assert not any((p / "params.yaml").exists() or (p / "dvc.yaml").exists() for p in (tmp_path, *tmp_path.parents))
@@ -178,6 +178,17 @@ def test_outside_a_project_every_command_says_so_in_one_line_and_writes_nothing(
     (tmp_path / "sub").mkdir()
     assert main(["--root", str(tmp_path / "sub"), "ledger", "log"]) == 2
     assert "--root " in capsys.readouterr().err and list((tmp_path / "sub").iterdir()) == []
+
+
+def test_launch_without_a_command_or_nodes_is_one_line(capsys) -> None:
+    """`marin launch ray` refuses before it joins a cluster (tests/test_hosts_ray.py runs it on one)."""
+    from marin.cli import main
+
+    for argv, why in ((["launch", "ray"], "no command; give it after --"),
+                      (["launch", "ray", "--nodes", "0", "--", "true"], "--nodes 0: give 1 or more")):
+        assert main(argv) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and err.startswith("marin: error: ") and why in err, err
 
 
 def test_uv_run_does_not_byte_compile_the_environment_each_time() -> None:

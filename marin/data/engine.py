@@ -14,7 +14,8 @@ part of the recipe: outputs are bit-identical for any engine and worker count (t
 - ``local``, 1 worker (the default): a plain loop, nothing to start.
 - ``local``, N workers: a pool of N spawned processes.
 - ``ray``: Ray tasks, on a cluster named by ``RAY_ADDRESS`` or on a local Ray started
-  here with N CPUs (``ray.init`` takes seconds: worth it only for large corpora).
+  here with N CPUs (``ray.init`` takes seconds: worth it only for large corpora). Tasks carry
+  bytes, never paths, so the nodes need no shared filesystem (``marin.data.rayengine``).
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
-
-from marin.errors import StageError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -52,7 +51,9 @@ class Engine:
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         """``fn`` over ``items``, results in input order, at most 2 × workers in flight."""
         if self.kind == "ray":
-            return _ray_map(fn, items, self.workers)
+            from marin.data.rayengine import ray_map
+
+            return ray_map(fn, items, self.workers)
         if self.workers == 1:
             return map(fn, items)
         return _pool_map(fn, items, self.workers)
@@ -75,24 +76,3 @@ def _pool_map(fn: Callable[[T], R], items: Iterable[T], workers: int) -> Iterato
     # spawn, not fork: a forked Arrow or tokenizers thread pool can deadlock the child
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         yield from _windowed(lambda x: pool.submit(fn, x), lambda f: f.result(), items, 2 * workers)
-
-
-def _ray_map(fn: Callable[[T], R], items: Iterable[T], workers: int) -> Iterator[R]:
-    try:
-        import ray
-    except ImportError:
-        raise StageError("runtime.data.engine is ray but Ray is not installed; `uv sync --group ray`, or set "
-                         "runtime.data.engine: local") from None
-    if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS")
-        try:
-            if address:
-                ray.init(address=address, log_to_driver=False, include_dashboard=False)
-            else:
-                ray.init(num_cpus=workers, log_to_driver=False, include_dashboard=False)
-        except Exception as e:  # Ray raises ConnectionError, RuntimeError, ...
-            where = f"the Ray cluster at RAY_ADDRESS={address}" if address else "a local Ray"
-            raise StageError(f"cannot start or join {where}: {type(e).__name__}: {str(e).splitlines()[0]}; "
-                             "start it (`ray start --head`) or set runtime.data.engine: local") from None
-    task = ray.remote(fn)
-    yield from _windowed(lambda x: task.remote(x), ray.get, items, 2 * workers)  # pyright: ignore[reportReturnType]

@@ -1,0 +1,1 @@
+../../../../marin/data/rayengine.py
