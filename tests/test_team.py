@@ -6,6 +6,7 @@ and the server stopped in the middle of it."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import time
@@ -62,6 +63,10 @@ def test_stages_syncing_at_once_make_one_mirror_and_a_second_sync_changes_nothin
     ids = [r.data.tags.get("marin.run_id") or r.data.tags["marin.pipeline"] for r in runs]
     assert sorted(ids) == sorted({*ids}), "a ledger run mirrored twice"
     assert len([r for r in runs if r.data.tags.get("marin.kind") == "pipeline"]) == 1
+    [evaluate] = [r for r in runs if r.data.tags.get("marin.stage") == "evaluate"]  # its table written once, not 3x
+    samples = (synced.root / "evals/harness/samples.jsonl").read_text().count("\n")
+    table = c.download_artifacts(evaluate.info.run_id, "eval_results_table.json", str(synced.root / "dl-table"))
+    assert len(json.loads(Path(table).read_text())["data"]) == samples > 0  # MLflow's table: pandas' split layout
     assert_mirrors_the_ledger(synced, team.uri)
     r = synced.marin("mlflow", "sync", check=True)
     assert f"0 run(s) created, 0 updated, {len(synced.runs())} unchanged" in r.stdout

@@ -202,7 +202,7 @@ class _Syncer:
             _racing(lambda i=i: self.client.log_batch(mlflow_id, params=counts[i : i + 100]))
         for r in new:
             if r.kind == "output":
-                self._output(mlflow_id, log, r)
+                self._output(mlflow_id, log, r, appends=found is not None or created)
         self.client.log_artifact(mlflow_id, str(log.path), "ledger")
         tags = [RunTag("marin.synced_seq", str(last.seq)), RunTag("marin.synced_digest", last.digest),
                 RunTag("marin.status", log.status), RunTag("status", log.status)]
@@ -238,8 +238,8 @@ class _Syncer:
         from mlflow.entities import Metric
 
         found = [Metric(k, v, ms(r.time), 0) for r in new for k, v in headline_metrics(log.stage, r).items()]
-        if parent_id and found:
-            self.client.log_batch(parent_id, metrics=found)
+        if parent_id and found:  # two stages syncing the same record at once insert the same metric
+            _racing(lambda: self.client.log_batch(parent_id, metrics=found))
 
     def _extend_parent(self, parent_id: str | None, end: int) -> None:
         """A pipeline run lasts until its last stage run ends (it was made with no duration)."""
@@ -286,14 +286,16 @@ class _Syncer:
             link.update(dataset_name="tokens", dataset_digest=short_digest(tokens))
         return [Metric(k, v, t, 0, **link) for k, v in eval_metrics(r).items()]  # measurements; the rest are params
 
-    def _output(self, mlflow_id: str, log: RunLog, r: Record) -> None:
+    def _output(self, mlflow_id: str, log: RunLog, r: Record, appends: bool = True) -> None:
+        """``appends``: whether this process writes what MLflow appends to (the evaluation table), False when
+        another process made the run a moment ago and is writing it."""
         b = r.body_as("output")
         path = self.root / b["path"]
         if b["name"].endswith("manifest") and path.is_file():
             self.client.log_artifact(mlflow_id, str(path), "manifests")
         if b["name"] == "trace_samples" and path.is_file():  # the samples traced to their training documents
             self.client.log_artifact(mlflow_id, str(path), "trace")
-        if b["name"] == "harness_samples" and path.is_file():  # lm-eval's per-sample log: an evaluation table
+        if b["name"] == "harness_samples" and path.is_file() and appends:  # lm-eval's samples: an evaluation table
             from marin.tracking.tables import log_samples
 
             log_samples(self.client, mlflow_id, path, b["digest"])
