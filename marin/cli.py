@@ -307,8 +307,14 @@ def _launch(sub: Sub) -> None:
                                       "process i of N (MARIN_COORDINATOR, MARIN_PROCESS_ID, MARIN_NUM_PROCESSES)")
     lsub = p.add_subparsers(dest="launch_command", required=True, metavar="ON")
     ray = lsub.add_parser("ray", help="on the Ray cluster at RAY_ADDRESS; each node runs the command in the folder "
-                                      "its Ray was started from", usage="marin launch ray [--nodes N] -- COMMAND")
+                                      "its Ray was started from",
+                          usage="marin launch ray [--nodes N] [--per-node K] -- COMMAND")
     ray.add_argument("--nodes", type=int, default=None, help="how many nodes (default: every live node)")
+    ray.add_argument("--per-node", type=int, default=1, metavar="K",
+                     help="processes per node (default 1), numbered node by node: node 0 runs 0 to K-1")
+    ray.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
+                     help="a variable for every process (repeatable): VALUE, or without it the value here; each "
+                          "node's own environment is the one its `ray start` had")
     ray.add_argument("--port", type=int, default=0, help="the coordinator's port on the head (default: a free one)")
     ray.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND",
                      help="after --: the command each node runs, e.g. uv run python -m pipeline.train")
@@ -319,7 +325,7 @@ def _launch_ray(args: argparse.Namespace) -> int:
     from marin.launch import launch
 
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
-    return launch(argv, args.nodes, args.port)
+    return launch(argv, args.nodes, args.per_node, args.port, args.env)
 
 
 def _version() -> str:

@@ -1,8 +1,10 @@
 """``marin launch ray -- CMD``: one command on every node of a Ray cluster, as the processes of one
 ``jax.distributed`` run.
 
-Each of the cluster's N live nodes (the head first, then by address) runs ``CMD`` once, in the folder
-its Ray was started from (each node's own checkout: nothing is shared but the network), with
+Each of the cluster's live nodes (the head first, then by address) runs ``CMD`` once, or ``--per-node K``
+times, in the folder its Ray was started from (each node's own checkout: nothing is shared but the
+network): N processes in all, numbered node by node, each with the node's environment (what its
+``ray start`` had), the ``--env`` variables given to the launcher, and
 
     MARIN_COORDINATOR=<the head's address>:<a free port there>  MARIN_PROCESS_ID=i  MARIN_NUM_PROCESSES=N
 
@@ -24,6 +26,7 @@ from typing import Any
 from marin.errors import MarinError, StageError
 
 LOGS = Path(".marin/logs/launch")
+MAX_PER_NODE = 256  # processes per node: a cap on a count from the user
 TAIL_LINES = 1  # the last line of a failed process's output, in the launcher's line
 
 
@@ -58,13 +61,28 @@ def _nodes(ray: Any, n: int | None) -> list[dict[str, Any]]:
     return alive[:n] if n is not None else alive
 
 
-def launch(argv: list[str], nodes: int | None = None, port: int = 0) -> int:
-    """``argv`` once on each node, as process i of N; 0 when every process exited 0."""
+def _given(extra: list[str]) -> dict[str, str]:
+    out = {}
+    for item in extra:
+        name, sep, value = item.partition("=")
+        if not name or (not sep and name not in os.environ):
+            raise LaunchError(f"marin launch ray: --env {item}: give NAME=VALUE, or NAME of a variable set here")
+        out[name] = value if sep else os.environ[name]
+    return out
+
+
+def launch(argv: list[str], nodes: int | None = None, per_node: int = 1, port: int = 0,
+           extra: list[str] | None = None) -> int:
+    """``argv`` ``per_node`` times on each node, as process i of N, with ``extra`` (``NAME=VALUE``, or
+    ``NAME`` for the launcher's own value) in its environment; 0 when every process exited 0."""
     if not argv:
         raise LaunchError("marin launch ray: no command; give it after --, e.g. "
                           "`marin launch ray -- uv run python -m pipeline.train`")
     if nodes is not None and nodes < 1:
         raise LaunchError(f"marin launch ray: --nodes {nodes}: give 1 or more (or leave it out: every live node)")
+    if not 1 <= per_node <= MAX_PER_NODE:
+        raise LaunchError(f"marin launch ray: --per-node {per_node}: give 1 to {MAX_PER_NODE} processes per node")
+    given = _given(extra or [])
     try:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -84,10 +102,12 @@ def launch(argv: list[str], nodes: int | None = None, port: int = 0) -> int:
 
     head = chosen[0]
     port = port or ray.get(on(head)(_free_port).remote())
-    env = {"MARIN_COORDINATOR": f"{head['NodeManagerAddress']}:{port}", "MARIN_NUM_PROCESSES": str(len(chosen))}
-    refs = [on(x)(_run).remote(argv, {**env, "MARIN_PROCESS_ID": str(i)}, i) for i, x in enumerate(chosen)]
+    procs = [(i * per_node + j, x) for i, x in enumerate(chosen) for j in range(per_node)]  # node by node
+    env = {**given, "MARIN_COORDINATOR": f"{head['NodeManagerAddress']}:{port}",
+           "MARIN_NUM_PROCESSES": str(len(procs))}
+    refs = [on(x)(_run).remote(argv, {**env, "MARIN_PROCESS_ID": str(i)}, i) for i, x in procs]
     first: tuple[int, int] | None = None  # (process, exit code) of the first that failed
-    for i, (x, ref) in enumerate(zip(chosen, refs, strict=True)):
+    for (i, x), ref in zip(procs, refs, strict=True):
         try:
             host, rc, last = ray.get(ref)
         except ray.exceptions.RayError as e:  # pyright: ignore[reportAttributeAccessIssue]
@@ -97,6 +117,6 @@ def launch(argv: list[str], nodes: int | None = None, port: int = 0) -> int:
         if rc and first is None:
             first = (i, rc)
     if first is not None:
-        raise StageError(f"process {first[0]} of {len(chosen)} exited {first[1]}; its output is "
+        raise StageError(f"process {first[0]} of {len(procs)} exited {first[1]}; its output is "
                          f"{LOGS}/process-{first[0]}.log on its node")
     return 0

@@ -185,7 +185,9 @@ def test_launch_without_a_command_or_nodes_is_one_line(capsys) -> None:
     from marin.cli import main
 
     for argv, why in ((["launch", "ray"], "no command; give it after --"),
-                      (["launch", "ray", "--nodes", "0", "--", "true"], "--nodes 0: give 1 or more")):
+                      (["launch", "ray", "--nodes", "0", "--", "true"], "--nodes 0: give 1 or more"),
+                      (["launch", "ray", "--per-node", "0", "--", "true"], "--per-node 0: give 1 to 256"),
+                      (["launch", "ray", "--env", "MARIN_NOT_SET_HERE", "--", "true"], "give NAME=VALUE")):
         assert main(argv) == 2
         out, err = capsys.readouterr()
         assert out == "" and err.count("\n") == 1 and err.startswith("marin: error: ") and why in err, err

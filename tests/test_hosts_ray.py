@@ -192,21 +192,24 @@ SHOW = ("import os, socket, jax; e = os.environ; jax.distributed.initialize(e['M
 
 def test_launch_ray_runs_the_command_on_every_node_as_process_i_of_n(cluster: RayHosts) -> None:
     cluster.whole()
-    p = cluster.run("a", str(BIN / "python"), "-m", "marin.cli", "launch", "ray", "--", str(BIN / "python"), "-c",
-                    SHOW)
+    p = cluster.run("a", str(BIN / "python"), "-m", "marin.cli", "launch", "ray", "--per-node", "2", "--",
+                    str(BIN / "python"), "-c", SHOW)  # 2 hosts x 2 processes, as the training across hosts
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     a, b = cluster.hosts["a"], cluster.hosts["b"]
-    assert p.stdout.splitlines() == [f"marin launch: process 0 on host-a ({a.ip}) exited 0",
-                                     f"marin launch: process 1 on host-b ({b.ip}) exited 0"]
-    for i, name in enumerate(("host-a", "host-b")):
+    assert p.stdout.splitlines() == [f"marin launch: process {i} on {h.name} ({h.ip}) exited 0"
+                                     for i, h in enumerate((a, a, b, b))]
+    for i, name in enumerate(("host-a", "host-a", "host-b", "host-b")):
         root = cluster.projects[name].root  # each host's own project: its log is there, not on the other
         log = (root / f".marin/logs/launch/process-{i}.log").read_text()
         host_name, cwd, coordinator, pid, n, count = next(x for x in log.splitlines() if x.startswith(name)).split()
-        assert (host_name, cwd, pid, n, count) == (name, str(cluster.project), str(i), "2", "2")
+        assert (host_name, cwd, pid, n, count) == (name, str(cluster.project), str(i), "4", "4")
         assert coordinator.startswith(f"{a.ip}:")  # the head's address, on its own network
-    fail = cluster.run("a", str(BIN / "python"), "-m", "marin.cli", "launch", "ray", "--", "sh", "-c",
-                       'echo "process $MARIN_PROCESS_ID gives up"; test "$MARIN_PROCESS_ID" != 1 || exit 3')
-    assert fail.returncode == 1 and f"process 1 on host-b ({b.ip}) exited 3: process 1 gives up" in fail.stdout
+    give_up = 'echo "process $MARIN_PROCESS_ID gives up $WHY"; test "$MARIN_PROCESS_ID" != 1 || exit 3'
+    fail = cluster.run("a", str(BIN / "python"), "-m", "marin.cli", "launch", "ray", "--env", "WHY=on purpose",
+                       "--", "sh", "-c", give_up)
+    assert fail.returncode == 1, fail.stdout + fail.stderr
+    assert f"process 1 on host-b ({b.ip}) exited 3: process 1 gives up on purpose" in fail.stdout
+    assert f"process 0 on host-a ({a.ip}) exited 0" in fail.stdout
     assert fail.stderr.strip().splitlines()[-1] == ("marin: error: process 1 of 2 exited 3; its output is "
                                                    ".marin/logs/launch/process-1.log on its node"), fail.stderr
 
