@@ -231,3 +231,15 @@ def test_a_node_with_other_code_is_refused_in_one_line_naming_it(cluster: RayHos
     assert p.stderr.strip().splitlines()[-1].startswith(f"marin: error: Ray node host-b ({b.ip}) runs other code "
                                                        "than this driver"), p.stderr[-2000:]
     assert _tree(a.root, "data/curated") == before
+
+
+def test_a_stage_error_inside_a_task_on_b_is_the_stages_one_line(cluster: RayHosts) -> None:
+    cluster.whole()
+    _ray_engine(cluster)
+    script = STALL_ON_B.replace('''        socket.create_connection(("{gateway}", {port}), timeout=30).close()
+        time.sleep(3600)''', '''        from marin.errors import StageError
+        raise StageError(f"texts/x.txt line 3: refused on {socket.gethostname()}; fix the line")''')
+    p = cluster.run("a", str(BIN / "python"), "-c", script)
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    err = [x for x in p.stderr.splitlines() if x.strip() and not re.match(r"\d{4}-\d\d-\d\d ", x)]
+    assert err == ["marin: error: texts/x.txt line 3: refused on host-b; fix the line"], p.stderr[-3000:]
