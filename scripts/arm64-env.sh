@@ -27,7 +27,7 @@ jsonschema-rs lm-eval lxml markupsafe ml-dtypes msgpack multiprocess numpy opt-e
 packaging pandas pathspec platformdirs portalocker protobuf psutil pyarrow pygments pygtrie python-dateutil pytz
 pyyaml referencing requests rfc3339-validator rfc8785 rich rpds-py sacrebleu safetensors scipy scmrepo setuptools
 simplejson six sqltrie tabulate tensorstore tokenizers tqdm treescope typing-extensions urllib3 voluptuous wcwidth
-xxhash zc.lockfile zstandard huggingface-hub httpx httpcore"
+xxhash zc.lockfile zstandard huggingface-hub httpx httpcore httpx2 httpcore2 click truststore"
 DEBS="python3.11 libstdc++6 libgomp1"
 
 # name==version for each distribution installed in the host environment (absent ones are skipped)

@@ -6,7 +6,10 @@ any run starts, and a portable run recorded here cannot be verified there (exit 
 missing): each such emulated command only starts and refuses, ~20-45 s. The universal profile is defined
 there: a universal run recorded on x86-64 verifies BIT-EXACT under qemu-aarch64 and one recorded under
 qemu-aarch64 verifies BIT-EXACT here (tests/universal_fixtures.py's 3-step tiny run; each emulated
-train or replay is minutes: docs/determinism.md has the times).
+train or replay is minutes: docs/determinism.md has the times). So does its universal 3-step sft recorded
+here, and its universal evaluate both ways (one prompt, one harness task on 4 items). Not emulated, to keep
+the file's minutes down: an sft recorded there (its step is train's, whose reverse is tested) and
+evaluate_instruct (evaluate's rounded functions, on two models).
 """
 
 from __future__ import annotations
@@ -78,6 +81,39 @@ def test_a_universal_run_recorded_on_aarch64_verifies_bit_exact_here(arm_python:
     [run] = proj.runs("train")
     started = run[0]["body"]
     assert started["env"]["machine"] == "aarch64" and started["determinism_class"]["profile"] == "universal"
+    r = proj.marin("verify", run[0]["run_id"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "BIT-EXACT on a different CPU (exit 0" in r.stdout and "recorded on aarch64" in r.stdout
+
+
+def test_a_universal_sft_recorded_here_verifies_bit_exact_on_aarch64(arm_python: str, _universal_sft: Project,
+                                                                     tmp_path: Path) -> None:
+    """The session's universal run fine-tuned 3 steps under universal (tests/universal_fixtures.py)."""
+    proj = copy_project(_universal_sft, tmp_path / "proj")
+    [run] = proj.runs("sft")
+    r = proj.run(arm_python, "-m", "marin.cli", "verify", run[0]["run_id"], timeout=1800)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "BIT-EXACT on a different CPU (exit 0" in r.stdout and "verified on aarch64" in r.stdout
+
+
+def test_a_universal_evaluate_recorded_here_verifies_bit_exact_on_aarch64(arm_python: str,
+                                                                          _universal_evaluated: Project,
+                                                                          tmp_path: Path) -> None:
+    """Its log-likelihoods, greedy tokens and harness scores from float64 rounded with the stage's log."""
+    proj = copy_project(_universal_evaluated, tmp_path / "proj")
+    [run] = proj.runs("evaluate")
+    r = proj.run(arm_python, "-m", "marin.cli", "verify", run[0]["run_id"], timeout=1800)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "BIT-EXACT on a different CPU (exit 0" in r.stdout and "verified on aarch64" in r.stdout
+
+
+def test_a_universal_evaluate_recorded_on_aarch64_verifies_bit_exact_here(arm_python: str,
+                                                                          _universal_evaluated: Project,
+                                                                          tmp_path: Path) -> None:
+    proj = copy_project(_universal_evaluated, tmp_path / "proj")
+    proj.run(arm_python, "-m", "pipeline.evaluate", check=True, timeout=1800)
+    run = proj.runs("evaluate")[-1]
+    assert run[0]["body"]["env"]["machine"] == "aarch64"
     r = proj.marin("verify", run[0]["run_id"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert "BIT-EXACT on a different CPU (exit 0" in r.stdout and "recorded on aarch64" in r.stdout
