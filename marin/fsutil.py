@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import io
 import os
 import re
 import shutil
@@ -20,7 +21,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
-from typing import BinaryIO, NoReturn
+from typing import NoReturn
 
 from marin.errors import StageError
 
@@ -92,7 +93,7 @@ def not_regular(mode: int) -> str | None:
     return next((w for test, w in SPECIAL if test(mode)), "is not a regular file")
 
 
-def open_regular(path: str | os.PathLike[str], *, follow: bool = False) -> BinaryIO:
+def open_regular(path: str | os.PathLike[str], *, follow: bool = False) -> io.BufferedReader:
     """``path`` opened for reading only if it is a regular file, never blocking (a fifo opens at once
     with O_NONBLOCK) nor following a link (unless ``follow``: digests of a DVC checkout, whose cache
     may link); an OSError naming what it is otherwise."""

@@ -70,7 +70,7 @@ def file_digest(path: str | os.PathLike[str], *, follow: bool = True) -> str:
     followed unless ``follow`` is False (then it is an OSError, as a fifo is)."""
     with open_regular(path, follow=follow) as f:  # a fifo would block the digest forever
         before = os.fstat(f.fileno())
-        digest = fmt(hashlib.file_digest(f, "sha256").digest())  # pyright: ignore[reportArgumentType]
+        digest = fmt(hashlib.file_digest(f, "sha256").digest())
         unchanged(path, before, os.fstat(f.fileno()))
     return digest
 
@@ -204,11 +204,11 @@ def dvc_md5(path: str | os.PathLike[str]) -> str:
     p = Path(path)
     if not p.is_dir():
         with open_regular(p, follow=True) as f:
-            return hashlib.file_digest(f, "md5").hexdigest()  # pyright: ignore[reportArgumentType]
+            return hashlib.file_digest(f, "md5").hexdigest()
     entries = []
     for rel, f in tree_files(p, links=True):
         with open_regular(f, follow=True) as fh:
-            entries.append({"md5": hashlib.file_digest(fh, "md5").hexdigest(),  # pyright: ignore[reportArgumentType]
+            entries.append({"md5": hashlib.file_digest(fh, "md5").hexdigest(),
                             "relpath": rel})
     blob = json.dumps(entries, sort_keys=True).encode("utf-8")
     return hashlib.md5(blob).hexdigest() + ".dir"

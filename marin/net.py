@@ -179,7 +179,7 @@ def cause(e: BaseException) -> str:
     return (str(inner).strip().splitlines() or [type(inner).__name__])[0][:200] or type(inner).__name__
 
 
-class _Read:
+class _Read(http.client.HTTPConnection):
     """A connection whose socket waits ``read_s`` for each read once it is connected, and is shut
     at the ``deadline``."""
 
@@ -187,10 +187,10 @@ class _Read:
     deadline: Deadline | None
 
     def connect(self) -> None:
-        super().connect()  # type: ignore[misc]  # connects within the connect timeout
-        self.sock.settimeout(self.read_s)  # type: ignore[attr-defined]
+        super().connect()  # connects within the connect timeout (HTTPS: and its handshake)
+        self.sock.settimeout(self.read_s)
         if self.deadline is not None:
-            self.deadline.watch(self.sock)  # type: ignore[attr-defined]
+            self.deadline.watch(self.sock)
 
 
 class _HTTP(_Read, http.client.HTTPConnection):

@@ -87,8 +87,8 @@ class Part:
         if not self.over and self.size > p.max_document_bytes:
             oversize(f"{self.where} group {self.key} (from line {self.line})", self.size, p)
             self.over, self.texts = True, []
-        if not self.over:
-            self.texts.append(text)  # pyright: ignore[reportArgumentType]
+        if not self.over and isinstance(text, str):  # an Oversize text is over the cap: the group is over
+            self.texts.append(text)
 
 
 def _decode(data: bytes) -> str:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import bz2
 import lzma
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import zstandard
 
@@ -23,6 +24,10 @@ MAX_RATIO = 200  # deflate tops out near 1032:1; text compresses 3-10:1
 ZSTD_MAX_WINDOW = 1 << 27  # zstd's default limit, spelled out: a frame cannot ask for more memory
 CHUNK = 1 << 16  # compressed bytes read at a time
 STARVED = 1 << 20  # zstd input that may give no output before the file is refused
+
+
+if TYPE_CHECKING:  # zlib's decompressor type is not importable under its typeshed name
+    Decompressor: TypeAlias = zlib._Decompress | bz2.BZ2Decompressor | lzma.LZMADecompressor
 
 
 class Readable(Protocol):
@@ -41,7 +46,7 @@ FORMATS = {".gz": "gzip", ".tgz": "gzip", ".bz2": "bzip2", ".tbz2": "bzip2", ".x
             ".zst": "zstd"}
 
 
-def _decompressor(fmt: str) -> object:
+def _decompressor(fmt: str) -> Decompressor:
     if fmt == "gzip":
         return zlib.decompressobj(wbits=31)
     if fmt == "bzip2":
@@ -54,12 +59,12 @@ class _Fed:
     with no output (empty or skippable frames; zstd gives output every block of 128 KiB at most),
     the file is refused."""
 
-    def __init__(self, raw: Readable, refuse: object):
+    def __init__(self, raw: Readable, refuse: Callable[[], StageError]):
         self.raw, self.refuse, self.since = raw, refuse, 0
 
     def read(self, n: int = -1) -> bytes:
         if self.since > STARVED:
-            raise self.refuse()  # type: ignore[operator]
+            raise self.refuse()
         data = self.raw.read(n)
         self.since += len(data)
         return data
@@ -104,20 +109,21 @@ class Streams:
 
     def _step(self, n: int) -> None:
         d = self.d
-        if d.eof:  # type: ignore[attr-defined]
+        if d.eof:
             self._next_stream(n)
             return
-        if self.fmt == "gzip":
-            data = d.unconsumed_tail or self.raw.read(CHUNK)  # type: ignore[attr-defined]
-        else:
-            data = self.raw.read(CHUNK) if d.needs_input else b""  # type: ignore[attr-defined]
-        if not data and (self.fmt == "gzip" or d.needs_input):  # type: ignore[attr-defined]
+        if isinstance(d, bz2.BZ2Decompressor | lzma.LZMADecompressor):
+            needed = d.needs_input
+            data = self.raw.read(CHUNK) if needed else b""
+        else:  # gzip
+            needed, data = True, d.unconsumed_tail or self.raw.read(CHUNK)
+        if not data and needed:
             raise EOFError(f"{self.fmt} data ended before the end of its stream (truncated?)")
-        self.out = d.decompress(data, n)  # type: ignore[attr-defined]
+        self.out = d.decompress(data, n)
         self.stream_out += len(self.out)
 
     def _next_stream(self, n: int) -> None:
-        rest = self.d.unused_data or self.raw.read(CHUNK)  # type: ignore[attr-defined]
+        rest = self.d.unused_data or self.raw.read(CHUNK)
         if not rest:
             self.eof = True
             return
@@ -125,7 +131,7 @@ class Streams:
             raise self._empty()
         self.d = _decompressor(self.fmt)
         try:
-            self.out = self.d.decompress(rest, n)  # type: ignore[attr-defined]
+            self.out = self.d.decompress(rest, n)
         except (OSError, EOFError, lzma.LZMAError, zlib.error):
             self.eof, self.out = True, b""  # not a stream: the data ended before it
         self.stream_out = len(self.out)

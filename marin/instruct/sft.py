@@ -83,7 +83,8 @@ def encoded(path: Path, tok: Tokenizer, eos_id: int, seq_len: int) -> tuple[np.n
         rows.append((seq[:-1], seq[1:], w[1:]))
     if not rows:
         raise StageError(f"{path}: no conversations to fine-tune on; check params.yaml: instructions")
-    return tuple(np.stack(c) for c in zip(*rows, strict=True))  # type: ignore[return-value]
+    xs, ys, ws = (np.stack(c) for c in zip(*rows, strict=True))
+    return xs, ys, ws
 
 
 def heldout_loss(graphdef: nnx.GraphDef, rows: tuple[np.ndarray, np.ndarray, np.ndarray], batch: int,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,7 +62,7 @@ def root_of(leaves: tuple[Leaf, ...]) -> str:
     return hashing.fmt(merkle.merkle_root([x.encode() for x in leaves]))
 
 
-def head(ledger_dir: Path, exclude: set[str] = frozenset(), index: Index | None = None) -> Head:  # type: ignore[assignment]
+def head(ledger_dir: Path, exclude: AbstractSet[str] = frozenset(), index: Index | None = None) -> Head:
     """The head of the ledger in ``ledger_dir``, from the derived index (each run's last record
     as indexed; the index re-reads a file whose size or times changed). ``index``: the command's,
     brought up to date here (else one is opened)."""
@@ -69,8 +70,8 @@ def head(ledger_dir: Path, exclude: set[str] = frozenset(), index: Index | None 
 
     with Index.using(ledger_dir.parent.parent, index) as idx:
         rows = [r for r in idx.runs(include_unstarted=True) if r.last_digest is not None and r.run_id not in exclude]
-    leaves = tuple(sorted((Leaf(r.run_id, r.last_seq, r.last_digest) for r in rows),  # type: ignore[arg-type]
-                          key=lambda x: x.run_id))
+    leaves = tuple(sorted((Leaf(r.run_id, r.last_seq, r.last_digest) for r in rows
+                           if r.last_seq is not None and r.last_digest is not None), key=lambda x: x.run_id))
     times = [t for r in rows for t in (r.started, r.finished) if t]
     return Head(root_of(leaves), leaves, max(times, key=clock.parse) if times else None)
 

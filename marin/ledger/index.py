@@ -188,7 +188,7 @@ class Index:
                               "started, status, finished, last_seq FROM files WHERE run_id=?", (run_id,)).fetchone()
         path = self.ledger / f"{run_id}.jsonl"
         grew = row is not None and row[3] == st.st_ino and st.st_size > row[0]  # else: re-read it all
-        state = _FileState.resume(row) if grew else None  # pyright: ignore[reportArgumentType]
+        state = _FileState.resume(row) if grew and row is not None else None
         with open_run(path) as f:
             if state is not None and not state.tail_intact(f):
                 state = None

@@ -61,6 +61,6 @@ class Builder:
     @classmethod
     def from_state(cls, state: list[list[object]]) -> Builder:
         b = cls()
-        b._peaks = [(int(c), bytes.fromhex(str(h))) for c, h in state]  # type: ignore[call-overload]
+        b._peaks = [(int(str(c)), bytes.fromhex(str(h))) for c, h in state]
         b.size = sum(c for c, _ in b._peaks)
         return b

@@ -48,7 +48,8 @@ def to_prov(node: Artifact | Step, *more: Step) -> ProvDocument:
     entities: dict[str, dict[str, Any]] = {}
     leaves = [node] if isinstance(node, Artifact) else []
     for a in [a for s in steps for a in (*s.outputs, *s.inputs)] + leaves:  # producers' names first
-        attrs = entities.setdefault(a.digest, {PROV["label"]: a.name, **_attrs(name=a.name, path=a.path, size=a.size)})  # pyright: ignore[reportArgumentType]
+        named: dict[Any, Any] = {PROV["label"]: a.name, **_attrs(name=a.name, path=a.path, size=a.size)}
+        attrs = entities.setdefault(a.digest, named)
         attrs.update(_attrs(locator=a.locator, license=a.license, tensor_digest=a.tensor_digest))
     for digest, attrs in entities.items():
         doc.entity(digest, attrs)  # the digest `sha256:<hex>` is itself a qualified name

@@ -169,11 +169,11 @@ class Plan:
                 raise LedgerError(f"input {i.name}: {i.path} does not exist; run the stage that makes it")
             d = hashing.digest_path(p, hashes)
             digested.append((i, d.digest, d.size, d.dvc_md5))
-        recipe_inputs = [{"name": i.name, "digest": d} for i, d, _, _ in digested]
+        recipe_inputs: list[Named] = [{"name": i.name, "digest": d} for i, d, _, _ in digested]
         body: RunStarted = {
             "stage": r.stage, "command": command, "params": r.params,
             "recipe_digest": recipe_digest(r.stage, command, r.params, recipe_code(code), recipe_inputs, det),
-            "inputs": recipe_inputs, "code": code, "env": fp, "determinism_class": det,  # pyright: ignore[reportAssignmentType]
+            "inputs": recipe_inputs, "code": code, "env": fp, "determinism_class": det,
             "determinism_digest": env.class_digest(det), "seeds": r.seeds or {},
         }
         execution = {**(r.execution or {}), **sweep_tag(), **dvc_experiment_tag()}
@@ -203,7 +203,7 @@ class Run:
         self.t0 = time.perf_counter() if t0 is None else t0
         self.ledger_s = 0.0
         self.hashes = hashes or HashCache(root)  # the file digests of its inputs and outputs, kept
-        self._outputs: list[dict[str, str]] = []
+        self._outputs: list[Named] = []
 
     @property
     def run_id(self) -> str:
@@ -316,12 +316,12 @@ class Run:
         self._outputs.append({"name": name, "digest": body["digest"]})
         return rec
 
-    def finish(self, status: str = "succeeded", error: str | None = None) -> Record:
+    def finish(self, status: Literal["succeeded", "failed"] = "succeeded", error: str | None = None) -> Record:
         """Append ``run.finished`` with the Merkle root over every earlier record."""
         t = time.perf_counter()
 
         def body(records: int, root: bytes) -> RunFinished:
-            b: RunFinished = {  # pyright: ignore[reportAssignmentType]
+            b: RunFinished = {
                 "status": status, "outputs": self._outputs, "merkle_root": hashing.fmt(root),
                 "records": records, "wall_s": round(time.perf_counter() - self.t0, 6),
                 "ledger_s": round(self.ledger_s + time.perf_counter() - t, 6), "cpu_s": process_cpu_s(),

@@ -168,14 +168,18 @@ def _feed(rc: RunCheck, line: bytes, where: str) -> None:
 _USED = {"run.started": ("stage",), "run.finished": ("status", "records", "merkle_root"), "output": ("path", "digest")}
 
 
+def _is(value: object, kind: type) -> bool:
+    """``isinstance`` of a value whose declared type an unvalidated record need not have."""
+    return isinstance(value, kind)
+
+
 def _unvalidated(line: bytes, where: str) -> Record:
     """A record parsed without its (edited) schema, if it has what the chain and output checks read."""
     r = Record.from_line(line, where, validate=False)
     try:
         hashing.parse(r.digest)
         # unvalidated: seq and body hold whatever JSON the line has, whatever Record declares
-        shaped = (isinstance(r.seq, int)  # pyright: ignore[reportUnnecessaryIsInstance]
-                  and isinstance(r.body, dict)  # pyright: ignore[reportUnnecessaryIsInstance]
+        shaped = (_is(r.seq, int) and _is(r.body, dict)
                   and all(isinstance(r.body.get(k), str | int) for k in _USED.get(r.kind, ())))
     except (ValueError, TypeError, AttributeError):
         shaped = False

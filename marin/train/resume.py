@@ -103,7 +103,11 @@ def begin(root: Path, params: Params, topo: distributed.Topology, job: Job) -> t
     elif topo.primary:
         assert plan is not None  # the primary process plans the run
         run = Run.begin(plan)
-    run_id = distributed.from_primary(run.run_id if run else None) if rt.processes > 1 else run.run_id  # pyright: ignore[reportOptionalMemberAccess]  # one process is the primary
+    if rt.processes > 1:
+        run_id = distributed.from_primary(run.run_id if run else None)
+    else:
+        assert run is not None  # one process is the primary
+        run_id = run.run_id
     if state is None:
         state = su.init_state(params)
     return su, Begun(run, run_id, state, metrics, ckpts)

@@ -134,7 +134,8 @@ class Verifier:
                                f"recorded stage, command, params, code, inputs and class ({again}): run.started was "
                                "edited", recorded=s["recipe_digest"], replayed=again, independent=True)]
         code = s["code"]  # closure and closure_digest are recorded together (env.code_state)
-        if "closure" in code and hashing.files_map_digest(code["closure"]) != code["closure_digest"]:  # pyright: ignore[reportTypedDictNotRequiredAccess]
+        closure = code.get("closure")
+        if closure is not None and hashing.files_map_digest(closure) != code.get("closure_digest"):
             return [Divergence(seq, "run.started", "code.closure_digest is not the digest of the recorded closure's "
                                "files: run.started was edited", independent=True)]
         if env.class_digest(s["determinism_class"]) != s["determinism_digest"]:
