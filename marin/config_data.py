@@ -53,6 +53,7 @@ class Source:
     license: str
     extract: tuple[Extract, ...]
     license_note: str = ""
+    text_license: str = ""  # the texts' own status where it differs from ``license`` (the archive's); "": the same
     hub_dataset: str | None = None  # the source's Hugging Face Hub dataset id, when it has one
 
 

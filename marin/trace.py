@@ -135,7 +135,9 @@ def render(result: dict[str, Any], min_tokens: int) -> str:
             lines.append(f"  tokens {s['start']}-{s['start'] + s['length']} ({s['length']}), {s['count']} "
                          f"occurrence(s), log10 unigram p {s['log10_unigram']:.1f}: {s['text']!r}")
             for d in s["documents"]:
-                lines.append(f"    {d['id']} ({d['source']}/{d['corpus']}, {d['license']}) at token "
+                licence = (f"text {d['text_license']}, archive {d['license']}" if d.get("text_license")
+                           else d["license"])
+                lines.append(f"    {d['id']} ({d['source']}/{d['corpus']}, {licence}) at token "
                              f"{d['position']}: {d['snippet']!r}")
     return "\n".join(lines) + "\n"
 
@@ -157,6 +159,16 @@ def recorded_texts(root: Path, run_id: str) -> tuple[str, list[tuple[str, np.nda
              for b in log.bodies("eval") for i, s in enumerate(b.get("samples") or [])
              if "token_ids" in s and b["name"] != "constant_answer_instructions"]
     return _inputs(log)[model], texts
+
+
+def text_licences(root: Path) -> dict[str, str]:
+    """Each fetch source's texts' own licence where params.yaml states one (``fetch.sources[].text_license``):
+    the index holds the archive's licence per document, the one it was obtained under."""
+    from marin import config
+
+    path = root / "params.yaml"
+    sources = config.load(path).fetch.sources if path.is_file() else ()
+    return {s.name: s.text_license for s in sources if s.text_license}
 
 
 def run_command(root: Path, text: str | None, run_id: str | None, model: Path, index_dir: Path,
@@ -182,5 +194,8 @@ def run_command(root: Path, text: str | None, run_id: str | None, model: Path, i
     checked = check_index(root, index_dir if index_dir.is_absolute() else root / index_dir, model_digest, name)
     traced = [{"label": label, **trace_ids(checked.index, tok, ids, min_tokens, show_longest=True)}
               for label, ids in texts]
+    texts_own = text_licences(root)
+    for d in (d for t in traced for s in t["spans"] for d in s["documents"] if d["source"] in texts_own):
+        d["text_license"] = texts_own[d["source"]]
     return {"index": checked.digest, "index_run": checked.run_id, "trained_by": checked.trained_by,
             "min_tokens": min_tokens, "texts": traced}

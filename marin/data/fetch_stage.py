@@ -40,6 +40,8 @@ def run_stage(root: Path, params: Params) -> None:
                 "digest": sources.digest_of(got), "size": hashing.path_size(got),
                 "license": src.license, "locator": f"{src.kind}:{src.locator}",
             }
+            if src.text_license:  # the texts' own status, beside the archive's licence
+                came["text_license"] = src.text_license
             run.record("input", came)
             print(f"fetch: {src.name}: {src.locator} ok ({got.name})")
             run.output(f"archive:{src.name}", RAW / src.name / got.name, source=got)

@@ -187,8 +187,8 @@ def hub_card(meta: dict[str, Any], sources: list[dict[str, Any]], model: dict[st
             "generates each prompt as it would alone.", "", *upload_lines(meta, folder)]
     out += card_sections.uses(name, arch["max_seq_len"], instruct=False)
     out += ["## Training data", ""]
-    out += _table(["source", "licence", "locator", "Hub dataset"],
-                  ([f"`{s['name']}`", str(s.get("license", "not recorded")),
+    out += _table(["source", "licence (the archive's)", "texts' own licence", "locator", "Hub dataset"],
+                  ([f"`{s['name']}`", str(s.get("license", "not recorded")), str(s.get("text_license") or "the same"),
                     f"{s.get('kind', '')} `{s.get('locator', '')}`", s.get("hub_dataset") or "none given"]
                    for s in sources))
     notes = [f"- `{s['name']}`: {s['license_note']}" for s in sources if s.get("license_note")]

@@ -84,6 +84,7 @@ class InputBody(TypedDict):
     digest: Digest
     size: int
     license: NotRequired[str]
+    text_license: NotRequired[str]  # a raw source's texts' own status where it differs from license (fetch)
     locator: NotRequired[str]
     dvc_md5: NotRequired[str]
     digest_of: NotRequired[Literal["ledger_head", "public_key"]]

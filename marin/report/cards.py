@@ -98,9 +98,10 @@ def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
 
 
 def _sources_table(c: Ctx) -> list[str]:
-    return _table(["source", "locator", "licence", "archive digest", "bytes"],
-                  ([f"`{s['name']}`", c.md(s["locator"]), c.md(s["license"]), c.md(s["digest"]), c.md(s["bytes"])]
-                   for s in c.doc["data"]["sources"]))
+    return _table(["source", "locator", "licence (the archive's)", "texts' own licence", "archive digest", "bytes"],
+                  ([f"`{s['name']}`", c.md(s["locator"]), c.md(s["license"]),
+                    c.md(s["text_license"]) if s.get("text_license") else "the same", c.md(s["digest"]),
+                    c.md(s["bytes"])] for s in c.doc["data"]["sources"]))
 
 
 def _splits_table(c: Ctx) -> list[str]:

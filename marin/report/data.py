@@ -36,6 +36,8 @@ def _sources(f: Facts, fetch: RunLog) -> list[dict[str, Any]]:
         name = r.body_as("input")["name"]
         out.append({"name": name, "locator": f.cite(f"{name} locator", fetch, r, "/body/locator").id,
                     "license": f.cite(f"{name} license", fetch, r, "/body/license").id,
+                    **({"text_license": f.cite(f"{name} texts' own licence", fetch, r, "/body/text_license").id}
+                       if "text_license" in r.body else {}),
                     "digest": f.cite(f"{name} archive digest", fetch, r, "/body/digest").id,
                     "bytes": f.cite(f"{name} archive bytes", fetch, r, "/body/size").id})
     return out
@@ -94,9 +96,9 @@ def _curate_params(curate: RunLog) -> dict[str, Any]:
 def lines(p: Page) -> list[str]:
     data, v = p.doc["data"], p.v
     out = ["## Data", "", "### Sources", ""]
-    out += table(["source", "locator", "license", "archive digest", "bytes"],
-                 [[s["name"], v(s["locator"]), v(s["license"]), v(s["digest"]), v(s["bytes"])]
-                  for s in data["sources"]])
+    out += table(["source", "locator", "license (the archive's)", "texts' own licence", "archive digest", "bytes"],
+                 [[s["name"], v(s["locator"]), v(s["license"]), v(s["text_license"]) if s.get("text_license")
+                   else "the same", v(s["digest"]), v(s["bytes"])] for s in data["sources"]])
     notes: dict[str, str] = data.get("license_notes") or {}
     if notes:  # the attribution a licence asks for (CC BY), as params.yaml's license_note states it
         out += ["Licence notes and attribution (`fetch.sources[].license_note` in the curate run's parameters):", "",
