@@ -264,6 +264,9 @@ def _publish(sub: Sub) -> None:
     p.add_argument("--revisions", action="store_true",
                    help="with --hf-folder: also each checkpoint of the train run behind it as a Hub revision "
                         "(OUT-revisions/step<N>/, its tensor digest checked and recorded in revisions.json)")
+    p.add_argument("--push", metavar="REPO", help="send the Hub folder to the Hub repository REPO (main) and, with "
+                   "--revisions, each revision to its branch step<N>; into a temporary folder unless --hf-folder")
+    p.add_argument("--dry-run", action="store_true", help="with --push: print what each push would send, send nothing")
     p.set_defaults(fn=cmd.publish)
 
 

@@ -283,45 +283,11 @@ def pin(args: argparse.Namespace) -> int:
     return 0
 
 
-def _model_name(root: Path) -> str:
-    report = config.load(root / "params.yaml").report
-    return report.model_name if report else "marin-model"  # the export's name when params has no report
-
-
-def _hub_repo(root: Path) -> str:
-    """The Hub repository the export goes to: ``report.hub.repo_id``, else ``<your-name>/<model_name>``."""
-    report = config.load(root / "params.yaml").report
-    if report and report.hub and report.hub.repo_id:
-        return report.hub.repo_id
-    return f"<your-name>/{_model_name(root)}"
-
-
-def _revisions(root: Path, out: Path, repo: str) -> None:
-    """The checkpoints behind the export as Hub revisions beside ``out``, and the commands that push them."""
-    from marin.export.revisions import write_revisions
-
-    report = config.load(root / "params.yaml").raw.get("report") or {"model_name": "marin-model", "license": "unknown"}
-    dest, entries = write_revisions(root, out, report)
-    print(f"wrote {dest}: {len(entries)} revisions (revisions.json: step, tensor digest, checkpoint); push each with:")
-    for e in entries:
-        print(f"hf upload {repo} {dest / e['revision']} . --revision {e['revision']}")
-
-
 def publish(args: argparse.Namespace) -> int:
-    if args.hf_folder is not None:
-        from marin.export.hub_folder import write_hub_folder
+    if args.push is not None or args.hf_folder is not None or args.revisions or args.dry_run:
+        from marin.commands.hub_publish import hub_publish
 
-        out = args.hf_folder if args.hf_folder.is_absolute() else Path.cwd() / args.hf_folder
-        names, push = write_hub_folder(args.root, out, _hub_repo(args.root))
-        print(f"wrote {out}: {len(names)} files, exactly what huggingface_hub.upload_folder sends; push it with:")
-        print(push)
-        if args.revisions:
-            _revisions(args.root, out, push.split()[2])
-        return 0
-    if args.revisions:
-        from marin.errors import MarinError
-
-        raise MarinError("--revisions goes with --hf-folder OUT (the Hub folder whose revisions they are)")
+        return hub_publish(args)
     from marin.commands.publish import publish
 
     publish(args.root, args.remote)
