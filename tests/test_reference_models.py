@@ -114,7 +114,20 @@ def test_a_second_trained_model_is_scored_beside_ours_as_a_reference(trained_pro
     ours = json.loads((proj.root / "metrics/eval.json").read_text())["bits_per_byte"]
     assert math.isclose(bpb, ours, rel_tol=1e-5), (bpb, ours)  # the same model and text, JAX and torch
     metrics = evaluation(proj.root, f"metrics/reference/{NAME}.json", f"evals/reference/{NAME}.json")
-    assert metrics["bits_per_byte"] == bpb and metrics["parameters"] == "not stated"
+    # the folder is this project's export byte for byte: its ledger states parameters and tokens (issue 57, item 1)
+    [train] = proj.runs("train")
+    n_params = next(r["body"]["meta"]["n_params"] for r in train if r["kind"] == "output" and r["body"]["name"] ==
+                    "model")
+    hp = proj.params["train"]
+    tokens = hp["steps"] * hp["batch_size"] * proj.params["model"]["seq_len"]
+    assert metrics["bits_per_byte"] == bpb and (metrics["parameters"], metrics["training_tokens"]) == (n_params, tokens)
+    assert metrics["stated_by"] == "ledger" and metrics["training_run"] == train[0]["run_id"]
+    assert inputs["training_run"]["path"].startswith("ledger/runs/train-")  # a replay reads the same run again
+    cost = records["cost"]["values"]  # lm-eval's batching: batch_size windows a forward pass, not one
+    assert cost["validation_forward_passes"] * hp_batch(proj) >= cost["validation_windows"] > 0
+    assert cost["validation_forward_passes"] < cost["validation_windows"] / 2, cost
+    assert cost["harness_samples"] == sum(records[f"harness:{t}"]["values"]["samples"] for t in TASKS)
+    assert metrics["cost"] == cost
 
     blob = proj.root / FOLDER / "model.safetensors"  # one byte of its weights
     data = bytearray(blob.read_bytes())
@@ -144,7 +157,7 @@ def test_a_second_trained_model_is_scored_beside_ours_as_a_reference(trained_pro
                 assert math.isclose(cited, value, abs_tol=1e-6), (task, key)
     row = next(x for x in report[report.index("### Reference models"):].splitlines() if x.startswith(f"| {NAME} "))
     shown = [facts[ref["results"]["marin_cloze acc"][""]], facts[ref["bits_per_byte"]], facts[ref["parameters"]]]
-    assert shown[1]["value"] == bpb and shown[2]["value"] == "not stated"
+    assert shown[1]["value"] == bpb and shown[2]["value"] == n_params
     assert all(f"[{x['text']}](#{x['id']})" in row for x in shown), row
     # torch made the reference's numbers: its version, as the reference run recorded it, is in the package list
     run = next(r for r in proj.runs(STAGE) if r[0]["run_id"] == ref["run_id"])  # the run the report cites
@@ -153,6 +166,10 @@ def test_a_second_trained_model_is_scored_beside_ours_as_a_reference(trained_pro
     shown_torch = re.search(rf"torch \(reference_{NAME} run\) \[[^\]]+\]\(#(F\d+)\)", packages)
     assert shown_torch and facts[shown_torch.group(1)]["value"] == torch_version, packages
     assert proj.marin("report", "verify", "reports/marin-tiny").returncode == 0
+
+
+def hp_batch(proj: Project) -> int:
+    return proj.params["evaluate"]["harness"]["batch_size"]
 
 
 def test_a_reference_is_a_stage_of_its_own_and_evaluate_no_longer_tracks_the_list(tmp_path) -> None:
@@ -185,9 +202,51 @@ def test_the_card_states_parameters_and_tokens_or_not(tmp_path) -> None:
 
     (tmp_path / "README.md").write_text("---\nlicense: apache-2.0\nparameters: 162322944\n"
                                         "training_tokens: 300000000000\n---\n# a model\n")
-    assert card_facts(tmp_path) == {"parameters": 162322944, "training_tokens": 300000000000}
+    assert card_facts(tmp_path) == {"parameters": 162322944, "training_tokens": 300000000000, "stated_by": "card"}
     (tmp_path / "README.md").write_text("# no metadata\n")
     (tmp_path / "config.json").write_text(json.dumps({"num_parameters": 1000, "model_type": "llama"}))
-    assert card_facts(tmp_path) == {"parameters": 1000, "training_tokens": NOT_STATED}
+    assert card_facts(tmp_path) == {"parameters": 1000, "training_tokens": NOT_STATED, "stated_by": "card"}
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    assert card_facts(tmp_path) == {"parameters": NOT_STATED, "training_tokens": NOT_STATED}
+    assert card_facts(tmp_path) == {"parameters": NOT_STATED, "training_tokens": NOT_STATED, "stated_by": "card"}
+
+
+def test_a_reference_added_to_the_shipped_project_is_in_the_report_after_one_dvc_repro(_shipped, tmp_path) -> None:
+    """Issue 57's must-show: list a reference, `dvc repro` once: its stage runs with its progress shown, then the
+    report, which shows it with its cost; `dvc status` is clean. The shipped KJV's own licence is shown beside the
+    package's in the report, the uploaded card and `marin trace`."""
+    from marin import hashing
+    from tests.conftest import copy_project
+
+    shipped, _ = _shipped
+    proj = copy_project(shipped, tmp_path / "proj")
+    proj.env.update({**shipped.env, "MARIN_PROGRESS": "always"})
+    shutil.copytree(proj.root / "models/hf", proj.root / FOLDER)  # this project's export, as a reference
+    _list(proj, hashing.dir_digest(proj.root / FOLDER).removeprefix(hashing.PREFIX))
+    proj.marin("stages", "--write", check=True)
+    p = proj.dvc("repro")
+    ran = re.findall(r"Running stage '([^']+)'", p.stdout)  # evaluate and export too, once: with a reference listed
+    assert STAGE in ran and ran[-1] == "report" and set(ran) <= {"evaluate", "export", STAGE, "report"}, ran
+    # they declare the keys of evaluate but references (docs/guide/harness.md)
+    assert f"reference {NAME}: validation text: 100%" in p.stderr.replace("\r", "\n"), p.stderr[-2000:]
+    assert re.search(rf"reference {NAME}: cost: harness [\d.]+ s, \d+ forward passes", p.stdout), p.stdout
+    assert "up to date" in proj.dvc("status").stdout
+
+    report = (proj.root / "reports/marin-tiny/report.md").read_text()
+    facts = json.loads((proj.root / "reports/marin-tiny/report.json").read_text())["facts"]
+    section = report[report.index("### Reference models"):]
+    row = next(x for x in section.splitlines() if x.startswith(f"| {NAME} "))
+    ours = next(x for x in section.splitlines() if x.startswith("| this model "))
+    assert row.split(" | ")[3:5] == ours.split(" | ")[3:5], (row, ours)  # parameters and tokens: its ledger's
+    [note] = [x for x in section.splitlines() if x.startswith(f"- `{NAME}` took ")]
+    [wall] = [facts[i]["value"] for i in re.findall(r"\(#(F\d+)\)", note)[:1]]
+    [run] = proj.runs(STAGE)
+    assert wall == run[-1]["body"]["wall_s"] and "forward passes" in note, note
+    assert proj.marin("report", "verify", "reports/marin-tiny").returncode == 0
+
+    # the KJV is public domain; MIT is the licence of the package that ships it (issue 57, item 2)
+    [kjv] = [x for x in report.splitlines() if x.startswith("| kjv |")]
+    assert "MIT" in kjv and "public-domain" in kjv, kjv
+    [card] = [x for x in (proj.root / "models/hf/README.md").read_text().splitlines() if x.startswith("| `kjv` |")]
+    assert "| MIT | public-domain |" in card, card
+    t = proj.marin("trace", "In the beginning God created the heaven and the earth.", check=True).stdout
+    assert "(kjv/bible, text public-domain, archive MIT)" in t, t

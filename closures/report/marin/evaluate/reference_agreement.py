@@ -1,0 +1,1 @@
+../../../../marin/evaluate/reference_agreement.py
