@@ -236,7 +236,10 @@ def test_a_reference_added_to_the_shipped_project_is_in_the_report_after_one_dvc
     section = report[report.index("### Reference models"):]
     row = next(x for x in section.splitlines() if x.startswith(f"| {NAME} "))
     ours = next(x for x in section.splitlines() if x.startswith("| this model "))
-    assert row.split(" | ")[3:5] == ours.split(" | ")[3:5], (row, ours)  # parameters and tokens: its ledger's
+    def shown(line: str) -> list[str]:  # parameters and tokens as printed, without their facts' anchors
+        return [re.sub(r"\(#F\d+\)", "", x) for x in line.split(" | ")[3:5]]
+
+    assert shown(row) == shown(ours), (row, ours)  # parameters and tokens: its ledger's, the same as ours
     [note] = [x for x in section.splitlines() if x.startswith(f"- `{NAME}` took ")]
     [wall] = [facts[i]["value"] for i in re.findall(r"\(#(F\d+)\)", note)[:1]]
     [run] = proj.runs(STAGE)
@@ -250,3 +253,20 @@ def test_a_reference_added_to_the_shipped_project_is_in_the_report_after_one_dvc
     assert "| MIT | public-domain |" in card, card
     t = proj.marin("trace", "In the beginning God created the heaven and the earth.", check=True).stdout
     assert "(kjv/bible, text public-domain, archive MIT)" in t, t
+
+
+def test_items_the_two_frameworks_score_differently_are_named(tmp_path) -> None:
+    """lm-eval's in-memory samples (tuples) against evaluate's samples file (JSON lists): the item whose score
+    differs is named, and the largest log-likelihood difference is over every request."""
+    from marin.evaluate.reference_agreement import Ours, compare
+
+    ours = [{"task": "t", "doc_id": 0, "metrics": ["acc"], "acc": 1, "target": " a", "resps": [[[-1.0, False]],
+                                                                                             [[-2.0, False]]]},
+            {"task": "t", "doc_id": 1, "metrics": ["acc"], "acc": 0, "target": " b", "resps": [[[-3.0, False]]]}]
+    (tmp_path / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in ours))
+    theirs = [{**ours[0], "acc": 0, "resps": [[(-1.0000004, False)], [(-2.0, False)]]},
+              {**ours[1], "resps": [[(-3.0000001, False)]]}]
+    [got] = compare(tmp_path, Ours("evaluate-x", "ledger/runs/evaluate-x.jsonl", "samples.jsonl"), {"t": theirs}
+                    ).values()
+    assert (got["items"], got["differing"], got["differing_items"]) == (2, 1, '#0 " a"')
+    assert math.isclose(got["largest_loglikelihood_difference"]["value"], 4e-7, rel_tol=1e-6), got

@@ -61,7 +61,10 @@ def _scores(sample: dict[str, Any]) -> dict[str, Any]:
 
 
 def _loglikelihoods(sample: dict[str, Any]) -> list[float]:
-    return [float(r[0][0]) for r in sample.get("resps", []) if isinstance(r, list) and r and isinstance(r[0], list)
+    """Each request's log-likelihood: ``resps`` holds ``[[ll, greedy]]`` per request (tuples in lm-eval's own
+    samples, lists once written as JSON)."""
+    seq = (list, tuple)
+    return [float(r[0][0]) for r in sample.get("resps", []) if isinstance(r, seq) and r and isinstance(r[0], seq)
             and r[0] and isinstance(r[0][0], int | float) and not isinstance(r[0][0], bool)]
 
 

@@ -58,7 +58,7 @@ def _one(f: Facts, log: RunLog) -> dict[str, Any]:
             task = b["name"].removeprefix(AGREEMENT)
             row.setdefault("agreement", {})[task] = {
                 k: f.cite(f"{name} against evaluate, {task}: {k.replace('_', ' ')}", log, r, f"/body/values/{k}").id
-                for k in b["values"] if k != "largest_loglikelihood_difference"}
+                for k, x in b["values"].items() if k != "largest_loglikelihood_difference" and x != ""}
             row["agreement"][task]["largest"] = f.cite(
                 f"{name} against evaluate, {task}: largest log-likelihood difference (nats)", log, r,
                 "/body/values/largest_loglikelihood_difference/value").id
