@@ -137,7 +137,7 @@ def checkpoints_dir(root: Path, log: RunLog, index: Index | None = None) -> Path
                 continue  # not published (verify names it missing), or fetched before
             if pub["remote"] not in remotes:
                 remotes[pub["remote"]] = _remote_for(repo, pub)
-            _fetch_checkpoint(remotes[pub["remote"]], pub, dest / str(c["step"]))
+            fetch_checkpoint(remotes[pub["remote"]], pub, dest / str(c["step"]))
     return dest
 
 
@@ -230,7 +230,44 @@ def _counter(t: NetworkParams, where: str) -> Any:
     return Counter()
 
 
-def _fetch_checkpoint(remote: Remote, pub: dict[str, Any], dest: Path) -> None:
+def put_object(remote: Remote, digest: str, local: Path | None = None, data: bytes | None = None) -> None:
+    """Upload one object under its sha256, unless the remote has it already."""
+    dest = remote.object_path(digest)
+    if remote.fs.exists(dest):
+        return
+    if local is not None:
+        remote.fs.put_file(str(local), dest)
+    else:
+        with remote.fs.open(dest, "wb") as f:
+            f.write(data)
+
+
+@dataclass(frozen=True)
+class PutCheckpoint:
+    manifest: str  # the manifest's sha256
+    url: str  # where the manifest is
+    files: int
+    size: int
+
+
+def put_checkpoint(remote: Remote, run_id: str, step: int, digest: str, path: str, where: Path) -> PutCheckpoint:
+    """Store a checkpoint folder by digest: each file under its sha256, then the manifest (canonical
+    JSON: run, step, tensor digest, every file's path, sha256 and size), last, so a manifest is only
+    ever found with every file it names. ``path`` is the folder as the ledger names it."""
+    files = [{"path": rel, "sha256": d, "size": size} for rel, d, size in hashing.dir_entries(where)]
+    for f in files:
+        put_object(remote, f["sha256"], local=where / f["path"])
+    manifest = hashing.canonical_json({"schema": MANIFEST, "run_id": run_id, "step": step, "digest": digest,
+                                       "path": path, "files": files})
+    mdigest = hashing.bytes_digest(manifest)
+    put_object(remote, mdigest, data=manifest)
+    return PutCheckpoint(mdigest, remote.url_of(remote.object_path(mdigest)), len(files),
+                         sum(f["size"] for f in files))
+
+
+def fetch_checkpoint(remote: Remote, pub: dict[str, Any], dest: Path) -> None:
+    """A checkpoint stored by :func:`put_checkpoint` (``pub``: run_id, step, digest, manifest, url) into
+    ``dest``, every file checked against its sha256; ``dest`` appears whole or not at all."""
     where = f"published checkpoint {pub['step']} of run {pub['run_id']}"
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:

@@ -21,7 +21,7 @@ import pytest
 
 from marin.config import RuntimeParams
 from marin.errors import StageError
-from marin.train import distributed
+from marin.train import distributed, launch
 from tests.conftest import BIN, Project, copy_project, env_for_subprocess, tiny
 from tests.test_train import summary
 
@@ -182,7 +182,10 @@ RT = RuntimeParams(xla_cpu_threads=2, devices=2, param_sharding="replicated", pr
 def test_topology_from_the_environment() -> None:
     assert distributed.topology(RT, {}).launch  # one machine: this process launches the workers
     assert not distributed.topology(RuntimeParams(2, 1, "replicated"), {}).launch
-    t = distributed.topology(RT, {"MARIN_COORDINATOR": "h:1", "MARIN_PROCESS_ID": "1", "MARIN_NUM_PROCESSES": "2"})
+    cluster = {"MARIN_COORDINATOR": "h:1", "MARIN_PROCESS_ID": "1", "MARIN_NUM_PROCESSES": "2"}
+    t = distributed.topology(RT, cluster)  # a host's stage: it launches its own worker, process 1
+    assert (t.process_id, t.coordinator, t.launch, t.primary) == (1, "h:1", True, False)
+    t = distributed.topology(RT, {**cluster, "MARIN_WORKER": "1"})  # that worker
     assert (t.process_id, t.coordinator, t.launch, t.primary) == (1, "h:1", False, False)
     assert distributed.topology(RT, {"MARIN_CLUSTER": "auto"}).auto
 
@@ -201,9 +204,25 @@ def test_topology_refuses_a_half_or_wrong_setting_in_one_line(environ: dict, wor
 
 
 def test_how_a_worker_ended_is_named() -> None:
-    assert distributed._how(-signal.SIGKILL) == "was killed by SIGKILL"
-    assert distributed._how(distributed.PEER_LOST) == "stopped because another process was gone"
-    assert distributed._how(3) == "exited with status 3"
+    assert launch.how(-signal.SIGKILL) == "was killed by SIGKILL"
+    assert launch.how(distributed.PEER_LOST) == "stopped because another process was gone"
+    assert launch.how(3) == "exited with status 3"
+
+
+PEERS = [{"process_id": 0, "host": "host-a", "ip": "10.1.2.2"}, {"process_id": 1, "host": "host-b", "ip": "10.1.2.3"},
+         {"process_id": 2, "host": "host-c", "ip": "10.1.2.4"}]
+
+
+@pytest.mark.parametrize("log, me, lost", [
+    ("absl::Status: UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):\n2\nThe tasks", 0, [2]),
+    ("F1207 client.h:80] Terminating process ... DEADLINE_EXCEEDED: Deadline Exceeded\nRPC: /xla.coordination"
+     ".CoordinationService/Heartbeat", 1, [0]),
+    ("marin: peer error: Gloo: Connection closed by peer [10.1.2.4]:43121", 0, [2]),
+    ("marin: peer error: something else entirely", 1, [0, 2]),
+])
+def test_the_process_that_is_gone_is_read_from_a_worker_log(log: str, me: int, lost: list[int]) -> None:
+    assert launch.gone(log.replace("\\n", "\n"), me, 3, PEERS) == lost
+    assert launch.named([1], PEERS) == "process 1 (host-b, 10.1.2.3)"
 
 
 def test_params_refuse_a_batch_that_does_not_split_over_processes(tmp_path: Path) -> None:

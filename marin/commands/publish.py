@@ -29,7 +29,7 @@ from marin.ledger.index import Index, with_index
 from marin.ledger.query import Ledger
 from marin.ledger.run import Plan, Recipe, Run
 from marin.ledger.store import RunLog
-from marin.remote import MANIFEST, Remote, error_line, open_remote, open_repo
+from marin.remote import Remote, error_line, open_remote, open_repo, put_checkpoint
 from marin.stages import SOURCE_STAGES, TRAINING, code_files
 
 
@@ -91,18 +91,6 @@ def _dvc_publication(root: Path, remote: Remote, ledger: Ledger, path: str, md5:
             "remote": remote.name, "url": remote.md5_url(md5), "dvc_md5": md5}, log
 
 
-def _put(remote: Remote, digest: str, local: Path | None = None, data: bytes | None = None) -> None:
-    """Upload one object under its sha256, unless the remote has it already."""
-    dest = remote.object_path(digest)
-    if remote.fs.exists(dest):
-        return
-    if local is not None:
-        remote.fs.put_file(str(local), dest)
-    else:
-        with remote.fs.open(dest, "wb") as f:
-            f.write(data)
-
-
 def _publish_checkpoints(root: Path, remote: Remote, log: RunLog, say: Callable[[str], None]) -> list[PublicationBody]:
     out: list[PublicationBody] = []
     for b in log.bodies("checkpoint"):
@@ -110,16 +98,9 @@ def _publish_checkpoints(root: Path, remote: Remote, log: RunLog, say: Callable[
         if not where.is_dir():
             raise PublishError(f"{b['path']}: checkpoint {b['step']} of run {log.run_id} is not on this machine, "
                                "and `marin verify --segments` replays from it; publish from where it trained")
-        files = [{"path": rel, "sha256": digest, "size": size} for rel, digest, size in hashing.dir_entries(where)]
-        for f in files:
-            _put(remote, f["sha256"], local=where / f["path"])
-        manifest = hashing.canonical_json({"schema": MANIFEST, "run_id": log.run_id, "step": b["step"],
-                                           "digest": b["digest"], "path": b["path"], "files": files})
-        mdigest = hashing.bytes_digest(manifest)
-        _put(remote, mdigest, data=manifest)
+        put = put_checkpoint(remote, log.run_id, b["step"], b["digest"], b["path"], where)
         out.append({"what": "checkpoint", "name": f"checkpoint:{b['step']}", "path": b["path"], "digest": b["digest"],
-                    "size": sum(f["size"] for f in files), "remote": remote.name,
-                    "url": remote.url_of(remote.object_path(mdigest)), "run_id": log.run_id, "step": b["step"],
-                    "manifest": mdigest, "files": len(files)})
+                    "size": put.size, "remote": remote.name, "url": put.url, "run_id": log.run_id, "step": b["step"],
+                    "manifest": put.manifest, "files": put.files})
     say(f"publish: {len(out)} checkpoint(s) of {log.run_id} stored by digest")
     return out

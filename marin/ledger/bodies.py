@@ -110,6 +110,14 @@ class LoaderPosition(TypedDict):
     index: int
 
 
+class StoredCheckpoint(TypedDict):
+    """Where a checkpoint was stored for hosts without a shared disk: a DVC remote, the manifest's sha256."""
+
+    remote: str
+    url: str
+    manifest: Digest
+
+
 class CheckpointBody(TypedDict):
     step: int
     path: str
@@ -118,6 +126,7 @@ class CheckpointBody(TypedDict):
     files_digest: NotRequired[Digest]
     loader: LoaderPosition
     leaves: int
+    stored: NotRequired[StoredCheckpoint]
 
 
 class RoundingSummary(TypedDict):

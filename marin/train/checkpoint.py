@@ -110,14 +110,38 @@ def _remove_uncommitted(directory: Path, step: int) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def host_state(state: Any) -> Any:
+    """The state as host (numpy) arrays, each whole: what a multi-process run's process 0 saves. A
+    collective where a leaf is sharded over processes (fsdp): every process calls it."""
+    return jax.tree.map(distributed.host_array, state)
+
+
+def placed(host: Any, shardings: Any) -> Any:
+    """Host arrays placed on the mesh with their shardings: each process puts only its own shards."""
+    return jax.tree.map(lambda a, s: jax.make_array_from_callback(a.shape, s, lambda idx: a[idx]), host, shardings)
+
+
 class Checkpoints:
     """Every committed checkpoint of one training run (none are deleted: verification
-    replays intervals between them)."""
+    replays intervals between them).
+
+    With several processes each process's manager is its own (orbax's ``active_processes`` is just
+    this one): process 0 alone saves the whole state as host arrays, and every process restores from
+    the folder it has, so hosts need not share a disk: a host without the files fetches them first
+    (marin/train/stored.py). One process alone is orbax's usual single-process checkpoint.
+    """
 
     def __init__(self, directory: Path, create: bool = True):
         self.directory = Path(directory).resolve()
+        self.solo = jax.process_count() > 1
+        mp = (ocp.options.MultiprocessingOptions(primary_host=jax.process_index(),
+                                                 active_processes={jax.process_index()})
+              if self.solo else ocp.options.MultiprocessingOptions())
+        if self.solo and create:  # orbax creates no folder for a subset of processes
+            self.directory.mkdir(parents=True, exist_ok=True)
+            create = False
         # Synchronous: a save returns once committed, with no orbax thread left running to fail later.
-        options = ocp.CheckpointManagerOptions(max_to_keep=None, create=create,
+        options = ocp.CheckpointManagerOptions(max_to_keep=None, create=create, multiprocessing_options=mp,
                                                enable_async_checkpointing=False)
         self.manager = ocp.CheckpointManager(os.fspath(self.directory), options=options,
                                              item_names=("state", "meta"))
@@ -152,8 +176,18 @@ class Checkpoints:
 
     def restore(self, step: int, abstract: Any, shardings: Any) -> tuple[Any, dict[str, Any]]:
         """Restore into the abstract TrainState with the given shardings."""
+        if self.solo:
+            host, meta = self.restore_host(step, abstract)
+            return placed(host, shardings), meta
         target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                               abstract, shardings)
+        out = self.manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
+        return out["state"], out["meta"]
+
+    def restore_host(self, step: int, abstract: Any) -> tuple[Any, dict[str, Any]]:
+        """Restore as host (numpy) arrays, by this process alone."""
+        target = jax.tree.map(lambda x: np.empty(x.shape, x.dtype), abstract)
         out = self.manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
         return out["state"], out["meta"]

@@ -24,11 +24,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,11 +41,23 @@ if TYPE_CHECKING:
 
 COORDINATOR, PROCESS_ID, NUM_PROCESSES, CLUSTER = ("MARIN_COORDINATOR", "MARIN_PROCESS_ID",
                                                     "MARIN_NUM_PROCESSES", "MARIN_CLUSTER")
+WORKER = "MARIN_WORKER"  # set by a launcher (marin/train/launch.py) for the worker processes it starts
+PEER_ERROR = "marin: peer error: "
 PEER_LOST = 75  # exit status of a process that stopped because another one is gone (EX_TEMPFAIL)
 HEARTBEAT_S = 20  # the coordination service declares a silent process dead after this long
 POLL_S = 0.05
 INIT_TIMEOUT_S = 120
 LOGS = Path(".marin/logs/train")
+PEERS = "peers.json"  # in LOGS: every process's id, host and address, and the run, as process 0 saw them
+
+
+def write_peers(root: Path, processes: list[dict[str, Any]], run_id: str | None) -> None:
+    """Process 0 writes who its peers are, for its launcher to name one that is gone."""
+    (root / LOGS).mkdir(parents=True, exist_ok=True)
+    peers = [{k: p.get(k) for k in ("process_id", "host", "ip")} for p in processes]
+    tmp = root / LOGS / (PEERS + ".tmp")
+    tmp.write_text(json.dumps({"run_id": run_id, "processes": peers}))
+    os.replace(tmp, root / LOGS / PEERS)
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,7 @@ class Topology:
     process_id: int = 0
     coordinator: str | None = None  # host:port; None with auto-detection or a single process
     auto: bool = False  # JAX's cluster detection
-    launch: bool = False  # this process is the local launcher, not a worker
+    launch: bool = False  # this process is a launcher (of every process here, or of its host's one), not a worker
 
     @property
     def primary(self) -> bool:
@@ -89,7 +98,7 @@ def topology(rt: RuntimeParams, environ: dict[str, str] | None = None) -> Topolo
     if n != rt.processes or not 0 <= i < n:
         raise StageError(f"{NUM_PROCESSES}={n}, {PROCESS_ID}={i}: params.yaml runtime.processes is "
                          f"{rt.processes}; every host needs the same params and an id in [0, {rt.processes})")
-    return Topology(n, i, e[COORDINATOR])
+    return Topology(n, i, e[COORDINATOR], launch=e.get(WORKER) != "1")  # a host's stage starts its worker
 
 
 # -- a worker --------------------------------------------------------------------------------
@@ -125,11 +134,20 @@ def shutdown(topo: Topology) -> None:
         jax.distributed.shutdown()
 
 
-def process_entry(fp: Env) -> dict[str, Any]:
-    """What one process records about itself: host, devices, thread count, environment."""
+def local_ip(coordinator: str | None) -> str:
+    """This host's address on the network that reaches the coordinator (no packet is sent)."""
+    host, _, port = (coordinator or "127.0.0.1:1").rpartition(":")
+    with contextlib.suppress(OSError, ValueError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host.strip("[]"), int(port)))
+        return s.getsockname()[0]
+    return "unknown"
+
+
+def process_entry(fp: Env, coordinator: str | None = None) -> dict[str, Any]:
+    """What one process records about itself: host, address, devices, thread count, environment."""
     import jax
 
-    return {"process_id": jax.process_index(), "host": socket.gethostname(),
+    return {"process_id": jax.process_index(), "host": socket.gethostname(), "ip": local_ip(coordinator),
             "devices": [{"id": d.id, "kind": d.device_kind} for d in jax.local_devices()],
             "xla_cpu_threads": int(os.environ["NPROC"]), "env": fp}
 
@@ -181,105 +199,8 @@ def peer_guard(topo: Topology) -> Iterator[None]:
         line = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
         print(f"marin: error: train: process {topo.process_id} of {topo.processes} stopped: another process is "
               f"gone ({line}); the run stays unfinished: rerun the stage to resume", file=sys.stderr, flush=True)
+        print(f"{PEER_ERROR}{line}", file=sys.stderr, flush=True)  # for the launcher: which peer it names
         sys.stdout.flush()
         os._exit(PEER_LOST)
 
 
-# -- the local launcher ------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _die_with_parent() -> None:
-    """In a child, before exec: SIGKILL when the launcher dies (Linux), so no worker outlives it."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _how(rc: int) -> str:
-    if rc < 0:
-        with contextlib.suppress(ValueError):
-            return f"was killed by {signal.Signals(-rc).name}"
-        return f"was killed by signal {-rc}"
-    return "stopped because another process was gone" if rc == PEER_LOST else f"exited with status {rc}"
-
-
-def _last_error(log: Path) -> str:
-    """The worker's own one-line error, if its log ends with one."""
-    with contextlib.suppress(OSError):
-        lines = [x for x in log.read_text(errors="replace").splitlines() if x.startswith("marin: error: ")]
-        if lines:
-            return ": " + lines[-1].removeprefix("marin: error: ")
-    return ""
-
-
-def launch_local(root: Path, processes: int, argv: list[str] | None = None) -> None:
-    """Start ``processes`` workers of this stage on 127.0.0.1, wait for all of them; if one
-    fails, stop the others and raise one StageError naming it."""
-    port = free_port()
-    logs = root / LOGS
-    logs.mkdir(parents=True, exist_ok=True)
-    argv = argv or [sys.executable, *_self_argv()]
-    print(f"train: {processes} processes on 127.0.0.1:{port} (progress and errors: {LOGS}/process-<i>.log)",
-          flush=True)
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        for i in range(processes):
-            env = {**os.environ, COORDINATOR: f"127.0.0.1:{port}", PROCESS_ID: str(i),
-                   NUM_PROCESSES: str(processes)}
-            with open(logs / f"process-{i}.log", "wb") as log:
-                procs.append(subprocess.Popen(argv, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                              preexec_fn=_die_with_parent))
-        failed = _watch(procs)
-    finally:
-        _stop(procs)  # also on KeyboardInterrupt or an error of the launcher itself
-    if not failed:  # process 0's own summary lines
-        lines = (logs / "process-0.log").read_text(errors="replace").splitlines()
-        print("\n".join(x for x in lines if x.startswith("train: ") and "%|" not in x), flush=True)  # not the bar
-        return
-    first = failed[0]
-    raise StageError(
-        f"train: process {first} of {processes} (pid {procs[first].pid}) {_how(procs[first].returncode)}"
-        f"{_last_error(logs / f'process-{first}.log')}; the other process(es) were stopped; the run stays "
-        f"unfinished: rerun the stage (dvc repro) to resume it from its last checkpoint (logs: {LOGS}/)")
-
-
-def _self_argv() -> list[str]:
-    """How this stage was started (``-m pipeline.train``, or a script path)."""
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name:
-        return ["-m", spec.name, *sys.argv[1:]]
-    return list(sys.argv)
-
-
-def _watch(procs: list[subprocess.Popen[bytes]]) -> list[int]:
-    """Wait until every process ended well, or one failed; the failed ones, the cause first."""
-    while True:
-        codes = [p.poll() for p in procs]
-        bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
-        if bad:
-            time.sleep(POLL_S)  # a peer's own exit lands right after: name the cause, not the echo
-            bad = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
-            bad.sort(key=lambda i: (procs[i].returncode == PEER_LOST, i))
-            return bad
-        if all(c == 0 for c in codes):
-            return []
-        time.sleep(POLL_S)
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    """SIGKILL every live worker. Not SIGTERM: jax's preemption notifier catches it (measured: a
-    worker went on training for the whole grace period). A killed worker leaves nothing half
-    written: ledger appends are atomic, and orbax ignores an uncommitted checkpoint."""
-    for p in procs:
-        if p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                p.kill()
-    for p in procs:
-        p.wait()

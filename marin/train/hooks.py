@@ -26,7 +26,7 @@ from marin.errors import StageError
 from marin.ledger import Run
 from marin.ledger.bodies import CheckpointBody, Exact, LoaderPosition, MetricBody, RoundingSummary
 from marin.tracking.live import Live
-from marin.train import checkpoint, weights
+from marin.train import checkpoint, stored, weights
 from marin.train.step import TrainState
 
 CKPT = Path("checkpoints")
@@ -110,8 +110,9 @@ class LoaderPositions(Protocol):
 
 @dataclass
 class Checkpointer:
-    """At a checkpoint step every process saves its part, then all digest what is on disk (a
-    collective); the primary process records it (``run``), unless a resumed run holds it."""
+    """At a checkpoint step every process hands over its part of the state (a collective where it is
+    sharded), process 0 saves the whole state, digests what is on disk, stores it on the remote
+    (``store``: MARIN_CHECKPOINT_REMOTE) and records it (``run``), unless a resumed run holds it."""
 
     root: Path
     run_id: str
@@ -122,16 +123,22 @@ class Checkpointer:
     shardings: TrainState
     run: Run | None
     recorded: dict[int, str]
+    primary: bool = True  # process 0: it saves
+    store: stored.Store | None = None
 
     def __post_init__(self) -> None:
-        self.ckpts = checkpoint.Checkpoints(self.root / CKPT / self.run_id)
+        self.ckpts = checkpoint.Checkpoints(self.root / CKPT / self.run_id) if self.primary else None
 
     def on_step(self, info: StepInfo) -> None:
         done = info.step
         if not (done % self.every == 0 or done == self.last):
             return
-        self.ckpts.save(done, info.state, {"step": done, "loader": self.loader.position(done), "run_id": self.run_id})
-        restored, _ = self.ckpts.restore(done, self.abstract, self.shardings)
+        state = checkpoint.host_state(info.state) if jax.process_count() > 1 else info.state  # every process
+        if self.ckpts is None:
+            return
+        self.ckpts.save(done, state, {"step": done, "loader": self.loader.position(done), "run_id": self.run_id})
+        restored, _ = (self.ckpts.restore_host(done, self.abstract) if self.ckpts.solo
+                       else self.ckpts.restore(done, self.abstract, self.shardings))
         digest = checkpoint.state_digest(restored)
         where = CKPT / self.run_id / str(done)
         body: CheckpointBody = {
@@ -139,11 +146,16 @@ class Checkpointer:
             "params_digest": weights.params_digest(restored.params),
             "files_digest": hashing.path_digest(self.root / where), "loader": self.loader.position(done),
             "leaves": len(jax.tree.leaves(restored))}
+        if self.store is not None:
+            body["stored"] = self.store.put(self.run_id, done, digest, where.as_posix())
         if self.run is not None and not replayed("checkpoint", done, self.recorded, digest):
             self.run.record("checkpoint", body)
 
     def on_end(self) -> None:
-        self.ckpts.close()
+        if self.ckpts is not None:
+            self.ckpts.close()
+        if self.store is not None:
+            self.store.close()
 
 
 def replayed(kind: Literal["metric", "checkpoint"], s: int, recorded: dict[int, Values] | dict[int, str],

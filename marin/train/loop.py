@@ -33,7 +33,7 @@ from marin.ledger import Input
 from marin.ledger.hash_cache import HashCache
 from marin.model import ModelConfig, count_params
 from marin.tracking.live import Live
-from marin.train import distributed, release, rounding_log, runtime, seeds, step, universal
+from marin.train import distributed, release, rounding_log, runtime, seeds, step, stored, universal
 from marin.train.budget import Budget
 from marin.train.hooks import CKPT, Checkpointer, LiveMetrics, MetricRecorder, Progress, StepInfo, TrainHook
 from marin.train.job import HookContext, Job, Setup, ValLoss
@@ -111,8 +111,11 @@ def standard_hooks(ctx: HookContext) -> list[TrainHook]:
     if b.run is not None:
         hooks.append(MetricRecorder(b.run, b.metrics))
     live = Live.start(ctx.root, b.run_id, enabled=b.run is not None)  # metrics in MLflow while training (process 0)
+    remote = stored.configured() if ctx.primary else None
+    store = stored.Store(ctx.root, remote) if remote else None
     return [*hooks, LiveMetrics(live), Checkpointer(ctx.root, b.run_id, su.tp.checkpoint_every, su.tp.steps,
-                                                    su.loader, su.abstract, su.shardings, b.run, b.ckpts)]
+                                                    su.loader, su.abstract, su.shardings, b.run, b.ckpts,
+                                                    ctx.primary, store)]
 
 
 def _pretrain_meta(root: Path, su: Setup) -> dict[str, Any]:

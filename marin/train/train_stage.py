@@ -19,8 +19,10 @@ def run_stage(root: Path, params: Params) -> bool:
     """The train stage; False in a process that must not mirror the run into MLflow."""
     refuse_too_little(root, params)  # before JAX starts: one line, no run
     topo = distributed.topology(params.runtime)
-    if topo.launch:  # one machine: start the workers, each runs this stage again
-        distributed.launch_local(root, params.runtime.processes)
+    if topo.launch:  # start the workers (all of them here, or this host's one); each runs this stage again
+        from marin.train import launch
+
+        launch.launch(root, topo)
         return False  # process 0 mirrored the run into MLflow
     runtime.configure(params.runtime)  # before jax initializes
     distributed.initialize(topo, params.runtime)
