@@ -111,6 +111,13 @@ class Hosts:
     def link_up(self, name: str) -> None:
         _ip("link", "set", self[name].veth, "up")
 
+    def gateway_down(self) -> None:
+        """The object store's address gone from the network (the hosts still reach each other)."""
+        _ip("addr", "del", f"{self.gateway}/24", "dev", self.bridge)
+
+    def gateway_up(self) -> None:
+        _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+
     def kill_all(self, name: str) -> None:
         """SIGKILL every process in host ``name``'s namespace (a host that dies)."""
         out = subprocess.run(["ip", "netns", "pids", self[name].ns], capture_output=True, text=True).stdout

@@ -7,6 +7,8 @@ import datetime as dt
 import json
 from pathlib import Path
 
+import pytest
+
 from marin.ledger import clock
 from tests.conftest import Project
 from tests.test_verify import rewrite_chain
@@ -37,6 +39,31 @@ def test_a_record_going_back_and_one_in_the_future_are_named() -> None:
     assert where == ["r.jsonl seq 2", "r.jsonl seq 3"]
     assert "the clock went back" in c.problems("r.jsonl")[0][1]
     assert "in the future" in c.problems("r.jsonl")[1][1]
+
+
+def _proc(i: int, host: str, t: str) -> dict:
+    return {"process_id": i, "host": host, "ip": f"10.1.2.{i + 2}", "clock": t}
+
+
+@pytest.mark.parametrize("clocks, off", [
+    (["2026-06-01T12:00:00Z", "2026-06-01T13:00:00Z"], [(1, 3600.0)]),  # an hour ahead (faketime +1h)
+    (["2026-06-01T12:00:00Z", "2026-06-01T11:50:00Z"], [(1, -600.0)]),  # behind
+    (["2026-06-01T12:00:00Z", "2026-06-01T12:04:59Z"], []),  # within the skew
+    (["2026-06-01T12:00:00Z", "2026-06-01T12:00:01Z", "2026-06-01T14:00:00Z"], [(2, 7200.0)]),
+    (["2026-06-01T12:00:00Z"], []),  # one process: nothing to compare
+])
+def test_a_host_whose_clock_is_off_process_0s_is_named(clocks: list[str], off: list[tuple[int, float]]) -> None:
+    procs = [_proc(i, f"host-{'abc'[i]}", t) for i, t in enumerate(clocks)]
+    found = clock.processes_off({"execution": {"processes": procs}}, 300)
+    assert [(p["process_id"], o) for p, o in found] == off
+    rec = _Rec(0, "2026-06-01T12:00:00Z")
+    rec.kind, rec.body = "run.started", {"execution": {"processes": procs}}
+    c = clock.Clock(300, NOW)
+    c.feed(rec)
+    lines = [what for _, what in c.problems("r.jsonl")]
+    assert len(lines) == len(off)
+    for (i, o), line in zip(off, lines, strict=True):
+        assert line.startswith(f"process {i} on host-{'abc'[i]} (10.1.2.{i + 2}): its clock read") and f"{o:+.0f} s" in line
 
 
 def test_head_time_is_the_latest_of_the_snapshots_own_and_the_records_it_holds() -> None:

@@ -43,12 +43,14 @@ def test_a_faithful_replay_has_no_divergence_and_counts_each_kind() -> None:
     assert counts == {"input": 1, "metric": 2, "checkpoint": 1, "eval": 1, "output": 1}
 
 
-def test_timings_and_the_checkpoint_folder_never_compare() -> None:
+def test_timings_the_checkpoint_folder_and_where_it_was_stored_never_compare() -> None:
+    stored = {"remote": "lab", "url": "s3://lab/dvc/marin/sha256/ab/" + "c" * 62, "manifest": "sha256:" + "ab" * 32}
+    recorded = [body("checkpoint", stored=stored) if k == "checkpoint" else (k, b) for k, b in TRAIN]
     replay = [metric(10, 3.0, 99.0) if k == "metric" and b["step"] == 10 else (k, b) for k, b in TRAIN]
     replay = [body("checkpoint", path="checkpoints/train-other/50") if k == "checkpoint" else (k, b)
               for k, b in replay]
-    assert compare(log(*TRAIN), log(*replay)) == ({"input": 1, "metric": 2, "checkpoint": 1, "eval": 1,
-                                                    "output": 1}, [])
+    assert compare(log(*recorded), log(*replay)) == ({"input": 1, "metric": 2, "checkpoint": 1, "eval": 1,
+                                                       "output": 1}, [])
 
 
 def test_one_bit_of_a_metric_is_a_divergence_at_its_step_and_name() -> None:

@@ -67,6 +67,7 @@ class Clock:
     latest: tuple[int, str] | None = None  # (seq, time) of the latest record so far
     back: list[tuple[int, str, str]] = field(default_factory=list)  # (seq, time, the latest time before it)
     inputs: list[tuple[int, str, str]] = field(default_factory=list)  # (seq, path, digest) of input records
+    hosts: list[tuple[int, dict[str, Any], float]] = field(default_factory=list)  # (seq, process, s off process 0)
 
     _at: dt.datetime | None = None  # the latest time, parsed (each record's time is parsed once)
     _first_at: dt.datetime | None = None  # the time of ``first_after``, parsed
@@ -81,16 +82,33 @@ class Clock:
             self.first_after, self._first_at = (r.seq, r.time), t
         if r.kind == "input" and isinstance(r.body.get("path"), str):
             self.inputs.append((r.seq, r.body["path"], str(r.body.get("digest"))))
+        if r.kind in ("run.started", "run.resumed"):
+            self.hosts += [(r.seq, p, off) for p, off in processes_off(r.body, self.skew_s)]
 
     def problems(self, name: str) -> list[tuple[str, str]]:
         """(where, what) for records earlier than the record before them, and the latest record if in the future."""
         out = [(f"{name} seq {seq}", f"dated {t}, {behind(before, t, 0):.0f} s before an earlier record of the run "
                                      f"({before}; ledger.clock_skew_s is {self.skew_s:g}): the clock went back")
                for seq, t, before in self.back]
+        out += [(f"{name} seq {seq}", f"process {p.get('process_id')} on {p.get('host')} ({p.get('ip')}): its clock "
+                                      f"read {p.get('clock')}, {off:+.0f} s off process 0's (ledger.clock_skew_s is "
+                                      f"{self.skew_s:g}): that host's clock is set wrong")
+                for seq, p, off in self.hosts]
         if self.latest is not None and (lead := ahead(self.latest[1], self.now, self.skew_s)) is not None:
             out.append((f"{name} seq {self.latest[0]}", f"dated {self.latest[1]}, {lead:.0f} s in the future "
                                                         f"(ledger.clock_skew_s is {self.skew_s:g}): a clock set ahead"))
         return out
+
+
+def processes_off(body: dict[str, Any], skew_s: float) -> list[tuple[dict[str, Any], float]]:
+    """The processes of a multi-process run (``execution.processes``, each with the clock it read as
+    the run started) whose clock is more than ``skew_s`` off process 0's, with the seconds off."""
+    procs = (body.get("execution") or {}).get("processes") or []
+    clocks = [p for p in procs if isinstance(p, dict) and isinstance(p.get("clock"), str)]
+    if len(clocks) < 2:
+        return []
+    t0 = parse(clocks[0]["clock"])
+    return [(p, off) for p in clocks[1:] if abs(off := (parse(p["clock"]) - t0).total_seconds()) > skew_s]
 
 
 def check_chain(runs: Sequence[_Run], skew_s: float) -> list[tuple[str, str]]:

@@ -22,6 +22,7 @@ whose peer vanished without a word (a dead host).
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import socket
@@ -29,7 +30,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -52,10 +53,11 @@ PEERS = "peers.json"  # in LOGS: every process's id, host and address, and the r
 
 
 def write_peers(root: Path, processes: list[dict[str, Any]], run_id: str | None) -> None:
-    """Process 0 writes who its peers are, for its launcher to name one that is gone."""
+    """Who the peers are, for this host's launcher to name one that is gone (every process writes the
+    same file: on one host the last replace wins)."""
     (root / LOGS).mkdir(parents=True, exist_ok=True)
     peers = [{k: p.get(k) for k in ("process_id", "host", "ip")} for p in processes]
-    tmp = root / LOGS / (PEERS + ".tmp")
+    tmp = root / LOGS / f"{PEERS}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps({"run_id": run_id, "processes": peers}))
     os.replace(tmp, root / LOGS / PEERS)
 
@@ -147,7 +149,8 @@ def process_entry(fp: Env, coordinator: str | None = None) -> dict[str, Any]:
     """What one process records about itself: host, address, devices, thread count, environment."""
     import jax
 
-    return {"process_id": jax.process_index(), "host": socket.gethostname(), "ip": local_ip(coordinator),
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")  # the ledger's clock check
+    return {"process_id": jax.process_index(), "host": socket.gethostname(), "ip": local_ip(coordinator), "clock": now,
             "devices": [{"id": d.id, "kind": d.device_kind} for d in jax.local_devices()],
             "xla_cpu_threads": int(os.environ["NPROC"]), "env": fp}
 
@@ -197,10 +200,16 @@ def peer_guard(topo: Topology) -> Iterator[None]:
         if topo.processes == 1:
             raise
         line = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-        print(f"marin: error: train: process {topo.process_id} of {topo.processes} stopped: another process is "
-              f"gone ({line}); the run stays unfinished: rerun the stage to resume", file=sys.stderr, flush=True)
         print(f"{PEER_ERROR}{line}", file=sys.stderr, flush=True)  # for the launcher: which peer it names
-        sys.stdout.flush()
-        os._exit(PEER_LOST)
+        stop_unfinished(f"train: process {topo.process_id} of {topo.processes} stopped: another process is gone "
+                        f"({line}); the run stays unfinished: rerun the stage to resume", PEER_LOST)
+
+
+def stop_unfinished(line: str, code: int = 1) -> NoReturn:
+    """End this process now, in one line, leaving the ledger run unfinished (as a kill would), so that
+    the next run resumes it; no exit handler runs (none may wait on a peer that is gone)."""
+    print(f"marin: error: {line}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(code)
 
 

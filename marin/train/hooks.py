@@ -26,7 +26,7 @@ from marin.errors import StageError
 from marin.ledger import Run
 from marin.ledger.bodies import CheckpointBody, Exact, LoaderPosition, MetricBody, RoundingSummary
 from marin.tracking.live import Live
-from marin.train import checkpoint, stored, weights
+from marin.train import checkpoint, distributed, stored, weights
 from marin.train.step import TrainState
 
 CKPT = Path("checkpoints")
@@ -147,7 +147,10 @@ class Checkpointer:
             "files_digest": hashing.path_digest(self.root / where), "loader": self.loader.position(done),
             "leaves": len(jax.tree.leaves(restored))}
         if self.store is not None:
-            body["stored"] = self.store.put(self.run_id, done, digest, where.as_posix())
+            try:
+                body["stored"] = self.store.put(self.run_id, done, digest, where.as_posix())
+            except StageError as e:  # resumable: the run stays unfinished, its last stored checkpoint recorded
+                distributed.stop_unfinished(f"{self.store.stage}: {e}")
         if self.run is not None and not replayed("checkpoint", done, self.recorded, digest):
             self.run.record("checkpoint", body)
 

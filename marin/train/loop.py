@@ -112,7 +112,7 @@ def standard_hooks(ctx: HookContext) -> list[TrainHook]:
         hooks.append(MetricRecorder(b.run, b.metrics))
     live = Live.start(ctx.root, b.run_id, enabled=b.run is not None)  # metrics in MLflow while training (process 0)
     remote = stored.configured() if ctx.primary else None
-    store = stored.Store(ctx.root, remote) if remote else None
+    store = stored.Store(ctx.root, remote, ctx.stage) if remote else None
     return [*hooks, LiveMetrics(live), Checkpointer(ctx.root, b.run_id, su.tp.checkpoint_every, su.tp.steps,
                                                     su.loader, su.abstract, su.shardings, b.run, b.ckpts,
                                                     ctx.primary, store)]

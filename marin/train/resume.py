@@ -15,7 +15,7 @@ from typing import TypedDict
 import jax
 
 from marin import env, hashing, stages
-from marin.config import Params
+from marin.config import Params, flatten
 from marin.errors import StageError
 from marin.ledger import Recipe, Run
 from marin.ledger.bodies import StoredCheckpoint
@@ -70,16 +70,18 @@ def same_as_primary(root: Path, params: Params, job: Job) -> None:
     project), or none starts: one line naming each host that differs and in what (a collective)."""
     git = env.code_state(root)
     mine = {"commit": f"{git['git_commit']}{' (dirty)' if git['dirty'] else ''}", "code": git["code_digest"],
-            "params": hashing.bytes_digest(hashing.canonical_json(params.section(*job.sections))),
+            **{f"params {k}": v for k, v in flatten(params.section(*job.sections)).items()},
             **{i.path: hashing.path_digest(root / i.path) if (root / i.path).exists() else "missing"
                for i in job.inputs}}
     every = distributed.allgather_json({"host": socket.gethostname(), "facts": mine})
     want = every[0]["facts"]
-    off = [f"process {i} on {e['host']}: {k} {e['facts'][k]} (process 0: {want[k]})"
-           for i, e in enumerate(every) for k in want if e["facts"].get(k) != want[k]]
+    off = [f"process {i} on {e['host']}: {k} {e['facts'].get(k)} (process 0: {want.get(k)})"
+           for i, e in enumerate(every) for k in sorted(set(want) | set(e["facts"]))
+           if e["facts"].get(k) != want.get(k)]
     if off:
-        raise StageError(f"the hosts' projects differ from process 0's ({'; '.join(off)}); give every host the same "
-                         "commit, params.yaml and data (git pull, dvc pull) and rerun")
+        more = f"; and {len(off) - 3} more" if len(off) > 3 else ""
+        raise StageError(f"the hosts' projects differ from process 0's ({'; '.join(off[:3])}{more}); give every host "
+                         "the same commit, params.yaml and data (git pull, dvc pull) and rerun")
 
 
 class Found(TypedDict):
@@ -170,7 +172,7 @@ def begin(root: Path, params: Params, topo: distributed.Topology, job: Job) -> t
     else:
         assert run is not None  # one process is the primary
         run_id = run.run_id
-    if topo.primary and procs:
+    if procs:  # each host's launcher names a peer that is gone from it
         distributed.write_peers(root, procs, run_id)
     if state is None:
         state = su.init_state(params)

@@ -31,8 +31,8 @@ def configured(environ: dict[str, str] | None = None) -> str | None:
 class Store:
     """Process 0's handle on the remote for one training run: opened once, closed at the end."""
 
-    def __init__(self, root: Path, name: str) -> None:
-        self.root = root
+    def __init__(self, root: Path, name: str, stage: str = "train") -> None:
+        self.root, self.stage = root, stage
         self.repo: Any = open_repo(root)
         try:
             self.remote: Remote = open_remote(self.repo, None if name == "default" else name)
@@ -47,8 +47,9 @@ class Store:
             put = put_checkpoint(self.remote, run_id, step, digest, path, self.root / path)
         except Exception as e:
             raise StageError(f"checkpoint {step} of {run_id} could not be stored in DVC remote {self.remote.name} "
-                             f"({self.remote.url}): {error_line(e)}; it is not recorded, so the checkpoint before "
-                             "it stays the resume point: fix the remote and rerun the stage to resume") from None
+                             f"({self.remote.url}): {error_line(e)}; it is not recorded, and the run stays unfinished "
+                             "with the checkpoint before it as the resume point: fix the remote and rerun the stage "
+                             "(on every host) to resume") from None
         return {"remote": self.remote.name, "url": put.url, "manifest": put.manifest}
 
     def close(self) -> None:

@@ -47,7 +47,7 @@ class Divergence:
 # Fields that legitimately differ between a run and its replay: wall-clock timings, the checkpoint
 # directory (it is named after the run id) and its files' digest (orbax's metadata holds timestamps).
 # Everything else in a body must repeat.
-UNCOMPARED = {"metric": ("timing",), "checkpoint": ("path", "files_digest")}
+UNCOMPARED = {"metric": ("timing",), "checkpoint": ("path", "files_digest", "stored")}  # stored: where, not what
 
 
 def key_of(r: Record) -> tuple[Any, ...] | None:
