@@ -214,7 +214,8 @@ PEERS = [{"process_id": 0, "host": "host-a", "ip": "10.1.2.2"}, {"process_id": 1
 
 
 @pytest.mark.parametrize("log, me, lost", [
-    ("absl::Status: UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):\n2\nThe tasks", 0, [2]),
+    ("absl::Status: UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):"
+     "\n2\nThe tasks", 0, [2]),
     ("F1207 client.h:80] Terminating process ... DEADLINE_EXCEEDED: Deadline Exceeded\nRPC: /xla.coordination"
      ".CoordinationService/Heartbeat", 1, [0]),
     ("marin: peer error: Gloo: Connection closed by peer [10.1.2.4]:43121", 0, [2]),
