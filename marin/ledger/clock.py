@@ -19,7 +19,7 @@ import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:
     from marin.ledger.records import Record
@@ -103,12 +103,14 @@ class Clock:
 def processes_off(body: dict[str, Any], skew_s: float) -> list[tuple[dict[str, Any], float]]:
     """The processes of a multi-process run (``execution.processes``, each with the clock it read as
     the run started) whose clock is more than ``skew_s`` off process 0's, with the seconds off."""
-    procs = (body.get("execution") or {}).get("processes") or []
-    clocks = [p for p in procs if isinstance(p, dict) and isinstance(p.get("clock"), str)]
+    execution = body.get("execution")
+    procs = cast("dict[str, Any]", execution).get("processes") if isinstance(execution, dict) else None
+    entries = [cast("dict[str, Any]", p) for p in cast("list[Any]", procs)] if isinstance(procs, list) else []
+    clocks = [(p, str(p["clock"])) for p in entries if isinstance(p.get("clock"), str)]
     if len(clocks) < 2:
         return []
-    t0 = parse(clocks[0]["clock"])
-    return [(p, off) for p in clocks[1:] if abs(off := (parse(p["clock"]) - t0).total_seconds()) > skew_s]
+    t0 = parse(clocks[0][1])
+    return [(p, off) for p, t in clocks[1:] if abs(off := (parse(t) - t0).total_seconds()) > skew_s]
 
 
 def check_chain(runs: Sequence[_Run], skew_s: float) -> list[tuple[str, str]]:
