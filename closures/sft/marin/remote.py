@@ -1,0 +1,1 @@
+../../../marin/remote.py

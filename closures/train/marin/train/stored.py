@@ -1,0 +1,1 @@
+../../../../marin/train/stored.py
