@@ -1,6 +1,11 @@
-"""Process topology (issue 13): 1 process x 4 devices against 2 processes x 2 devices.
+"""Process topology (issue 13): 1 process x 4 devices against 2 processes x 2 devices, on one host and
+on two hosts (issue 58).
 
-    uv run python benchmarks/bench_topology.py [--rounds 2] [--steps 10]
+    uv run python benchmarks/bench_topology.py [--rounds 2] [--steps 10] [--hosts]
+
+``--hosts`` (root) adds 2 x 2 across two namespaced hosts (tests/hosts.py: a veth link each, on a bridge),
+process 0 on host A and process 1 on host B, and the bytes each step moves over host B's link:
+(bytes of a 2N-step run - bytes of an N-step run) / N, from the link's kernel counters.
 
 Each measurement is a fresh set of worker processes (jax.distributed over gloo on 127.0.0.1
 for 2 x 2), the params.yaml model with the params.yaml global batch on a 4-device mesh, each
@@ -12,12 +17,14 @@ steps), CPU s are the workers' user+system time (compilation included). Prints; 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -25,7 +32,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_train import worker_env  # noqa: E402
 
 
-def _topology_worker(processes: int, devices: int, pid: int, port: int, steps: int) -> None:
+def _topology_worker(processes: int, devices: int, pid: int, coordinator: str, steps: int) -> None:
     from marin import config
     from marin.train import runtime
 
@@ -37,7 +44,7 @@ def _topology_worker(processes: int, devices: int, pid: int, port: int, steps: i
 
     if processes > 1:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(f"127.0.0.1:{port}", processes, pid)
+        jax.distributed.initialize(coordinator, processes, pid)
     from marin.train import loop, step
 
     cfg = loop.model_config(p, p.tokenize.vocab_size)
@@ -66,45 +73,73 @@ def _topology_worker(processes: int, devices: int, pid: int, port: int, steps: i
         jax.distributed.shutdown()
 
 
-def _topology_round(processes: int, devices: int, steps: int) -> tuple[float, float]:
-    """(tokens/s, CPU seconds of all workers) of one fresh set of workers."""
-    import resource
+def _free_port() -> int:
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    procs = [subprocess.Popen([sys.executable, __file__, "worker", str(processes), str(devices), str(i),
-                               str(port), str(steps)], stdout=subprocess.PIPE, text=True, env=worker_env())
-             for i in range(processes)]
+        return sock.getsockname()[1]
+
+
+def _topology_round(processes: int, devices: int, steps: int, hosts: Any = None) -> tuple[float, float, int]:
+    """(tokens/s, CPU seconds of all workers, bytes over host B's link) of one fresh set of workers;
+    ``hosts``: process i on the i-th namespaced host, else all on 127.0.0.1."""
+    import resource
+
+    coordinator = f"{hosts['a'].ip if hosts else '127.0.0.1'}:{_free_port()}"
+    link = Path(f"/sys/class/net/{hosts['b'].veth}/statistics") if hosts else None
+    moved = (lambda: sum(int((link / f).read_text()) for f in ("rx_bytes", "tx_bytes"))) if link else (lambda: 0)
+    before, sent = resource.getrusage(resource.RUSAGE_CHILDREN), moved()
+    procs = []
+    for i in range(processes):
+        argv = [sys.executable, __file__, "worker", str(processes), str(devices), str(i), coordinator, str(steps)]
+        if hosts:
+            argv = hosts["ab"[i]].argv(argv)
+        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=worker_env()))
     outs = [pr.communicate()[0] for pr in procs]
     if any(pr.returncode for pr in procs):
         raise SystemExit(f"a {processes}x{devices} worker failed: {[pr.returncode for pr in procs]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return json.loads(outs[0].strip().splitlines()[-1])["tokens_per_s"], cpu
+    return json.loads(outs[0].strip().splitlines()[-1])["tokens_per_s"], cpu, moved() - sent
 
 
 def topology(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(prog="bench_topology.py")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--hosts", action="store_true", help="also 2 x 2 across two namespaced hosts (root)")
     a = ap.parse_args(argv)
-    results: dict[str, list[tuple[float, float]]] = {"1x4": [], "2x2": []}
-    for _ in range(a.rounds):
-        results["1x4"].append(_topology_round(1, 4, a.steps))
-        results["2x2"].append(_topology_round(2, 2, a.steps))
+    results: dict[str, list[tuple[float, float, int]]] = {"1x4": [], "2x2": []}
+    stack = contextlib.ExitStack()
+    hosts = None
+    if a.hosts:
+        from tests.hosts import Hosts
+
+        hosts = stack.enter_context(Hosts(["a", "b"]))
+        results["2x2, 2 hosts"] = []
+    with stack:
+        for _ in range(a.rounds):
+            results["1x4"].append(_topology_round(1, 4, a.steps))
+            results["2x2"].append(_topology_round(2, 2, a.steps))
+            if hosts:
+                results["2x2, 2 hosts"].append(_topology_round(2, 2, a.steps, hosts))
+        per_step = (_topology_round(2, 2, 2 * a.steps, hosts)[2] - results["2x2, 2 hosts"][-1][2]) / a.steps \
+            if hosts else None
     print(f"process topology, 4 CPU devices, params.yaml model and batch, best of {a.rounds} alternating rounds "
           f"of {a.steps} steps (machine shared: compare the ratio, not the absolute numbers)")
     for name, rs in results.items():
-        print(f"  {name}: {max(r[0] for r in rs):8.0f} tokens/s   CPU s per round (all workers, with compile): "
+        print(f"  {name:13s}: {max(r[0] for r in rs):8.0f} tokens/s   CPU s per round (all workers, with compile): "
               + ", ".join(f"{r[1]:.1f}" for r in rs))
     best = {k: max(r[0] for r in v) for k, v in results.items()}
     print(f"ratio 2x2 / 1x4 tokens/s: {best['2x2'] / best['1x4']:.2f}")
+    if per_step is not None:
+        print(f"ratio 2x2 on 2 hosts / 2x2 on 1 host tokens/s: {best['2x2, 2 hosts'] / best['2x2']:.2f}; "
+              f"bytes over host B's link per step: {per_step:,.0f} ({per_step / 2**20:.2f} MiB)")
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["worker"]:
-        sys.exit(_topology_worker(*(int(v) for v in sys.argv[2:7])))
+        n, d, i, coordinator, steps = sys.argv[2:7]
+        sys.exit(_topology_worker(int(n), int(d), int(i), coordinator, int(steps)))
     sys.exit(topology(sys.argv[1:]))

@@ -308,3 +308,29 @@ def test_losing_s3_during_a_checkpoint_write_fails_cleanly_and_keeps_the_resume_
     assert "the checkpoint before it as the resume point" in f.lines[0]
     assert f.run[-1]["kind"] != "run.finished"  # unfinished: resumable from the last stored checkpoint
     assert problems_with(f.check, f.run[0]["run_id"]) == []
+
+
+@pytest.fixture(scope="module")
+def differing(cluster: Cluster) -> Fault:
+    """Host B's params.yaml with another learning rate: no step is taken."""
+    c = cluster
+    for p in (c.a, c.b):
+        _runtime(p, seed=9)
+    params = c.b.params
+    params["train"]["lr"] = 1.0e-3
+    c.b.write_params(params)
+    before = {r[0]["run_id"] for r in c.a.runs("train")}
+    procs = c.start()
+    took = ended_within(procs, time.monotonic())
+    new = [r for r in c.a.runs("train") if r[0]["run_id"] not in before]
+    return Fault(new[0] if new else [], (error_line(c.a), error_line(c.b)),
+                 (procs[0].returncode, procs[1].returncode), took, c.a.marin("ledger", "check"))
+
+
+@pytest.mark.slow
+def test_a_host_with_other_params_stops_both_before_the_first_step_naming_it(differing: Fault) -> None:
+    f = differing
+    assert f.codes == (1, 1) and f.run == [], f.lines  # no ledger run: nothing was trained
+    for line in f.lines:
+        assert "the hosts' projects differ from process 0's (process 1 on host-b: params train.lr 0.001 " \
+               "(process 0: 0.003))" in line, line

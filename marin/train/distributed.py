@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import json
 import os
 import socket
@@ -48,6 +49,8 @@ PEER_LOST = 75  # exit status of a process that stopped because another one is g
 HEARTBEAT_S = 20  # the coordination service declares a silent process dead after this long
 POLL_S = 0.05
 INIT_TIMEOUT_S = 120
+EXCHANGE_TIMEOUT_S = 900  # a process waits this long for process 0 to plan the run (a dead peer ends it sooner)
+_EXCHANGES = itertools.count()  # every process exchanges in the same order: the n-th exchange has one key
 LOGS = Path(".marin/logs/train")
 PEERS = "peers.json"  # in LOGS: every process's id, host and address, and the run, as process 0 saw them
 
@@ -156,19 +159,21 @@ def process_entry(fp: Env, coordinator: str | None = None) -> dict[str, Any]:
 
 
 def allgather_json(obj: object) -> list[Any]:
-    """Every process's ``obj`` (JSON), in process order; a collective every process must call."""
+    """Every process's ``obj`` (JSON), in process order; every process must call it, in the same order.
+    Through the coordination service's key-value store, not a gloo collective: a process may wait here
+    for minutes while process 0 plans the run (a gloo context gives up after 30 s, measured at load 13)."""
     import jax
 
-    data = json.dumps(obj, sort_keys=True).encode()
+    data = json.dumps(obj, sort_keys=True)
     if jax.process_count() == 1:
         return [json.loads(data)]
-    from jax.experimental import multihost_utils as mh
+    from jax._src import distributed as jd  # the public API has no key-value store
 
-    sizes = mh.process_allgather(np.array([len(data)], np.int64))[:, 0]  # (P,)
-    buf = np.zeros(int(sizes.max()), np.uint8)
-    buf[: len(data)] = np.frombuffer(data, np.uint8)
-    rows = mh.process_allgather(buf)  # (P, max)
-    return [json.loads(rows[i, : int(n)].tobytes()) for i, n in enumerate(sizes)]
+    client: Any = jd.global_state.client
+    n = next(_EXCHANGES)
+    client.key_value_set(f"marin/exchange/{n}/{jax.process_index()}", data)
+    return [json.loads(client.blocking_key_value_get(f"marin/exchange/{n}/{i}", EXCHANGE_TIMEOUT_S * 1000))
+            for i in range(jax.process_count())]
 
 
 def from_primary(obj: Any) -> Any:
