@@ -239,22 +239,28 @@ class Fault:
     check: subprocess.CompletedProcess[str]
 
 
-@pytest.fixture(scope="module")
-def partitioned(cluster: Cluster) -> Fault:
-    """Host B's link down after the first stored checkpoint, host B's clock an hour ahead all along."""
-    c = cluster
-    # jemalloc (the stage's allocator) and libfaketime deadlock on clock_gettime: glibc's malloc on host B
-    procs, run_id = new_run(c, 7, {"LD_PRELOAD": FAKETIME, "FAKETIME": "+1h",
-                                   "MARIN_ALLOCATOR": "system"})
+def fault_after_first_checkpoint(c: Cluster, seed: int, fault: Callable[[], None], undo: Callable[[], None],
+                                 b_env: dict[str, str] | None = None) -> Fault:
+    """A new run on both hosts; ``fault`` once its first checkpoint is stored, ``undo`` once both ended."""
+    procs, run_id = new_run(c, seed, b_env)
     wait_for(lambda: any("stored" in r["body"] for r in run_log(c.a, run_id) if r["kind"] == "checkpoint"), procs)
     t0 = time.monotonic()
-    c.hosts.link_down("b")
+    fault()
     try:
         took = ended_within(procs, t0)
     finally:
-        c.hosts.link_up("b")
+        undo()
     return Fault(run_log(c.a, run_id), (error_line(c.a), error_line(c.b)), (procs[0].returncode, procs[1].returncode),
                  took, c.a.marin("ledger", "check"))
+
+
+@pytest.fixture(scope="module")
+def partitioned(cluster: Cluster) -> Fault:
+    """Host B's link down after the first stored checkpoint, host B's clock an hour ahead all along."""
+    # jemalloc (the stage's allocator) and libfaketime deadlock on clock_gettime: glibc's malloc on host B
+    return fault_after_first_checkpoint(cluster, 7, lambda: cluster.hosts.link_down("b"),
+                                        lambda: cluster.hosts.link_up("b"),
+                                        {"LD_PRELOAD": FAKETIME, "FAKETIME": "+1h", "MARIN_ALLOCATOR": "system"})
 
 
 @pytest.mark.slow
@@ -284,17 +290,7 @@ def test_after_a_partition_only_committed_checkpoints_are_recorded_and_the_ledge
 @pytest.fixture(scope="module")
 def s3_lost(cluster: Cluster) -> Fault:
     """The S3 endpoint unreachable (its address gone) after the first stored checkpoint: the next store fails."""
-    c = cluster
-    procs, run_id = new_run(c, 8)
-    wait_for(lambda: any("stored" in r["body"] for r in run_log(c.a, run_id) if r["kind"] == "checkpoint"), procs)
-    t0 = time.monotonic()
-    c.hosts.gateway_down()
-    try:
-        took = ended_within(procs, t0)
-    finally:
-        c.hosts.gateway_up()
-    return Fault(run_log(c.a, run_id), (error_line(c.a), error_line(c.b)), (procs[0].returncode, procs[1].returncode),
-                 took, c.a.marin("ledger", "check"))
+    return fault_after_first_checkpoint(cluster, 8, cluster.hosts.gateway_down, cluster.hosts.gateway_up)
 
 
 @pytest.mark.slow
