@@ -31,8 +31,6 @@ ALLOWED: dict[tuple[str, str, str], str] = {
                                                                "just before (tokenize's owner switches it)",
     ("marin/data/archive.py", "members", ".read()"): "a member stream archive.py bounds itself (MAX_MEMBER_BYTES, "
                                                      "MAX_RATIO)",
-    ("marin/train/distributed.py", "_last_error", ".read_text()"): "a worker log the launcher itself writes",
-    ("marin/train/distributed.py", "launch_local", ".read_text()"): "a worker log the launcher itself writes",
     ("marin/tracking/live.py", "_send", ".read()"): "the run file this process appends, from the last offset sent",
 }
 

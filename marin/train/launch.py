@@ -11,7 +11,6 @@ it holds process 0, and ends in one line. Each worker dies with its launcher (``
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -20,9 +19,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from marin.errors import StageError
+from marin import readers
+from marin.errors import MarinError, StageError
 from marin.train.distributed import (
     COORDINATOR,
     LOGS,
@@ -37,6 +37,7 @@ from marin.train.distributed import (
 )
 
 _UNHEALTHY = re.compile(r"tasks are unhealthy \(stopped sending heartbeats\):\s*([\d,\s]+)")
+TAIL = 256 << 10  # bytes of a worker's log read back: its end, where it says why it stopped
 _ADDRESS = re.compile(r"\[?(\d{1,3}(?:\.\d{1,3}){3})\]?:\d+")
 
 
@@ -64,8 +65,8 @@ def how(rc: int) -> str:
 
 def _log_text(log: Path) -> str:
     with contextlib.suppress(OSError), open(log, "rb") as f:
-        f.seek(max(0, os.fstat(f.fileno()).st_size - (256 << 10)))  # its end: where a worker says why it stopped
-        return f.read().decode(errors="replace")
+        f.seek(max(0, os.fstat(f.fileno()).st_size - TAIL))  # its end: where a worker says why it stopped
+        return f.read(TAIL).decode(errors="replace")
     return ""
 
 
@@ -76,8 +77,10 @@ def _last_error(text: str) -> str:
 
 
 def peers(root: Path) -> dict[str, Any]:
-    with contextlib.suppress(OSError, ValueError):
-        return json.loads((root / LOGS / PEERS).read_text())
+    """What process 0 (or this host's process) wrote of the peers; {} when there is nothing readable."""
+    with contextlib.suppress(MarinError):
+        found = readers.read_json(root / LOGS / PEERS)
+        return cast("dict[str, Any]", found) if isinstance(found, dict) else {}
     return {}
 
 
