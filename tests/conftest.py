@@ -367,8 +367,8 @@ pytest_plugins = ("tests.instruct_fixtures", "tests.universal_fixtures")
 SLOWEST_FIRST = ("test_portable.py", "test_aarch64.py", "test_pipeline_dvc.py", "test_verify.py", "test_tracking.py",
                  "test_train.py",
                  # after ~600 s of the files above: the shipped repro (built by test_pipeline_dvc's worker) is done
-                 "test_separation.py", "test_instruct.py", "test_distributed.py", "test_hosts_train.py", "test_hosts_ray.py",
-                 "test_experiments.py",
+                 "test_separation.py", "test_instruct.py", "test_distributed.py", "test_hosts_train.py",
+                 "test_hosts_ray.py", "test_experiments.py",
                  "test_team.py", "test_registry.py", "test_harness_stage.py", "test_report_trust.py",
                  "test_harness_registry.py",
                  "test_sweep_runs.py", "test_params_fuzz.py", "test_trace.py", "test_curate_scale.py",
