@@ -42,11 +42,14 @@ _CPUID_CODE = bytes.fromhex("53" "89f8" "89f1" "4989d0" "0fa2" "418900" "4189580
 @cache
 def features() -> frozenset[str]:
     """The CPU features numpy's run-time dispatch found (``cpuid`` on x86, hwcaps on Arm)."""
+    import importlib
+
     try:
-        from numpy._core._multiarray_umath import __cpu_features__
+        umath = importlib.import_module("numpy._core._multiarray_umath")
     except ImportError:  # numpy < 2
-        from numpy.core._multiarray_umath import __cpu_features__  # type: ignore[no-redef]
-    return frozenset(k for k, v in __cpu_features__.items() if v)
+        umath = importlib.import_module("numpy.core._multiarray_umath")
+    found: dict[str, bool] = umath.__cpu_features__
+    return frozenset(k for k, v in found.items() if v)
 
 
 def reported_features() -> list[str]:

@@ -250,11 +250,12 @@ _DECODER = json.JSONDecoder(parse_float=_plain_float, parse_int=_plain_int,
                             parse_constant=lambda name: _EXOTIC.append(name))
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 _SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType, reportUnknownVariableType]
-# What ``_ENCODER.encode`` runs, made once rather than per call (no cycle check: parsed JSON has no cycles).
-_ENCODE: Callable[[Any, int], Iterable[str]] = (  # pyright: ignore[reportUnknownVariableType]
-    json.encoder.c_make_encoder(None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
-                                True, False, False) if json.encoder.c_make_encoder is not None  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
-    else lambda d, _level: _ENCODER.encode(d))
+# What ``_ENCODER.encode`` runs, made once rather than per call (no cycle check: parsed JSON has no cycles):
+# CPython's C encoder where the interpreter has it (json.encoder's own optional accelerator, not in typeshed)
+_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+_ENCODE: Callable[[Any, int], Iterable[str]] = (
+    _C_ENCODER(None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", True, False, False)
+    if _C_ENCODER is not None else lambda d, _level: _ENCODER.encode(d))
 
 
 def _canonical_slow(line: bytes, where: str) -> dict[str, Any]:

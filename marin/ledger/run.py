@@ -292,7 +292,7 @@ class Run:
         return rec
 
     def output(self, name: str, path: str | os.PathLike[str], source: str | os.PathLike[str] | None = None,
-               **extra: Any) -> Record:
+               tensor_digest: str | None = None, meta: dict[str, Any] | None = None) -> Record:
         """Digest a produced file or directory and record it as ``path``.
 
         ``source``: where the bytes are now, when the stage records an output before moving it
@@ -310,7 +310,10 @@ class Run:
                 body["entries"] = entries
             else:  # any number of files stays named, in a listing committed with the ledger
                 body["listing"] = listing.write(self.root, entries, d.digest)
-        body.update(extra)  # pyright: ignore[reportCallIssue, reportArgumentType]  # OutputBody's optional keys: tensor_digest, meta
+        if tensor_digest is not None:  # a model's digest over its tensors
+            body["tensor_digest"] = tensor_digest
+        if meta is not None:
+            body["meta"] = meta
         self.ledger_s += time.perf_counter() - t
         rec = self.record("output", body)
         self._outputs.append({"name": name, "digest": body["digest"]})

@@ -128,7 +128,7 @@ def determinism_class(rt: RuntimeParams, fp: Env) -> DeterminismClass:
     mesh: dict[str, Any] = {"axes": {"data": len(devices)}, "param_sharding": rt.param_sharding}
     if rt.processes > 1:  # the collectives cross processes (gloo on CPU): see docs/architecture.md
         mesh.update(processes=rt.processes, devices_per_process=rt.devices,
-                    cpu_collectives=str(jax.config.jax_cpu_collectives_implementation))  # pyright: ignore[reportAttributeAccessIssue]
+                    cpu_collectives=str(jax.config.values["jax_cpu_collectives_implementation"]))
     det = cast("dict[str, Any]", {  # with the CPU's part, a jax class (a TypedDict takes no ``**`` of a dict)
         "kind": "jax",
         "backend": jax.default_backend(),
@@ -139,8 +139,8 @@ def determinism_class(rt: RuntimeParams, fp: Env) -> DeterminismClass:
         "jaxlib": fp["packages"]["jaxlib"],
         "xla_flags": flags,
         "xla_cpu_threads": int(os.environ["NPROC"]),
-        "prng_impl": str(jax.config.jax_default_prng_impl),  # pyright: ignore[reportAttributeAccessIssue]
-        "x64": bool(jax.config.jax_enable_x64),  # pyright: ignore[reportAttributeAccessIssue]
+        "prng_impl": str(jax.config.values["jax_default_prng_impl"]),
+        "x64": bool(jax.config.values["jax_enable_x64"]),
         "machine": fp["machine"],
         **cpu_class(rt, fp),
     })

@@ -44,7 +44,7 @@ def record(root: int, streams: tuple[str, ...] = STREAMS) -> Seeds:
     return {
         "root": root,
         "derivation": DERIVATION,
-        "prng_impl": str(jax.config.jax_default_prng_impl),  # pyright: ignore[reportAttributeAccessIssue]
+        "prng_impl": str(jax.config.values["jax_default_prng_impl"]),
         "streams": {
             n: {"fold_in": stream_id(n),
                 "key_data": np.asarray(jax.random.key_data(key(root, n))).tolist()}

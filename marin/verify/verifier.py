@@ -157,7 +157,10 @@ class Verifier:
         det = self.started["determinism_class"]
         if det.get("profile") != "portable":
             return
-        level = det["isa_level"]  # pyright: ignore[reportTypedDictNotRequiredAccess]  # the portable profile records it
+        level = det.get("isa_level")  # the portable profile records it
+        if level is None:
+            raise CannotVerify(f"step 5: run {self.out.run_id} says it ran under the portable profile but records "
+                               "no isa_level (its determinism_class was edited?); it cannot be replayed as it ran")
         missing = cpu.missing_for(level)
         if missing:
             raise CannotVerify(f"step 5: run {self.out.run_id} was recorded under the portable profile at "

@@ -172,8 +172,12 @@ class Workspace:
         env.update({k: v for k, v in recorded.items() if not k.startswith("MARIN_")})
         det = started["determinism_class"]
         if det.get("kind") == "jax":
-            env["XLA_FLAGS"] = " ".join([*det["xla_flags"], *forced_flags])  # pyright: ignore[reportTypedDictNotRequiredAccess]  # a jax class has them
-            env["NPROC"] = str(det["xla_cpu_threads"])  # pyright: ignore[reportTypedDictNotRequiredAccess]
+            flags, threads = det.get("xla_flags"), det.get("xla_cpu_threads")  # a jax class records both
+            if flags is None or threads is None:
+                raise CannotVerify("run.started's jax determinism class records no xla_flags or xla_cpu_threads "
+                                   "(edited?); the replay cannot be given the settings it ran under")
+            env["XLA_FLAGS"] = " ".join([*flags, *forced_flags])
+            env["NPROC"] = str(threads)
         elif forced_flags:
             env["XLA_FLAGS"] = " ".join(forced_flags)
         env["MARIN_ROOT"] = str(self.root)
