@@ -180,6 +180,9 @@ def test_host_b_killed_stops_host_a_within_the_bound_naming_host_b(two: Two) -> 
 def test_the_resumed_run_is_one_ledger_run_with_both_hosts_recorded(two: Two) -> None:
     kinds = [r["kind"] for r in two.resumed]
     assert kinds.count("run.resumed") == 1 and kinds[-1] == "run.finished"
+    # the ledger records why the run had stopped: host A's line, kept by its launcher for the resumption
+    reason = next(r["body"]["reason"] for r in two.resumed if r["kind"] == "run.resumed")
+    assert f"it had stopped: train: process 1 (host-b, {two.cluster.hosts['b'].ip}) is gone" in reason, reason
     assert two.resumed[-1]["body"]["status"] == "succeeded"
     procs = two.resumed[0]["body"]["execution"]["processes"]
     hosts = two.cluster.hosts

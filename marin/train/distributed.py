@@ -65,6 +65,30 @@ def write_peers(root: Path, processes: list[dict[str, Any]], run_id: str | None)
     os.replace(tmp, root / LOGS / PEERS)
 
 
+INTERRUPTED = "interrupted.json"  # in LOGS: how the last multi-process run here stopped, for its resumption
+
+
+def note_interruption(root: Path, run_id: object, line: str) -> None:
+    """The launcher of process 0 keeps the line it ended with, for the run's ``run.resumed`` record."""
+    if isinstance(run_id, str):
+        with contextlib.suppress(OSError):
+            (root / LOGS / INTERRUPTED).write_text(json.dumps({"run_id": run_id, "line": line[:1500]}))
+
+
+def interruption(root: Path, run_id: str) -> str | None:
+    """How run ``run_id`` stopped, as its launcher said (once: the note is removed)."""
+    from marin import readers
+    from marin.errors import MarinError
+
+    path = root / LOGS / INTERRUPTED
+    with contextlib.suppress(MarinError):
+        note = readers.read_json(path)
+        path.unlink(missing_ok=True)
+        if isinstance(note, dict) and note.get("run_id") == run_id:
+            return str(note.get("line"))
+    return None
+
+
 @dataclass(frozen=True)
 class Topology:
     """Where this process stands: one of ``processes``; ``launch`` when it must start them."""

@@ -23,6 +23,7 @@ from typing import Any, cast
 
 from marin import readers
 from marin.errors import MarinError, StageError
+from marin.train import distributed
 from marin.train.distributed import (
     COORDINATOR,
     LOGS,
@@ -144,7 +145,10 @@ def launch(root: Path, topo: Topology, argv: list[str] | None = None) -> None:
         text = _log_text(logs / f"process-{ids[0]}.log")
         print("\n".join(x for x in text.splitlines() if x.startswith("train: ") and "%|" not in x), flush=True)
         return
-    raise StageError(_failure_line(root, topo, ids[failed[0]], procs[failed[0]], local))
+    line = _failure_line(root, topo, ids[failed[0]], procs[failed[0]], local)
+    if 0 in ids:  # this host holds the ledger: the run's resumption records why it stopped
+        distributed.note_interruption(root, peers(root).get("run_id"), line)
+    raise StageError(line)
 
 
 def _failure_line(root: Path, topo: Topology, first: int, proc: subprocess.Popen[bytes], local: bool) -> str:

@@ -159,7 +159,9 @@ def begin(root: Path, params: Params, topo: distributed.Topology, job: Job) -> t
     run = None
     if topo.primary and prior is not None:
         metrics = {m["step"]: m["values"] for m in prior.bodies("metric")}
-        run = Run.resume(root, prior.run_id, reason="unfinished run of the same recipe", from_step=start,
+        stopped = distributed.interruption(root, prior.run_id)
+        reason = "unfinished run of the same recipe" + (f"; it had stopped: {stopped}" if stopped else "")
+        run = Run.resume(root, prior.run_id, reason=reason, from_step=start,
                          execution=execution)
         if plan is not None and plan.hashes is not None:  # the plan found the run to resume: it begins none
             plan.hashes.close()
