@@ -2,7 +2,9 @@
 the head on host A, a worker on host B, each host with its own project directory (tests/hosts.py,
 tests/ray_hosts.py). curate and tokenize run from A and give the in-process engine's bytes, with
 tasks on both nodes (the engine prints the nodes Ray ran them on); host B killed mid-curate, its
-tasks rerun on A and the bytes are the same. One cluster for the module (Ray starts slowly)."""
+tasks rerun on A and the bytes are the same; ``marin launch ray`` starts the train stage on both hosts,
+checkpoints on the S3 remote (moto's server on the hosts' gateway). One cluster for the module (Ray starts
+slowly)."""
 
 from __future__ import annotations
 
@@ -17,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests import hosts as hostlib
-from tests.conftest import BIN, Project, copy_project
+from tests.conftest import BIN, Project, copy_project, tiny
 from tests.ray_hosts import RayHosts, ray_across
+from tests.servers import S3, S3_ENV
 
 CURATED = ("train.parquet", "validation.parquet", "manifest.json")
 # The stages with small tasks, so that the mini corpus makes tens of them (as tests/test_curate_scale.py
@@ -48,6 +51,23 @@ stage_main("curate")
 FAULT_TIMEOUT_S = 180  # Ray marks a dead node after ~15 s of failed health checks, then reruns its tasks
 
 
+def _origin(data: Project, dest: Path, s3: S3) -> Project:
+    """The session's data project with a tiny model trained on 2 processes x 2 devices, its DVC remote on
+    S3 (the hosts' object store), committed: what every host clones."""
+    origin = copy_project(data, dest)
+    origin.env.update(S3_ENV)
+    tiny(origin)
+    params = origin.params
+    params["runtime"].update(devices=2, processes=2)
+    origin.write_params(params)
+    s3.bucket("lab")
+    origin.dvc("remote", "add", "-d", "lab", "s3://lab/dvc")
+    origin.dvc("remote", "modify", "lab", "endpointurl", s3.url)
+    origin.git("add", "-A")
+    origin.git("commit", "-qm", "two hosts, a DVC remote on S3")
+    return origin
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, _data_project: Project) -> Iterator[RayHosts]:
     why = hostlib.available()
@@ -55,14 +75,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, _data_project: Project) ->
     base = tmp_path_factory.mktemp("hosts")
     temp = Path(tempfile.mkdtemp(prefix="rayh", dir="/tmp"))  # short: Ray's sockets live there
     hosts = hostlib.Hosts(["a", "b"])
-    c = None
+    c = s3 = None
     try:
-        projects = {h: copy_project(_data_project, base / h) for h in hosts.hosts}  # nothing shared
+        s3 = S3(hosts.gateway).start()
+        origin = _origin(_data_project, base / "origin", s3)
+        projects = {h: copy_project(origin, base / h) for h in hosts.hosts}  # nothing shared
         c = ray_across(hosts, projects, temp)
         yield c
     finally:
         if c is not None:
             c.stop()
+        if s3 is not None:
+            s3.stop()
         hosts.close()
         shutil.rmtree(temp, ignore_errors=True)
 
@@ -74,10 +98,19 @@ def _tree(root: Path, rel: str, names: tuple[str, ...] | None = None) -> dict[st
 
 
 def _ray_engine(c: RayHosts) -> None:
+    """runtime.data: ray in host A's params.yaml, for a test's data stages (``committed`` restores it)."""
     proj = c.projects["host-a"]
     params = proj.params
     params["runtime"]["data"] = {"engine": "ray", "workers": 2}
     proj.write_params(params)
+
+
+@pytest.fixture(autouse=True)
+def committed(cluster: RayHosts) -> Iterator[None]:
+    """After each test, host A's params.yaml is the committed one again: a training run needs the hosts'
+    projects to agree (commit, params, data), and tests run in any order."""
+    yield
+    cluster.projects["host-a"].git("checkout", "params.yaml")
 
 
 def _nodes(out: str) -> dict[str, int]:
@@ -243,3 +276,21 @@ def test_a_stage_error_inside_a_task_on_b_is_the_stages_one_line(cluster: RayHos
     assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
     err = [x for x in p.stderr.splitlines() if x.strip() and not re.match(r"\d{4}-\d\d-\d\d ", x)]
     assert err == ["marin: error: texts/x.txt line 3: refused on host-b; fix the line"], p.stderr[-3000:]
+
+
+def test_launch_ray_trains_on_both_hosts_through_the_s3_remote(cluster: RayHosts) -> None:
+    cluster.whole()
+    env = [f"--env={k}={v}" for k, v in S3_ENV.items()]
+    p = cluster.run("a", str(BIN / "python"), "-m", "marin.cli", "launch", "ray",
+                    "--env=MARIN_CHECKPOINT_REMOTE=default", *env, "--", str(BIN / "python"), "-m", "pipeline.train")
+    a, b = cluster.hosts["a"], cluster.hosts["b"]
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.stdout.splitlines() == [f"marin launch: process 0 on host-a ({a.ip}) exited 0",
+                                     f"marin launch: process 1 on host-b ({b.ip}) exited 0"]
+    run = cluster.projects["host-a"].runs("train")[-1]
+    assert run[-1]["kind"] == "run.finished" and run[-1]["body"]["status"] == "succeeded"
+    procs = run[0]["body"]["execution"]["processes"]
+    assert [(x["process_id"], x["host"], x["ip"]) for x in procs] == [(0, "host-a", a.ip), (1, "host-b", b.ip)]
+    assert all(r["body"]["stored"]["remote"] == "lab" for r in run if r["kind"] == "checkpoint")
+    assert not cluster.projects["host-b"].runs("train")  # process 0 alone writes the ledger
+    assert cluster.projects["host-a"].marin("ledger", "check").returncode == 0
