@@ -129,13 +129,19 @@ def ray_map(fn: Callable[[T], R], items: Iterable[T], workers: int) -> Iterator[
     seen: Counter[str] = Counter()
     pending: deque[Any] = deque()
     done = 0
-    for item in items:
-        pending.append(task.remote(fn, item))
-        if len(pending) >= 2 * workers:
+    try:
+        for item in items:
+            pending.append(task.remote(fn, item))
+            if len(pending) >= 2 * workers:
+                done += 1
+                yield _result(pending.popleft(), done, driver, nodes, seen)
+        for ref in pending:
             done += 1
-            yield _result(pending.popleft(), done, driver, nodes, seen)
-    for ref in pending:
-        done += 1
-        yield _result(ref, done, driver, nodes, seen)
-    nodes = ", ".join(f"{node} {k}" for node, k in sorted(seen.items()))
-    print(f"ray: {done} tasks on {len(seen)} node{'s' if len(seen) != 1 else ''}: {nodes}", flush=True)
+            yield _result(ref, done, driver, nodes, seen)
+    except BaseException:
+        # the stage's one line names the first failure; the window's other failed tasks are its echoes, which
+        # Ray would print as "Unhandled error" tracebacks when their results are dropped at exit
+        os.environ["RAY_IGNORE_UNHANDLED_ERRORS"] = "1"
+        raise
+    where = ", ".join(f"{node} {k}" for node, k in sorted(seen.items()))
+    print(f"ray: {done} tasks on {len(seen)} node{'s' if len(seen) != 1 else ''}: {where}", flush=True)
