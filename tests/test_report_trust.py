@@ -259,7 +259,7 @@ def test_without_a_key_the_stage_writes_an_unsigned_report(trained_project: Proj
     proj = trained_project
     assert not (proj.root / ".marin/keys").exists()
     done = proj.stage("report")
-    [line] = [x for x in done.stdout.splitlines() if x.startswith("report:")]
+    [line] = [x for x in done.stdout.splitlines() if x.startswith("report: wrote ")]  # the other: the release line
     assert "NOT SIGNED" in line and ".marin/keys/report.key" in line and "marin keygen" in line
     out = proj.root / REPORT
     envelope = json.loads((out / "provenance.intoto.json").read_text())
