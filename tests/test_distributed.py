@@ -253,3 +253,13 @@ def test_loader_rows_are_slices_of_the_batch(tmp_path: Path) -> None:
         for name in ("inputs", "targets"):
             assert np.array_equal(np.concatenate([p[name] for p in parts]), whole[name])
 
+
+
+def test_the_interruption_note_is_read_once_for_its_own_run_and_its_absence_is_none(tmp_path: Path) -> None:
+    assert distributed.interruption(tmp_path, "train-a") is None  # no launcher ever ran here
+    (tmp_path / distributed.LOGS).mkdir(parents=True)
+    distributed.note_interruption(tmp_path, "train-a", "train: process 1 (host-b, 10.0.0.3) is gone")
+    assert distributed.interruption(tmp_path, "train-b") is None  # another run's note is not this one's
+    distributed.note_interruption(tmp_path, "train-a", "train: process 1 (host-b, 10.0.0.3) is gone")
+    assert distributed.interruption(tmp_path, "train-a") == "train: process 1 (host-b, 10.0.0.3) is gone"
+    assert distributed.interruption(tmp_path, "train-a") is None  # read once

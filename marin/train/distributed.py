@@ -81,7 +81,9 @@ def interruption(root: Path, run_id: str) -> str | None:
     from marin.errors import MarinError
 
     path = root / LOGS / INTERRUPTED
-    with contextlib.suppress(MarinError):
+    if not path.is_file():  # no launcher here, or nothing stopped it
+        return None
+    with contextlib.suppress(MarinError, OSError):
         note = readers.read_json(path)
         path.unlink(missing_ok=True)
         if isinstance(note, dict) and note.get("run_id") == run_id:
